@@ -1,0 +1,50 @@
+// Run-time compilation of CUDA C++ with NVRTC. libnvrtc is loaded with
+// llvm::sys::DynamicLibrary on first use ($FLASHJIT_NVRTC_LIBRARY overrides the
+// path; default libnvrtc.so.13), so nothing here links against the toolkit and
+// compilation works on machines with no GPU and no driver.
+#pragma once
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace flashjit::runtime {
+
+struct CompileOptions {
+  // Exact target: "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", ... The cubin is
+  // valid for that target only.
+  std::string target = "sm_90a";
+  // Extra NVRTC options (e.g. "-std=c++17", "-DFOO=1"); the target and the options
+  // that make ptxas report resource usage are added by compile().
+  std::vector<std::string> options;
+  bool keepPtx = false;
+  std::string programName = "flashjit_kernel.cu";
+};
+
+// What NVRTC produced, with the resource usage ptxas reported for the kernel(s).
+struct CompiledBinary {
+  std::string target;
+  std::string cubin;
+  std::string ptx;  // empty unless CompileOptions::keepPtx
+  std::string log;  // the full NVRTC/ptxas log (warnings included)
+  int registers = -1;        // per thread, of the largest kernel in the program
+  int spillStoreBytes = 0;
+  int spillLoadBytes = 0;
+  int stackFrameBytes = 0;
+  int staticSharedBytes = 0;
+  double compileMs = 0;
+};
+
+// "13.0": the version of the NVRTC library that compile() uses.
+llvm::Expected<std::string> nvrtcVersion();
+
+// True for the targets compile() accepts ("sm_XY" or "sm_XYa").
+bool isValidTarget(llvm::StringRef target);
+
+// Compiles one translation unit to a cubin for options.target. On failure the
+// error (ErrorCode::Compile) carries the NVRTC log. Thread-safe.
+llvm::Expected<CompiledBinary> compile(llvm::StringRef source, const CompileOptions &options);
+
+} // namespace flashjit::runtime

@@ -1,0 +1,24 @@
+// Reading the resource usage that ptxas reports (with -v) out of an NVRTC log.
+#pragma once
+
+#include "llvm/ADT/StringRef.h"
+
+namespace flashjit::runtime {
+
+// The largest value of each quantity over the functions in the log: a program's
+// worst kernel is the one that limits occupancy or spills.
+struct ResourceUsage {
+  int registers = -1; // -1: the log reported none (ptxas ran without -v)
+  int spillStoreBytes = 0;
+  int spillLoadBytes = 0;
+  int stackFrameBytes = 0;
+  int staticSharedBytes = 0;
+};
+
+// Parses lines such as
+//   ptxas         .     1024 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads
+//   ptxas info    : Used 40 registers, used 1 barriers, 256 bytes smem, 364 bytes cmem[0]
+// Lines it does not recognise are ignored.
+ResourceUsage parsePtxasLog(llvm::StringRef log);
+
+} // namespace flashjit::runtime
