@@ -1,0 +1,20 @@
+# Turns templates/*.cuh (and fj_params.h) into a C++ source holding each file as a
+# string, so the library needs no source tree at run time. Run with
+#   -DOUT=<file.cpp> -DFILES=<a;b;...>
+set(body "// Generated from templates/ by cmake/EmbedTemplates.cmake. Do not edit.\n")
+string(APPEND body "#include \"generator/templates.h\"\n\nnamespace flashjit::generator {\n")
+string(APPEND body "const EmbeddedTemplate kEmbeddedTemplates[] = {\n")
+set(count 0)
+foreach(file ${FILES})
+  get_filename_component(name ${file} NAME)
+  file(READ ${file} content)
+  string(FIND "${content}" ")fjtpl\"" bad)
+  if(NOT bad EQUAL -1)
+    message(FATAL_ERROR "${file} contains the raw-string delimiter")
+  endif()
+  string(APPEND body "  {\"${name}\", R\"fjtpl(${content})fjtpl\"},\n")
+  math(EXPR count "${count} + 1")
+endforeach()
+string(APPEND body "};\nconst unsigned kEmbeddedTemplateCount = ${count};\n}\n")
+file(WRITE ${OUT}.tmp "${body}")
+file(COPY_FILE ${OUT}.tmp ${OUT} ONLY_IF_DIFFERENT)

@@ -1,0 +1,173 @@
+// Device primitives shared by the attention kernels: element types, conversions,
+// cp.async, ldmatrix and mma.sync wrappers. Host-free so NVRTC compiles it with no
+// headers at all (which also keeps compile time low).
+#pragma once
+
+#include "fj_params.h"
+
+namespace fj {
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+struct __align__(16) u32x4 {
+  u32 x, y, z, w;
+};
+
+__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
+
+// Element type tags. Values are stored as raw 16-bit patterns.
+struct f16 {
+  static constexpr bool kIsBf16 = false;
+};
+struct bf16 {
+  static constexpr bool kIsBf16 = true;
+};
+
+// Two floats -> one register of two 16-bit values, `lo` at the lower address.
+template <typename T> __device__ __forceinline__ u32 pack2(float lo, float hi) {
+  u32 r;
+  if (T::kIsBf16)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+template <typename T> __device__ __forceinline__ float to_float(u16 x) {
+  float f;
+  if (T::kIsBf16)
+    f = __uint_as_float(((u32)x) << 16);
+  else
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+  return f;
+}
+
+template <typename T> __device__ __forceinline__ u16 from_float(float f) {
+  u16 r;
+  if (T::kIsBf16)
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+  else
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
+  return r;
+}
+
+// Rounds a float to the element type and back (the reference emulates it).
+template <typename T> __device__ __forceinline__ float round_to(float f) {
+  return to_float<T>(from_float<T>(f));
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ u32 smem_addr(const void *p) {
+  return (u32)__cvta_generic_to_shared(p);
+}
+
+// 16-byte asynchronous copy global -> shared; copies zeros when !valid (the source
+// is then not read), which pads partial tiles.
+__device__ __forceinline__ void cp_async_16(u32 dst, const void *src, bool valid) {
+  int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// ldmatrix: each lane gives the address of one 16-byte row of an 8x8 matrix.
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x2(u32 (&r)[2], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x2_trans(u32 (&r)[2], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+}
+
+// D = A(16x16, row) * B(16x8, col) + D, fp32 accumulators.
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+  if (T::kIsBf16)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// D = A(16x8, row) * B(8x8, col) + D: the tail step of head dims that are an odd
+// multiple of 8 (40, 72, ...), so those run exactly, with no padding.
+template <typename T>
+__device__ __forceinline__ void mma_1688(float (&d)[4], const u32 (&a)[2], u32 b0) {
+  if (T::kIsBf16)
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b0));
+  else
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b0));
+}
+
+// Where sequence b of a (possibly variable-length) batch starts and how long it is.
+struct SeqExtent {
+  long long q_offset, k_offset;  // element offsets of row 0 of this sequence
+  long long lse_offset;
+  int seqlen_q, seqlen_k;
+};
+
+__device__ __forceinline__ SeqExtent seq_extent(const FjForwardParams &p, int b) {
+  SeqExtent e;
+  if (p.cu_seqlens_q) {
+    int q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_k[b];
+    e.seqlen_q = p.cu_seqlens_q[b + 1] - q0;
+    e.seqlen_k = p.cu_seqlens_k[b + 1] - k0;
+    e.q_offset = (long long)q0;  // in rows; multiplied by the row strides below
+    e.k_offset = (long long)k0;
+    e.lse_offset = (long long)q0;
+  } else {
+    e.seqlen_q = p.seqlen_q;
+    e.seqlen_k = p.seqlen_k;
+    e.q_offset = -1;  // marks "use the batch strides"
+    e.k_offset = -1;
+    e.lse_offset = (long long)b * p.lse_batch_stride;
+  }
+  return e;
+}
+
+// Element offset of (batch b, row 0, head h) given a tensor's strides.
+__device__ __forceinline__ long long tensor_base(long long seq_row0, int b, int h,
+                                                 long long batch_stride,
+                                                 long long row_stride,
+                                                 long long head_stride) {
+  long long base = seq_row0 >= 0 ? seq_row0 * row_stride : (long long)b * batch_stride;
+  return base + (long long)h * head_stride;
+}
+
+}  // namespace fj

@@ -1,0 +1,28 @@
+// Parameters of every attention forward kernel: the ABI between the host (which
+// fills it) and the generated kernels (which take it by value). Plain C, no CUDA.
+#pragma once
+
+struct FjForwardParams {
+  const void *q;  // [batch, seqlen_q, heads_q, head_dim] via the strides below
+  const void *k;  // [batch, seqlen_k, heads_kv, head_dim]
+  const void *v;  // [batch, seqlen_k, heads_kv, head_dim_v]
+  void *o;        // [batch, seqlen_q, heads_q, head_dim_v]
+  float *lse;     // optional log-sum-exp (natural log), NULL when not wanted
+  // Variable-length batches: prefix sums of the sequence lengths (batch + 1 entries,
+  // device memory). When set, the batch strides are ignored and sequence b starts at
+  // row cu_seqlens[b]; seqlen_q / seqlen_k hold the maximum lengths.
+  const int *cu_seqlens_q;
+  const int *cu_seqlens_k;
+  // Strides in elements; the last dimension is contiguous.
+  long long q_batch_stride, q_row_stride, q_head_stride;
+  long long k_batch_stride, k_row_stride, k_head_stride;
+  long long v_batch_stride, v_row_stride, v_head_stride;
+  long long o_batch_stride, o_row_stride, o_head_stride;
+  // lse[b * lse_batch_stride + h * lse_head_stride + row]; with cu_seqlens the batch
+  // stride is ignored and row is the packed row cu_seqlens_q[b] + i.
+  long long lse_batch_stride, lse_head_stride;
+  int batch, heads_q, heads_kv;
+  int seqlen_q, seqlen_k;
+  float softmax_scale;  // scale applied to q.k before the softmax
+  float scale_log2;     // softmax_scale * log2(e): the kernels work in base 2
+};

@@ -1,0 +1,125 @@
+#include "generator/emit.h"
+#include "generator/spec.h"
+#include "generator/templates.h"
+#include "support/error.h"
+
+#include <gtest/gtest.h>
+
+using namespace flashjit;
+using namespace flashjit::generator;
+
+namespace {
+ErrorReport errorOf(llvm::Error err) { return takeErrorReport(std::move(err)); }
+} // namespace
+
+TEST(Spec, KeysNameEveryField) {
+  KernelSpec spec;
+  spec.dtype = DType::BF16;
+  spec.headDim = 128;
+  spec.headDimV = 64;
+  spec.causal = true;
+  spec.target = "sm_90a";
+  EXPECT_EQ(spec.key(), "fwd_mma.bf16.d128.dv64.causal.sm90a");
+  spec.causal = false;
+  spec.dtype = DType::FP16;
+  spec.target = "sm_80";
+  EXPECT_EQ(spec.key(), "fwd_mma.fp16.d128.dv64.nocausal.sm80");
+}
+
+TEST(Spec, TileKeyRoundTrips) {
+  TileConfig tile{64, 32, 4, 3};
+  EXPECT_EQ(tile.key(), "bm64.bn32.w4.s3");
+  auto parsed = TileConfig::parse(tile.key());
+  ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
+  EXPECT_EQ(*parsed, tile);
+  auto bad = TileConfig::parse("bm64.bn32");
+  ASSERT_FALSE(bool(bad));
+  EXPECT_EQ(errorOf(bad.takeError()).code, ErrorCode::InvalidValue);
+}
+
+TEST(Spec, ImpossibleHeadDimsAreRejectedClearly) {
+  for (int d : {0, -8, 12, 264, 1000}) {
+    KernelSpec spec;
+    spec.headDim = d;
+    ErrorReport report = errorOf(validateSpec(spec));
+    EXPECT_EQ(report.code, ErrorCode::NotSupported) << d;
+    EXPECT_NE(report.message.find("head_dim " + std::to_string(d)), std::string::npos)
+        << report.message;
+    EXPECT_NE(report.message.find("multiples of 8"), std::string::npos);
+    auto emitted = emitForward(spec, TileConfig{});
+    EXPECT_FALSE(bool(emitted));
+    llvm::consumeError(emitted.takeError());
+  }
+  KernelSpec spec;
+  spec.headDimV = 12;
+  EXPECT_NE(errorOf(validateSpec(spec)).message.find("head_dim_v 12"), std::string::npos);
+}
+
+TEST(Spec, UnknownTargetsAreRejected) {
+  KernelSpec spec;
+  spec.target = "sm_70";
+  EXPECT_EQ(errorOf(validateSpec(spec)).code, ErrorCode::NotSupported);
+  spec.target = "gfx90a";
+  EXPECT_EQ(errorOf(validateSpec(spec)).code, ErrorCode::InvalidValue);
+}
+
+TEST(Spec, TilesThatDoNotFitSharedMemoryAreRejected) {
+  KernelSpec spec;
+  spec.headDim = spec.headDimV = 256;
+  spec.target = "sm_86";  // 99 KiB per block
+  ErrorReport report = errorOf(validateTile(spec, TileConfig{128, 128, 8, 3}));
+  EXPECT_EQ(report.code, ErrorCode::InvalidValue);
+  EXPECT_NE(report.message.find("does not fit"), std::string::npos) << report.message;
+  EXPECT_NE(report.message.find("sm_86"), std::string::npos);
+  // Divisibility and thread limits.
+  EXPECT_FALSE(errorOf(validateTile(spec, TileConfig{48, 32, 2, 2})).message.empty());
+  EXPECT_FALSE(errorOf(validateTile(spec, TileConfig{64, 24, 4, 2})).message.empty());
+  EXPECT_FALSE(errorOf(validateTile(spec, TileConfig{64, 32, 4, 1})).message.empty());
+  EXPECT_FALSE(errorOf(validateTile(spec, TileConfig{2048, 16, 64, 2})).message.empty());
+}
+
+TEST(Spec, DefaultTilesFitEveryTarget) {
+  for (const char *target : {"sm_80", "sm_86", "sm_89", "sm_90a"})
+    for (int d = 8; d <= 256; d += 8) {
+      KernelSpec spec;
+      spec.headDim = spec.headDimV = d;
+      spec.target = target;
+      TileConfig tile = defaultTile(spec);
+      llvm::Error err = validateTile(spec, tile);
+      EXPECT_FALSE(bool(err)) << spec.key() << " " << tile.key() << ": "
+                              << llvm::toString(std::move(err));
+    }
+}
+
+TEST(SharedMemory, MatchesTheLayoutArithmetic) {
+  KernelSpec spec;
+  spec.headDim = spec.headDimV = 128;  // 16 chunks per row: swizzled, no padding
+  EXPECT_EQ(sharedBytes(spec, TileConfig{128, 64, 8, 2}), 128 * 256 + 2 * (64 * 256 * 2));
+  spec.headDim = spec.headDimV = 40;  // 5 chunks per row: odd, no padding needed
+  EXPECT_EQ(sharedBytes(spec, TileConfig{64, 32, 4, 2}), 64 * 80 + 2 * (2 * 32 * 80));
+  spec.headDim = spec.headDimV = 96;  // 12 chunks -> padded to 13
+  EXPECT_EQ(sharedBytes(spec, TileConfig{64, 32, 4, 2}), 64 * 208 + 2 * (2 * 32 * 208));
+}
+
+TEST(Emit, SourceIsSelfContainedAndSpecialized) {
+  KernelSpec spec;
+  spec.headDim = 72;
+  spec.headDimV = 72;
+  spec.causal = true;
+  auto kernel = emitForward(spec, TileConfig{64, 32, 4, 2});
+  ASSERT_TRUE(bool(kernel)) << llvm::toString(kernel.takeError());
+  EXPECT_EQ(kernel->entryName, "flashjit_fwd_mma");
+  EXPECT_EQ(kernel->threads, 128);
+  EXPECT_EQ(kernel->blockM, 64);
+  EXPECT_NE(kernel->source.find("FwdMmaConfig<fj::bf16, 72, 72, 64, 32, 4, 2, true>"),
+            std::string::npos);
+  EXPECT_EQ(kernel->source.find("#include"), std::string::npos) << "templates are inlined";
+  EXPECT_NE(kernel->source.find("struct FjForwardParams"), std::string::npos);
+}
+
+TEST(Emit, FingerprintIsStable) {
+  EXPECT_EQ(generatorFingerprint().size(), 64u);
+  EXPECT_EQ(generatorFingerprint(), generatorFingerprint());
+  EXPECT_TRUE(templateText("fwd_mma.cuh").has_value());
+  EXPECT_FALSE(templateText("nope.cuh").has_value());
+}

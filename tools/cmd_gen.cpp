@@ -1,0 +1,112 @@
+// `flashjit gen`: print the CUDA source generated for a spec and tile, or compile it
+// and show what it costs (registers, spills, shared memory, compile time).
+#include "tools/command.h"
+
+#include "generator/emit.h"
+#include "runtime/nvrtc.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace {
+namespace cl = llvm::cl;
+using namespace flashjit;
+
+cl::SubCommand genCommand("gen", "Print (or compile) the kernel generated for a spec");
+cl::opt<std::string> family("family", cl::desc("Kernel family"), cl::init("fwd_mma"),
+                            cl::sub(genCommand));
+cl::opt<int> headDim("head-dim", cl::desc("Head dim of Q and K (multiple of 8, <= 256)"),
+                     cl::init(128), cl::sub(genCommand));
+cl::opt<int> headDimV("head-dim-v", cl::desc("Head dim of V (default: --head-dim)"),
+                      cl::init(0), cl::sub(genCommand));
+cl::opt<std::string> dtype("dtype", cl::desc("fp16 or bf16"), cl::init("bf16"),
+                           cl::sub(genCommand));
+cl::opt<bool> causal("causal", cl::desc("Causal mask (bottom-right aligned)"),
+                     cl::sub(genCommand));
+cl::opt<std::string> target("target", cl::desc("Exact target: sm_80, sm_86, sm_89, sm_90a"),
+                            cl::init("sm_90a"), cl::sub(genCommand));
+cl::opt<int> blockM("block-m", cl::desc("Query rows per block (default: heuristic)"),
+                    cl::init(0), cl::sub(genCommand));
+cl::opt<int> blockN("block-n", cl::desc("Keys per K/V tile"), cl::init(0), cl::sub(genCommand));
+cl::opt<int> warps("warps", cl::desc("Warps per block"), cl::init(0), cl::sub(genCommand));
+cl::opt<int> stages("stages", cl::desc("K/V pipeline stages"), cl::init(0), cl::sub(genCommand));
+cl::opt<bool> compile("compile", cl::desc("Compile with NVRTC and print the resource usage"),
+                      cl::sub(genCommand));
+cl::opt<bool> configOnly("config-only",
+                         cl::desc("Print only the generated configuration and entry point"),
+                         cl::sub(genCommand));
+cl::opt<std::string> output("o", cl::desc("Write the source to this file"),
+                            cl::value_desc("file"), cl::sub(genCommand));
+
+int fail(llvm::Error error) {
+  llvm::errs() << "flashjit gen: " << llvm::toString(std::move(error)) << "\n";
+  return 1;
+}
+
+int runGen() {
+  generator::KernelSpec spec;
+  auto fam = generator::parseFamily(family);
+  if (!fam)
+    return fail(fam.takeError());
+  auto dt = generator::parseDType(dtype);
+  if (!dt)
+    return fail(dt.takeError());
+  spec.family = *fam;
+  spec.dtype = *dt;
+  spec.headDim = headDim;
+  spec.headDimV = headDimV ? int(headDimV) : int(headDim);
+  spec.causal = causal;
+  spec.target = target;
+  if (auto err = generator::validateSpec(spec))
+    return fail(std::move(err));
+  generator::TileConfig tile = generator::defaultTile(spec);
+  if (blockM) tile.blockM = blockM;
+  if (blockN) tile.blockN = blockN;
+  if (warps) tile.warps = warps;
+  if (stages) tile.stages = stages;
+
+  if (configOnly) {
+    auto config = generator::emitConfigBlock(spec, tile);
+    if (!config)
+      return fail(config.takeError());
+    llvm::outs() << *config;
+    return 0;
+  }
+  auto kernel = generator::emitForward(spec, tile);
+  if (!kernel)
+    return fail(kernel.takeError());
+  if (!output.empty()) {
+    std::error_code ec;
+    llvm::raw_fd_ostream file(output, ec);
+    if (ec) {
+      llvm::errs() << "flashjit gen: cannot write " << output << ": " << ec.message() << "\n";
+      return 1;
+    }
+    file << kernel->source;
+  }
+  if (!compile) {
+    if (output.empty())
+      llvm::outs() << kernel->source;
+    return 0;
+  }
+  runtime::CompileOptions options;
+  options.target = spec.target;
+  options.options = kernel->options;
+  auto binary = runtime::compile(kernel->source, options);
+  if (!binary)
+    return fail(binary.takeError());
+  llvm::outs() << llvm::formatv(
+      "{0} / {1}\n  target           {2}\n  threads          {3}\n"
+      "  registers        {4}\n  spills           {5} B stored, {6} B loaded\n"
+      "  stack frame      {7} B\n  shared memory    {8} B dynamic, {9} B static\n"
+      "  cubin            {10} B\n  compile time     {11:f0} ms\n",
+      spec.key(), tile.key(), spec.target, kernel->threads, binary->registers,
+      binary->spillStoreBytes, binary->spillLoadBytes, binary->stackFrameBytes,
+      kernel->sharedBytes, binary->staticSharedBytes, binary->cubin.size(),
+      binary->compileMs);
+  return 0;
+}
+
+flashjit::tools::RegisterCommand registerGen(genCommand, &runGen);
+} // namespace

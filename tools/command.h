@@ -1,0 +1,16 @@
+// The `flashjit` CLI is a set of verbs, one file each (cmd_*.cpp). Each file
+// declares its llvm::cl::SubCommand and options as globals and registers itself
+// here, so adding a verb touches no other file.
+#pragma once
+
+#include "llvm/Support/CommandLine.h"
+
+namespace flashjit::tools {
+
+using RunFn = int (*)();
+
+struct RegisterCommand {
+  RegisterCommand(llvm::cl::SubCommand &sub, RunFn run);
+};
+
+} // namespace flashjit::tools

@@ -1,0 +1,222 @@
+#include "tuner/checker.h"
+
+#include "support/error.h"
+#include "tuner/half_precision.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <random>
+
+namespace flashjit::tuner {
+namespace {
+
+// The kernels compute the LSE from fp32 scores as the reference does; only the
+// summation order and exp2 approximation differ.
+constexpr double kLseTolerance = 1e-3;
+
+// References are compiled once per process per (dtype, mode, target).
+llvm::Expected<const ReferenceKernel *> reference(generator::DType dtype, bool emulate,
+                                                  const std::string &target) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<ReferenceKernel>> kernels;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::string key = llvm::formatv("{0}.{1}.{2}", generator::dtypeName(dtype), emulate, target);
+  auto &slot = kernels[key];
+  if (!slot) {
+    auto built = ReferenceKernel::build(dtype, emulate, target);
+    if (!built)
+      return built.takeError();
+    slot = std::move(*built);
+  }
+  return slot.get();
+}
+
+float toFloat(generator::DType dtype, uint16_t bits) {
+  return dtype == generator::DType::BF16 ? bf16ToFloat(bits) : fp16ToFloat(bits);
+}
+
+llvm::Error fillRandom(runtime::DeviceBuffer &buffer, generator::DType dtype,
+                       std::mt19937_64 &rng) {
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<uint16_t> host(buffer.size() / 2);
+  for (auto &x : host) {
+    float f = normal(rng);
+    x = dtype == generator::DType::BF16 ? floatToBf16(f) : floatToFp16(f);
+  }
+  return buffer.upload(host.data(), host.size() * 2);
+}
+
+// Element indices of O (and of the LSE) that the problem defines: every row of every
+// sequence, every head, every column. Padding between rows is not part of it.
+struct ValidIndices {
+  std::vector<long long> out, lse;
+};
+
+ValidIndices validIndices(const ForwardShape &shape, const FjForwardParams &p) {
+  ValidIndices v;
+  long long packedRow = 0;
+  for (int b = 0; b < shape.batch; ++b) {
+    int rows = shape.varlen() ? shape.seqlensQ[b] : shape.seqQ;
+    for (int i = 0; i < rows; ++i) {
+      for (int h = 0; h < shape.headsQ; ++h) {
+        long long base = shape.varlen() ? (packedRow + i) * p.o_row_stride
+                                        : b * p.o_batch_stride + i * p.o_row_stride;
+        base += h * p.o_head_stride;
+        for (int c = 0; c < shape.headDimV; ++c)
+          v.out.push_back(base + c);
+        v.lse.push_back(shape.varlen() ? h * p.lse_head_stride + packedRow + i
+                                       : b * p.lse_batch_stride + h * p.lse_head_stride + i);
+      }
+    }
+    packedRow += rows;
+  }
+  return v;
+}
+
+template <typename T>
+llvm::Expected<std::vector<T>> download(const runtime::DeviceBuffer &buffer) {
+  std::vector<T> host(buffer.size() / sizeof(T));
+  if (auto err = buffer.download(host.data(), host.size() * sizeof(T)))
+    return std::move(err);
+  return std::move(host);
+}
+
+} // namespace
+
+std::string CheckReport::summary() const {
+  return llvm::formatv("{0}: max|out-ref| = {1:e2}, bar = {2:e2} (naive {3:e2}), "
+                       "max|lse-ref| = {4:e2}, bad values = {5}",
+                       passed ? "pass" : "FAIL", maxError, tolerance, naiveError, lseError,
+                       badValues)
+      .str();
+}
+
+llvm::Expected<std::unique_ptr<ForwardChecker>>
+ForwardChecker::create(const generator::KernelSpec &spec, const ForwardShape &shape,
+                       uint64_t seed, CUstream stream) {
+  auto checker = std::unique_ptr<ForwardChecker>(new ForwardChecker());
+  checker->spec_ = spec;
+  checker->shape_ = shape;
+  checker->shape_.headDim = spec.headDim;
+  checker->shape_.headDimV = spec.headDimV;
+  auto buffers = allocateBuffers(checker->shape_, /*withFp32Output=*/true);
+  if (!buffers)
+    return buffers.takeError();
+  checker->buffers_ = std::move(*buffers);
+  ForwardBuffers &b = checker->buffers_;
+  std::mt19937_64 rng(seed);
+  for (runtime::DeviceBuffer *buffer : {&b.q, &b.k, &b.v})
+    if (auto err = fillRandom(*buffer, spec.dtype, rng))
+      return std::move(err);
+
+  auto ref32 = reference(spec.dtype, false, spec.target);
+  if (!ref32)
+    return ref32.takeError();
+  auto naive = reference(spec.dtype, true, spec.target);
+  if (!naive)
+    return naive.takeError();
+
+  const ForwardShape &s = checker->shape_;
+  FjForwardParams p32 = makeParams(s, b, /*fp32Output=*/true);
+  FjForwardParams p16 = makeParams(s, b, /*fp32Output=*/false);
+  if (auto err = b.o32.fill(0xFF))
+    return std::move(err);
+  if (s.withLse)
+    if (auto err = b.lse.fill(0xFF))
+      return std::move(err);
+  if (auto err = (*ref32)->launch(p32, s.headDim, s.headDimV, spec.causal, stream))
+    return std::move(err);
+  if (auto err = b.o.fill(0xFF))
+    return std::move(err);
+  p16.lse = nullptr;
+  if (auto err = (*naive)->launch(p16, s.headDim, s.headDimV, spec.causal, stream))
+    return std::move(err);
+  if (auto err = runtime::synchronizeStream(stream))
+    return std::move(err);
+
+  ValidIndices valid = validIndices(s, p32);
+  auto o32 = download<float>(b.o32);
+  if (!o32)
+    return o32.takeError();
+  auto o16 = download<uint16_t>(b.o);
+  if (!o16)
+    return o16.takeError();
+  checker->ref_.reserve(valid.out.size());
+  checker->naive_.reserve(valid.out.size());
+  for (long long i : valid.out) {
+    checker->ref_.push_back((*o32)[i]);
+    checker->naive_.push_back(toFloat(spec.dtype, (*o16)[i]));
+  }
+  if (s.withLse) {
+    auto lse = download<float>(b.lse);
+    if (!lse)
+      return lse.takeError();
+    for (long long i : valid.lse)
+      checker->refLse_.push_back((*lse)[i]);
+  }
+  for (float x : checker->ref_)
+    if (!std::isfinite(x))
+      return makeError(ErrorCode::Internal, "the fp32 reference produced a non-finite value");
+  return std::move(checker);
+}
+
+llvm::Expected<std::vector<uint16_t>> ForwardChecker::run(const ForwardKernel &kernel,
+                                                          CUstream stream) {
+  if (auto err = buffers_.o.fill(0xFF))
+    return std::move(err);
+  if (shape_.withLse)
+    if (auto err = buffers_.lse.fill(0xFF))
+      return std::move(err);
+  FjForwardParams p = makeParams(shape_, buffers_, false);
+  if (auto err = kernel.launch(p, stream))
+    return std::move(err);
+  if (auto err = runtime::synchronizeStream(stream))
+    return std::move(err);
+  return download<uint16_t>(buffers_.o);
+}
+
+llvm::Expected<CheckReport> ForwardChecker::check(const ForwardKernel &kernel, CUstream stream) {
+  auto out = run(kernel, stream);
+  if (!out)
+    return out.takeError();
+  FjForwardParams p = makeParams(shape_, buffers_, false);
+  ValidIndices valid = validIndices(shape_, p);
+  CheckReport report;
+  for (size_t n = 0; n < valid.out.size(); ++n) {
+    float x = toFloat(spec_.dtype, (*out)[valid.out[n]]);
+    if (!std::isfinite(x)) {
+      ++report.badValues;
+      continue;
+    }
+    report.maxError = std::max(report.maxError, (double)std::fabs(x - ref_[n]));
+    report.naiveError = std::max(report.naiveError, (double)std::fabs(naive_[n] - ref_[n]));
+  }
+  if (shape_.withLse) {
+    auto lse = download<float>(buffers_.lse);
+    if (!lse)
+      return lse.takeError();
+    for (size_t n = 0; n < valid.lse.size(); ++n) {
+      float got = (*lse)[valid.lse[n]], want = refLse_[n];
+      if (std::isinf(want) || std::isinf(got)) {
+        if (!(std::isinf(want) && std::isinf(got) && got < 0 && want < 0))
+          ++report.badValues;
+        continue;
+      }
+      if (std::isnan(got)) {
+        ++report.badValues;
+        continue;
+      }
+      report.lseError = std::max(report.lseError, (double)std::fabs(got - want));
+    }
+  }
+  report.tolerance = 2 * report.naiveError + 1e-5;
+  report.passed = report.badValues == 0 && report.maxError <= report.tolerance &&
+                  report.lseError <= kLseTolerance;
+  return report;
+}
+
+} // namespace flashjit::tuner

@@ -1,0 +1,115 @@
+#include "tuner/forward_problem.h"
+
+#include <cmath>
+#include <numeric>
+
+namespace flashjit::tuner {
+
+long long ForwardShape::totalQ() const {
+  return varlen() ? std::accumulate(seqlensQ.begin(), seqlensQ.end(), 0LL)
+                  : (long long)batch * seqQ;
+}
+
+long long ForwardShape::totalK() const {
+  return varlen() ? std::accumulate(seqlensK.begin(), seqlensK.end(), 0LL)
+                  : (long long)batch * seqK;
+}
+
+float ForwardShape::scale() const {
+  return softmaxScale > 0 ? softmaxScale : 1.0f / std::sqrt((float)headDim);
+}
+
+Strides stridesFor(const ForwardShape &shape, int heads, int dim, int seq) {
+  Strides s;
+  long long rowElems = (long long)dim + shape.rowPadding;
+  if (shape.layout == Layout::BSHD || shape.varlen()) {
+    s.head = rowElems;
+    s.row = heads * rowElems;
+    s.batch = (long long)seq * s.row;
+  } else {
+    s.row = rowElems;
+    s.head = (long long)seq * rowElems;
+    s.batch = heads * s.head;
+  }
+  return s;
+}
+
+long long tensorElements(const ForwardShape &shape, int heads, int dim, int seq,
+                         long long totalRows) {
+  long long rowElems = (long long)dim + shape.rowPadding;
+  return totalRows * heads * rowElems;
+}
+
+llvm::Expected<ForwardBuffers> allocateBuffers(const ForwardShape &shape, bool withFp32Output) {
+  ForwardBuffers b;
+  auto alloc = [](runtime::DeviceBuffer &buffer, long long bytes) -> llvm::Error {
+    auto allocated = runtime::DeviceBuffer::allocate(std::max<long long>(bytes, 16));
+    if (!allocated)
+      return allocated.takeError();
+    buffer = std::move(*allocated);
+    return llvm::Error::success();
+  };
+  long long tq = shape.totalQ(), tk = shape.totalK();
+  if (auto e = alloc(b.q, 2 * tensorElements(shape, shape.headsQ, shape.headDim, shape.seqQ, tq)))
+    return std::move(e);
+  if (auto e = alloc(b.k, 2 * tensorElements(shape, shape.headsKV, shape.headDim, shape.seqK, tk)))
+    return std::move(e);
+  if (auto e = alloc(b.v, 2 * tensorElements(shape, shape.headsKV, shape.headDimV, shape.seqK, tk)))
+    return std::move(e);
+  long long oElems = tensorElements(shape, shape.headsQ, shape.headDimV, shape.seqQ, tq);
+  if (auto e = alloc(b.o, 2 * oElems))
+    return std::move(e);
+  if (withFp32Output)
+    if (auto e = alloc(b.o32, 4 * oElems))
+      return std::move(e);
+  if (shape.withLse)
+    if (auto e = alloc(b.lse, 4 * (long long)shape.headsQ * tq))
+      return std::move(e);
+  if (shape.varlen()) {
+    for (auto [lens, buffer] : {std::pair{&shape.seqlensQ, &b.cuSeqlensQ},
+                                std::pair{&shape.seqlensK, &b.cuSeqlensK}}) {
+      std::vector<int> cu(lens->size() + 1, 0);
+      std::partial_sum(lens->begin(), lens->end(), cu.begin() + 1);
+      if (auto e = alloc(*buffer, 4 * (long long)cu.size()))
+        return std::move(e);
+      if (auto e = buffer->upload(cu.data(), 4 * cu.size()))
+        return std::move(e);
+    }
+  }
+  return std::move(b);
+}
+
+FjForwardParams makeParams(const ForwardShape &shape, const ForwardBuffers &buffers,
+                           bool fp32Output) {
+  FjForwardParams p{};
+  p.q = reinterpret_cast<const void *>(buffers.q.ptr());
+  p.k = reinterpret_cast<const void *>(buffers.k.ptr());
+  p.v = reinterpret_cast<const void *>(buffers.v.ptr());
+  p.o = reinterpret_cast<void *>(fp32Output ? buffers.o32.ptr() : buffers.o.ptr());
+  p.lse = shape.withLse ? reinterpret_cast<float *>(buffers.lse.ptr()) : nullptr;
+  if (shape.varlen()) {
+    p.cu_seqlens_q = reinterpret_cast<const int *>(buffers.cuSeqlensQ.ptr());
+    p.cu_seqlens_k = reinterpret_cast<const int *>(buffers.cuSeqlensK.ptr());
+  }
+  Strides q = stridesFor(shape, shape.headsQ, shape.headDim, shape.seqQ);
+  Strides k = stridesFor(shape, shape.headsKV, shape.headDim, shape.seqK);
+  Strides v = stridesFor(shape, shape.headsKV, shape.headDimV, shape.seqK);
+  Strides o = stridesFor(shape, shape.headsQ, shape.headDimV, shape.seqQ);
+  p.q_batch_stride = q.batch, p.q_row_stride = q.row, p.q_head_stride = q.head;
+  p.k_batch_stride = k.batch, p.k_row_stride = k.row, p.k_head_stride = k.head;
+  p.v_batch_stride = v.batch, p.v_row_stride = v.row, p.v_head_stride = v.head;
+  p.o_batch_stride = o.batch, p.o_row_stride = o.row, p.o_head_stride = o.head;
+  // LSE: [batch, heads, seq_q], or [heads, total_q] for varlen.
+  p.lse_head_stride = shape.varlen() ? shape.totalQ() : shape.seqQ;
+  p.lse_batch_stride = (long long)shape.headsQ * shape.seqQ;
+  p.batch = shape.batch;
+  p.heads_q = shape.headsQ;
+  p.heads_kv = shape.headsKV;
+  p.seqlen_q = shape.seqQ;
+  p.seqlen_k = shape.seqK;
+  p.softmax_scale = shape.scale();
+  p.scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  return p;
+}
+
+} // namespace flashjit::tuner

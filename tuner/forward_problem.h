@@ -1,0 +1,60 @@
+// An attention forward problem on the device: sizes, layout, and the buffers that
+// hold it, turned into the kernels' FjForwardParams. Shared by the correctness
+// checker, the timing harness and the C API.
+#pragma once
+
+#include "generator/spec.h"
+#include "runtime/driver.h"
+#include "templates/fj_params.h"
+
+#include "llvm/Support/Error.h"
+
+#include <vector>
+
+namespace flashjit::tuner {
+
+enum class Layout {
+  BSHD,  // [batch, seq, heads, dim]: the FlashAttention layout
+  BHSD,  // [batch, heads, seq, dim]: PyTorch's SDPA layout
+};
+
+struct ForwardShape {
+  int batch = 1, headsQ = 1, headsKV = 1;
+  int seqQ = 1, seqK = 1;              // maximum lengths when varlen
+  int headDim = 128, headDimV = 128;
+  Layout layout = Layout::BSHD;
+  int rowPadding = 0;                  // extra elements per row (a multiple of 8)
+  std::vector<int> seqlensQ, seqlensK; // non-empty: variable-length batch (packed rows)
+  bool withLse = true;
+  float softmaxScale = 0;              // 0: 1/sqrt(headDim)
+
+  bool varlen() const { return !seqlensQ.empty(); }
+  long long totalQ() const;            // rows of Q/O (packed when varlen)
+  long long totalK() const;
+  float scale() const;
+};
+
+// Element strides of one tensor.
+struct Strides {
+  long long batch = 0, row = 0, head = 0;
+};
+
+// Strides of a tensor with `heads` heads of `dim` elements over `seq` rows.
+Strides stridesFor(const ForwardShape &shape, int heads, int dim, int seq);
+
+// Number of elements a tensor's buffer spans.
+long long tensorElements(const ForwardShape &shape, int heads, int dim, int seq, long long totalRows);
+
+// Device buffers for one problem. Q/K/V/O are 16-bit; `o32` (optional) is an fp32
+// output with O's strides, for the fp32 reference.
+struct ForwardBuffers {
+  runtime::DeviceBuffer q, k, v, o, o32, lse, cuSeqlensQ, cuSeqlensK;
+};
+
+llvm::Expected<ForwardBuffers> allocateBuffers(const ForwardShape &shape, bool withFp32Output);
+
+// Kernel parameters for the shape over the buffers; `out` selects O or the fp32 O.
+FjForwardParams makeParams(const ForwardShape &shape, const ForwardBuffers &buffers,
+                           bool fp32Output);
+
+} // namespace flashjit::tuner

@@ -1,0 +1,13 @@
+// Host conversions between float and the 16-bit formats (round to nearest even).
+#pragma once
+
+#include <cstdint>
+
+namespace flashjit::tuner {
+
+uint16_t floatToBf16(float value);
+float bf16ToFloat(uint16_t bits);
+uint16_t floatToFp16(float value);
+float fp16ToFloat(uint16_t bits);
+
+} // namespace flashjit::tuner

@@ -1,0 +1,55 @@
+// Generated kernels compiled and loaded on the device, with the launch geometry
+// their generator chose.
+#pragma once
+
+#include "generator/emit.h"
+#include "runtime/driver.h"
+#include "runtime/nvrtc.h"
+#include "templates/fj_params.h"
+
+#include "llvm/Support/Error.h"
+
+#include <memory>
+
+namespace flashjit::tuner {
+
+// Compiles an emitted kernel for `target` with NVRTC.
+llvm::Expected<runtime::CompiledBinary> compileEmitted(const generator::EmittedKernel &kernel,
+                                                       const std::string &target);
+
+struct LaunchGeometry {
+  int threads = 0, sharedBytes = 0, blockM = 0;
+};
+
+// A loaded forward kernel (any family): one CTA per (query block, head, batch).
+class ForwardKernel {
+public:
+  static llvm::Expected<std::unique_ptr<ForwardKernel>>
+  load(llvm::StringRef cubin, llvm::StringRef entryName, LaunchGeometry geometry);
+  // Asynchronous; checks nothing but the launch itself (the caller validated params).
+  llvm::Error launch(const FjForwardParams &params, CUstream stream) const;
+  const LaunchGeometry &geometry() const { return geometry_; }
+  int registers() const { return registers_; }
+
+private:
+  std::unique_ptr<runtime::Module> module_;
+  runtime::Kernel kernel_;
+  LaunchGeometry geometry_;
+  int registers_ = 0;
+};
+
+// The naive reference (fp32, or emulating the dtype's rounding).
+class ReferenceKernel {
+public:
+  static llvm::Expected<std::unique_ptr<ReferenceKernel>>
+  build(generator::DType dtype, bool emulateLowPrecision, const std::string &target);
+  llvm::Error launch(const FjForwardParams &params, int headDim, int headDimV, bool causal,
+                     CUstream stream) const;
+
+private:
+  std::unique_ptr<runtime::Module> module_;
+  runtime::Kernel kernel_;
+  int threads_ = 0;
+};
+
+} // namespace flashjit::tuner
