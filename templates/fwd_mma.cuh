@@ -57,6 +57,9 @@ namespace fwd_mma {
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
+// How far (in log2 units) a row's max may grow before O and the sum are rescaled.
+constexpr float kRescaleSlack = 8.f;
+
 // Row state of the online softmax: running max (base-2, scaled) and partial sum. Each
 // thread holds two rows per 16-row tile (lane/4 and lane/4 + 8).
 template <int kMTiles> struct SoftmaxState {
@@ -71,7 +74,10 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;  // mma fragment coordinates
-  const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  // Causal: the last query blocks see the most keys; launch them first so the short
+  // ones fill the tail of the grid instead of the long ones.
+  const int m_block = Cfg::kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int h = blockIdx.y, b = blockIdx.z;
   const int h_kv = h / (p.heads_q / p.heads_kv);
 
   const SeqExtent seq = seq_extent(p, b);
@@ -262,6 +268,8 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
     }
 
     // Online softmax: new row max, rescale what was accumulated, P = exp2(S*c - max).
+    float correction[MT][2];
+    bool rescale[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -272,11 +280,19 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
           mx = fmaxf(mx, fmaxf(acc_s[mt][nt][2 * hf], acc_s[mt][nt][2 * hf + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-        const float new_max = fmaxf(sm.row_max[mt][hf], mx * p.scale_log2);
+        // The reference max moves only when the row max grows by more than
+        // kRescaleSlack (log2 units): P then stays below 2^kRescaleSlack, exact in fp32
+        // and in the 16-bit P, and most blocks skip rescaling O altogether. The LSE
+        // uses the same reference, so the result is the same function.
+        const float old_max = sm.row_max[mt][hf];
+        const float block_max = mx * p.scale_log2;
+        const bool moved = block_max > old_max + kRescaleSlack;
+        const float new_max = moved ? block_max : old_max;
+        rescale[mt][hf] = moved;
         // A row that has seen no key yet keeps max -inf; subtract 0 instead so that
         // exp2 gives 0 (never inf - inf = NaN).
         const float base = new_max == neg_inf() ? 0.f : new_max;
-        const float correction = fast_exp2(sm.row_max[mt][hf] - base);
+        correction[mt][hf] = moved ? fast_exp2(old_max - base) : 1.f;
         sm.row_max[mt][hf] = new_max;
         float sum = 0.f;
 #pragma unroll
@@ -287,13 +303,21 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
             acc_s[mt][nt][e] = pv;
             sum += pv;
           }
-        sm.row_sum[mt][hf] = sm.row_sum[mt][hf] * correction + sum;
-#pragma unroll
-        for (int ot = 0; ot < OT; ++ot) {
-          acc_o[mt][ot][2 * hf] *= correction;
-          acc_o[mt][ot][2 * hf + 1] *= correction;
-        }
+        sm.row_sum[mt][hf] = sm.row_sum[mt][hf] * correction[mt][hf] + sum;
       }
+    bool any_rescale = false;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+      any_rescale |= rescale[mt][0] | rescale[mt][1];
+    if (__any_sync(0xffffffff, any_rescale)) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int ot = 0; ot < OT; ++ot)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            acc_o[mt][ot][e] *= correction[mt][e >> 1];
+    }
 
     // O += P V. P's fragments come straight from the S accumulators.
 #pragma unroll

@@ -1,0 +1,258 @@
+// `flashjit bench`: time fwd_mma over a set of hand-picked tiles on the peers' shapes
+// (batch * N = tokens, heads * head_dim = hidden), after checking each tile against
+// the reference, and report TFLOP/s and the fraction of the roofline. bench/ holds the
+// script that puts these numbers next to PyTorch's kernels from the same run.
+#include "tools/command.h"
+
+#include "generator/emit.h"
+#include "runtime/driver.h"
+#include "tuner/checker.h"
+#include "tuner/gpu_specs.h"
+#include "tuner/loaded_kernel.h"
+#include "tuner/measure.h"
+#include "tuner/roofline.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/ThreadPool.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <map>
+#include <mutex>
+
+namespace {
+namespace cl = llvm::cl;
+using namespace flashjit;
+
+cl::SubCommand benchCommand("bench", "Time fwd_mma on the peers' shapes over hand-picked tiles");
+cl::list<int> headDims("head-dims", cl::desc("Head dims"), cl::CommaSeparated,
+                       cl::sub(benchCommand));
+cl::list<std::string> dtypes("dtypes", cl::desc("bf16,fp16"), cl::CommaSeparated,
+                             cl::sub(benchCommand));
+cl::opt<std::string> causalOpt("causal", cl::desc("yes, no or both"), cl::init("both"),
+                               cl::sub(benchCommand));
+cl::list<int> seqlens("seqlens", cl::desc("Sequence lengths N"), cl::CommaSeparated,
+                      cl::sub(benchCommand));
+cl::opt<int> tokens("tokens", cl::desc("batch * N"), cl::init(16384), cl::sub(benchCommand));
+cl::opt<int> hidden("hidden", cl::desc("heads * head_dim"), cl::init(2048),
+                    cl::sub(benchCommand));
+cl::list<std::string> tiles("tiles", cl::desc("Tiles to try (default: a hand-picked set)"),
+                            cl::CommaSeparated, cl::sub(benchCommand));
+cl::opt<std::string> jsonOut("json", cl::desc("Write the results as JSON to this file"),
+                             cl::sub(benchCommand));
+cl::opt<int> device("device", cl::desc("CUDA device ordinal"), cl::init(0),
+                    cl::sub(benchCommand));
+
+const char *kDefaultTiles[] = {
+    "bm128.bn64.w8.s2", "bm128.bn128.w8.s2", "bm128.bn128.w8.s3", "bm64.bn64.w4.s2",
+    "bm64.bn128.w4.s2", "bm128.bn64.w4.s2", "bm128.bn64.w4.s3", "bm128.bn32.w4.s2",
+    "bm256.bn64.w8.s2", "bm256.bn32.w8.s2", "bm128.bn128.w4.s2", "bm64.bn32.w4.s3"};
+
+int fail(llvm::Error error) {
+  llvm::errs() << "flashjit bench: " << llvm::toString(std::move(error)) << "\n";
+  return 1;
+}
+
+struct Candidate {
+  generator::KernelSpec spec;
+  generator::TileConfig tile;
+  std::unique_ptr<tuner::ForwardKernel> kernel;
+  std::string rejected;  // why it is not timed
+  int registers = 0;
+};
+
+int runBench() {
+  auto dev = runtime::Device::open(device);
+  if (!dev)
+    return fail(dev.takeError());
+  const runtime::DeviceProperties &props = (*dev)->properties();
+  tuner::GpuSpec gpu = tuner::gpuSpecFromDevice(props);
+
+  std::vector<int> dims(headDims.begin(), headDims.end());
+  if (dims.empty())
+    dims = {64, 128};
+  std::vector<std::string> types(dtypes.begin(), dtypes.end());
+  if (types.empty())
+    types = {"bf16", "fp16"};
+  std::vector<bool> causals;
+  if (causalOpt != "yes")
+    causals.push_back(false);
+  if (causalOpt != "no")
+    causals.push_back(true);
+  std::vector<int> ns(seqlens.begin(), seqlens.end());
+  if (ns.empty())
+    ns = {512, 1024, 2048, 4096, 8192, 16384};
+  std::vector<std::string> tileKeys(tiles.begin(), tiles.end());
+  if (tileKeys.empty())
+    tileKeys.assign(std::begin(kDefaultTiles), std::end(kDefaultTiles));
+
+  // Every (spec, tile) that fits, compiled in parallel.
+  std::vector<Candidate> candidates;
+  for (const std::string &type : types)
+    for (int d : dims)
+      for (bool causal : causals)
+        for (const std::string &key : tileKeys) {
+          auto dtype = generator::parseDType(type);
+          if (!dtype)
+            return fail(dtype.takeError());
+          auto tile = generator::TileConfig::parse(key);
+          if (!tile)
+            return fail(tile.takeError());
+          Candidate c;
+          c.spec.dtype = *dtype;
+          c.spec.headDim = c.spec.headDimV = d;
+          c.spec.causal = causal;
+          c.spec.target = props.target();
+          c.tile = *tile;
+          if (llvm::Error err = generator::validateTile(c.spec, c.tile))
+            c.rejected = llvm::toString(std::move(err));
+          candidates.push_back(std::move(c));
+        }
+  std::vector<runtime::CompiledBinary> binaries(candidates.size());
+  std::vector<generator::EmittedKernel> emitted(candidates.size());
+  {
+    llvm::ThreadPool pool;
+    std::mutex mutex;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (!candidates[i].rejected.empty())
+        continue;
+      pool.async([&, i] {
+        Candidate &c = candidates[i];
+        auto kernel = generator::emitForward(c.spec, c.tile);
+        llvm::Expected<runtime::CompiledBinary> binary =
+            kernel ? tuner::compileEmitted(*kernel, c.spec.target)
+                   : llvm::Expected<runtime::CompiledBinary>(kernel.takeError());
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!binary) {
+          c.rejected = llvm::toString(binary.takeError());
+          return;
+        }
+        if (binary->spillStoreBytes + binary->spillLoadBytes > 0)
+          c.rejected = llvm::formatv("spills {0} bytes", binary->spillStoreBytes).str();
+        binaries[i] = std::move(*binary);
+        emitted[i] = std::move(*kernel);
+      });
+    }
+    pool.wait();
+  }
+  // Load and gate each on the reference.
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    Candidate &c = candidates[i];
+    if (!c.rejected.empty())
+      continue;
+    auto loaded = tuner::ForwardKernel::load(binaries[i].cubin, emitted[i].entryName,
+                                             {emitted[i].threads, emitted[i].sharedBytes,
+                                              emitted[i].blockM});
+    if (!loaded) {
+      c.rejected = llvm::toString(loaded.takeError());
+      continue;
+    }
+    tuner::ForwardShape small;
+    small.batch = 2;
+    small.headsQ = 4;
+    small.headsKV = 2;
+    small.seqQ = 257;
+    small.seqK = 389;
+    auto checker = tuner::ForwardChecker::create(c.spec, small, 42, nullptr);
+    if (!checker)
+      return fail(checker.takeError());
+    auto report = (*checker)->check(**loaded, nullptr);
+    if (!report)
+      return fail(report.takeError());
+    if (!report->passed) {
+      c.rejected = "wrong output: " + report->summary();
+      continue;
+    }
+    c.registers = (*loaded)->registers();
+    c.kernel = std::move(*loaded);
+  }
+  for (const Candidate &c : candidates)
+    if (!c.rejected.empty())
+      llvm::errs() << "  skip " << c.spec.key() << " " << c.tile.key() << ": " << c.rejected
+                   << "\n";
+
+  llvm::json::Array rows;
+  llvm::outs() << llvm::formatv("{0,-5} {1,4} {2,6} {3,4} {4,4} {5,-7} {6,-18} {7,10} {8,8} "
+                                "{9,9}\n",
+                                "dtype", "d", "N", "B", "H", "causal", "best tile", "us",
+                                "TFLOP/s", "roofline");
+  for (const std::string &type : types)
+    for (int d : dims)
+      for (bool causal : causals)
+        for (int n : ns) {
+          tuner::ForwardShape shape;
+          shape.batch = std::max(1, tokens / n);
+          shape.headsQ = shape.headsKV = std::max(1, hidden / d);
+          shape.seqQ = shape.seqK = n;
+          shape.headDim = shape.headDimV = d;
+          shape.withLse = true;
+          auto dtype = generator::parseDType(type);
+          auto problem = tuner::TimingProblem::create(*dtype, shape, props.l2Bytes);
+          if (!problem)
+            return fail(problem.takeError());
+          tuner::AttentionShape model{shape.batch, shape.headsQ, shape.headsKV, n, n, d, d,
+                                      causal, 2};
+          llvm::json::Object perTile;
+          double bestUs = 0;
+          const Candidate *best = nullptr;
+          for (const Candidate &c : candidates) {
+            if (!c.kernel || c.spec.headDim != d || c.spec.causal != causal ||
+                c.spec.dtype != *dtype)
+              continue;
+            auto m = (*problem)->time(*c.kernel, nullptr);
+            if (!m)
+              return fail(m.takeError());
+            double flops = (double)tuner::attentionFlops(model);
+            perTile[c.tile.key()] = llvm::json::Object{
+                {"us", m->medianUs}, {"tflops", flops / m->medianUs / 1e6},
+                {"spread", m->spread()}, {"registers", c.registers}};
+            if (!best || m->medianUs < bestUs) {
+              best = &c;
+              bestUs = m->medianUs;
+            }
+          }
+          if (!best)
+            continue;
+          double flops = (double)tuner::attentionFlops(model);
+          double fraction = 0;
+          if (auto est = tuner::estimate(model, gpu, best->tile.blockM, 4, true)) {
+            if (auto cmp = tuner::compareMeasured(*est, bestUs * 1e-6))
+              fraction = cmp->fractionOfRoofline;
+            else
+              llvm::consumeError(cmp.takeError());
+          } else {
+            llvm::consumeError(est.takeError());
+          }
+          llvm::outs() << llvm::formatv(
+              "{0,-5} {1,4} {2,6} {3,4} {4,4} {5,-7} {6,-18} {7,10:f1} {8,8:f1} {9,8:f1}%\n",
+              type, d, n, shape.batch, shape.headsQ, causal ? "yes" : "no",
+              best->tile.key(), bestUs, flops / bestUs / 1e6, 100 * fraction);
+          llvm::outs().flush();
+          rows.push_back(llvm::json::Object{{"dtype", type},
+                                            {"d", d},
+                                            {"N", n},
+                                            {"B", shape.batch},
+                                            {"H", shape.headsQ},
+                                            {"causal", causal},
+                                            {"tile", best->tile.key()},
+                                            {"us", bestUs},
+                                            {"tflops", flops / bestUs / 1e6},
+                                            {"roofline_fraction", fraction},
+                                            {"tiles", std::move(perTile)}});
+        }
+  if (!jsonOut.empty()) {
+    std::error_code ec;
+    llvm::raw_fd_ostream file(jsonOut, ec);
+    if (ec)
+      return fail(llvm::createStringError(ec, "cannot write " + jsonOut));
+    file << llvm::formatv("{0:2}", llvm::json::Value(llvm::json::Object{
+                                       {"device", props.name},
+                                       {"protocol", tuner::kMeasurementProtocolVersion},
+                                       {"rows", std::move(rows)}}));
+  }
+  return 0;
+}
+
+flashjit::tools::RegisterCommand registerBench(benchCommand, &runBench);
+} // namespace

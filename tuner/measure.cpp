@@ -1,0 +1,141 @@
+#include "tuner/measure.h"
+
+#include "support/error.h"
+#include "tuner/half_precision.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace flashjit::tuner {
+namespace {
+
+// A cheap generator: the data only needs to be random-looking and not zero, and a
+// few hundred MiB of it must be made quickly.
+std::vector<uint16_t> randomHalves(size_t count, generator::DType dtype, uint64_t seed) {
+  std::vector<uint16_t> out(count);
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto &x : out) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    float f = (float)((state >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;  // [-1, 1)
+    x = dtype == generator::DType::BF16 ? floatToBf16(f) : floatToFp16(f);
+  }
+  return out;
+}
+
+double percentile(const std::vector<double> &sorted, double q) {
+  return sorted[std::min(sorted.size() - 1, (size_t)std::floor(q * (sorted.size() - 1) + 0.5))];
+}
+
+} // namespace
+
+double median(std::vector<double> values) {
+  if (values.empty())
+    return 0;
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+llvm::Expected<std::unique_ptr<TimingProblem>>
+TimingProblem::create(generator::DType dtype, const ForwardShape &shape, uint64_t l2Bytes,
+                      uint64_t seed) {
+  auto problem = std::unique_ptr<TimingProblem>(new TimingProblem());
+  problem->shape_ = shape;
+  auto first = allocateBuffers(shape, false);
+  if (!first)
+    return first.takeError();
+  uint64_t bytes = first->q.size() + first->k.size() + first->v.size() + first->o.size();
+  int sets = (int)std::clamp<uint64_t>((2 * l2Bytes + bytes - 1) / std::max<uint64_t>(bytes, 1),
+                                       1, 32);
+  problem->sets_.push_back(std::move(*first));
+  for (int i = 1; i < sets; ++i) {
+    auto more = allocateBuffers(shape, false);
+    if (!more)
+      return more.takeError();
+    problem->sets_.push_back(std::move(*more));
+  }
+  for (size_t i = 0; i < problem->sets_.size(); ++i) {
+    ForwardBuffers &b = problem->sets_[i];
+    for (runtime::DeviceBuffer *buffer : {&b.q, &b.k, &b.v}) {
+      auto host = randomHalves(buffer->size() / 2, dtype, seed + i * 3 + (buffer == &b.k) +
+                                                              2 * (buffer == &b.v));
+      if (auto err = buffer->upload(host.data(), host.size() * 2))
+        return std::move(err);
+    }
+  }
+  return std::move(problem);
+}
+
+FjForwardParams TimingProblem::params(int i) const {
+  return makeParams(shape_, sets_[i % sets_.size()], false);
+}
+
+llvm::Expected<Measurement> TimingProblem::time(const ForwardKernel &kernel, CUstream stream,
+                                                const MeasureOptions &options) const {
+  std::vector<FjForwardParams> params;
+  for (size_t i = 0; i < sets_.size(); ++i)
+    params.push_back(this->params((int)i));
+
+  // Warm-up, which also estimates one launch's time to size the timed sample.
+  auto warm = runtime::EventTimer::create();
+  if (!warm)
+    return warm.takeError();
+  int warmLaunches = 0;
+  double warmMs = 0;
+  while (warmLaunches < 3 || warmMs < options.warmupMs) {
+    if (auto err = warm->start(stream))
+      return std::move(err);
+    if (auto err = kernel.launch(params[warmLaunches % params.size()], stream))
+      return std::move(err);
+    if (auto err = warm->stop(stream))
+      return std::move(err);
+    auto ms = warm->elapsedMs();
+    if (!ms)
+      return ms.takeError();
+    warmMs += *ms;
+    if (++warmLaunches > 10000)
+      break;
+  }
+  double perLaunchMs = std::max(warmMs / warmLaunches, 1e-3);
+  int runs = std::clamp((int)(options.targetMs / perLaunchMs), options.minRuns, options.maxRuns);
+
+  // Each launch between its own events, all queued before reading any.
+  std::vector<runtime::EventTimer> timers;
+  timers.reserve(runs);
+  for (int i = 0; i < runs; ++i) {
+    auto timer = runtime::EventTimer::create();
+    if (!timer)
+      return timer.takeError();
+    timers.push_back(std::move(*timer));
+  }
+  for (int i = 0; i < runs; ++i) {
+    if (auto err = timers[i].start(stream))
+      return std::move(err);
+    if (auto err = kernel.launch(params[(warmLaunches + i) % params.size()], stream))
+      return std::move(err);
+    if (auto err = timers[i].stop(stream))
+      return std::move(err);
+  }
+  std::vector<double> us;
+  for (auto &timer : timers) {
+    auto ms = timer.elapsedMs();
+    if (!ms)
+      return ms.takeError();
+    us.push_back(*ms * 1000.0);
+  }
+  if (auto err = runtime::checkContext())
+    return std::move(err);
+  std::sort(us.begin(), us.end());
+  Measurement m;
+  m.medianUs = median(us);
+  m.minUs = us.front();
+  m.p10Us = percentile(us, 0.1);
+  m.p90Us = percentile(us, 0.9);
+  m.runs = runs;
+  m.rotation = (int)sets_.size();
+  return m;
+}
+
+} // namespace flashjit::tuner

@@ -1,0 +1,62 @@
+// The measurement protocol: how a kernel's time is taken, so that numbers from two
+// tunes, two machines or two versions mean the same thing. Versioned: a tuning row
+// records the protocol it was measured with, and a change here bumps the version so
+// old rows are not compared with new ones.
+//
+//   - random inputs (never zeros), uploaded once;
+//   - inputs rotated over as many buffer sets as it takes to exceed twice the L2, so
+//     no launch finds the previous launch's data in cache;
+//   - warm-up launches first (clocks ramp, caches of code and TLBs fill);
+//   - each launch timed with its own pair of device events; the median is the result.
+#pragma once
+
+#include "generator/spec.h"
+#include "tuner/forward_problem.h"
+#include "tuner/loaded_kernel.h"
+
+#include "llvm/Support/Error.h"
+
+#include <memory>
+#include <vector>
+
+namespace flashjit::tuner {
+
+constexpr int kMeasurementProtocolVersion = 1;
+
+struct MeasureOptions {
+  double warmupMs = 20;     // at least this long, and at least 3 launches
+  double targetMs = 100;    // aim for about this much timed work
+  int minRuns = 10, maxRuns = 200;
+};
+
+struct Measurement {
+  double medianUs = 0, minUs = 0, p10Us = 0, p90Us = 0;
+  int runs = 0;
+  int rotation = 1;  // buffer sets the launches cycled through
+  // Relative spread (p90 - p10) / median: what "equal within noise" means.
+  double spread() const { return medianUs > 0 ? (p90Us - p10Us) / medianUs : 0; }
+};
+
+// Buffers for timing one problem, filled with random data.
+class TimingProblem {
+public:
+  static llvm::Expected<std::unique_ptr<TimingProblem>>
+  create(generator::DType dtype, const ForwardShape &shape, uint64_t l2Bytes, uint64_t seed = 1);
+
+  llvm::Expected<Measurement> time(const ForwardKernel &kernel, CUstream stream,
+                                   const MeasureOptions &options = {}) const;
+
+  const ForwardShape &shape() const { return shape_; }
+  // Parameters of rotation set `i` (for callers that launch kernels themselves).
+  FjForwardParams params(int i) const;
+  int rotation() const { return (int)sets_.size(); }
+
+private:
+  ForwardShape shape_;
+  std::vector<ForwardBuffers> sets_;
+};
+
+// Median of a sample (sorted copy).
+double median(std::vector<double> values);
+
+} // namespace flashjit::tuner
