@@ -1,0 +1,82 @@
+// What the opaque C handles are: fj_context (a device, its caches, its tuner, the
+// kernels it has given out) and fj_kernel (one description's ready-to-launch variants).
+#pragma once
+
+#include "api/logger.h"
+#include "api/validate.h"
+#include "flashjit/flashjit.h"
+
+#include "cache/cache.h"
+#include "runtime/driver.h"
+#include "tuner/tuner.h"
+
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace flashjit::api {
+
+// First word of a live handle; overwritten when it is freed, so a stale handle is
+// (usually) recognised even where the registry is not consulted (fj_forward).
+constexpr uint64_t kContextMagic = 0x66'6a'63'74'78'74'21'21ULL;  // "fjctxt!!"
+constexpr uint64_t kKernelMagic = 0x66'6a'6b'65'72'6e'21'21ULL;   // "fjkern!!"
+constexpr uint64_t kDeadMagic = 0x64'65'61'64'64'65'61'64ULL;     // "deaddead"
+
+} // namespace flashjit::api
+
+struct fj_context_s {
+  uint64_t magic = flashjit::api::kContextMagic;
+  flashjit::api::Logger log;
+  fj_tune_mode mode = FJ_TUNE_DEFAULT;
+  int ordinal = 0;
+  std::string deviceName, target, deviceKey, userCachePath;
+  // Declared in dependency order: destroyed tuner first, device last.
+  std::unique_ptr<flashjit::runtime::Device> device;
+  std::unique_ptr<flashjit::cache::Cache> cache;
+  std::unique_ptr<flashjit::tuner::Tuner> tuner;
+
+  mutable std::mutex mutex;  // guards `outstanding`
+  int outstanding = 0;  // kernels given out and not yet released
+};
+
+struct fj_kernel_s {
+  uint64_t magic = flashjit::api::kKernelMagic;
+  fj_context_s *context = nullptr;  // outlives the kernel (destroy refuses otherwise)
+  flashjit::api::AttentionDesc desc;
+  // Immutable once the handle is given out, so launches read them without locks.
+  std::vector<flashjit::tuner::Selection> variants;
+  std::vector<flashjit::tuner::Bucket> buckets;  // variants[i].bucket, for dispatch
+  int primary = 0;                  // the variant for the hinted bucket
+  std::vector<std::string> bucketKeys, tileKeys;  // per variant, for fj_variant_info
+  std::string family, specKey;
+  int compiledNow = 0;
+  double getMs = 0;
+};
+
+namespace flashjit::api {
+
+// Registers a new handle with its context (one more kernel outstanding) and makes it live.
+void adoptKernel(fj_context_s &context, fj_kernel_s *kernel);
+
+// Whether `context` is a live context handle; the error names `what` otherwise.
+llvm::Error checkLiveContext(const fj_context_s *context);
+llvm::Error checkLiveKernel(const fj_kernel_s *kernel);
+
+// The C entry points' bodies (api/c_api.cpp wraps each in guard()).
+llvm::Expected<fj_context_s *> createContext(const fj_context_options *options);
+llvm::Error destroyContext(fj_context_s *context);
+llvm::Error contextInfo(const fj_context_s *context, struct fj_context_info *info);
+
+llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attention_desc *desc);
+llvm::Error releaseKernel(fj_kernel_s *kernel);
+llvm::Error forward(const fj_kernel_s *kernel, const fj_forward_args *args, void *stream);
+llvm::Error kernelInfo(const fj_kernel_s *kernel, struct fj_kernel_info *info);
+llvm::Error variantInfo(const fj_kernel_s *kernel, int index, fj_variant_info *info);
+llvm::Error kernelSource(const fj_kernel_s *kernel, int index, const char **source,
+                         size_t *length);
+
+} // namespace flashjit::api

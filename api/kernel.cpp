@@ -1,0 +1,273 @@
+// fj_kernel: a description's variants, loaded and ready; and the launch itself.
+#include "api/handles.h"
+#include "api/live_handles.h"
+
+#include "generator/spec.h"
+#include "support/error.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace flashjit::api {
+namespace {
+
+// Bucket dimensions stay within what Bucket::forShape can round up to a power of two.
+int bucketDim(int64_t value) { return (int)std::clamp<int64_t>(value, 1, kMaxSeqlen); }
+
+tuner::Bucket bucketFor(int64_t seqQ, int64_t seqK, int64_t batchHeads) {
+  return tuner::Bucket::forShape(bucketDim(seqQ), bucketDim(seqK), bucketDim(batchHeads));
+}
+
+fj_origin publicOrigin(tuner::Origin origin) {
+  switch (origin) {
+  case tuner::Origin::ShippedCache: return FJ_ORIGIN_SHIPPED_CACHE;
+  case tuner::Origin::UserCache: return FJ_ORIGIN_USER_CACHE;
+  case tuner::Origin::CompiledNow: return FJ_ORIGIN_COMPILED_NOW;
+  case tuner::Origin::TunedNow: return FJ_ORIGIN_TUNED_NOW;
+  }
+  return FJ_ORIGIN_COMPILED_NOW;
+}
+
+generator::KernelSpec specFor(const AttentionDesc &desc, const std::string &target) {
+  generator::KernelSpec spec;
+  spec.family = generator::Family::FwdMma;
+  spec.dtype = desc.dtype == FJ_DTYPE_FP16 ? generator::DType::FP16 : generator::DType::BF16;
+  spec.headDim = desc.headDim;
+  spec.headDimV = desc.headDimV;
+  spec.causal = desc.causal;
+  spec.target = target;
+  return spec;
+}
+
+llvm::Error checkVariantIndex(const fj_kernel_s *kernel, int index) {
+  if (index < 0 || index >= (int)kernel->variants.size())
+    return makeError(ErrorCode::InvalidValue,
+                     "index is {0}: the kernel has {1} variant(s), 0 to {2}", index,
+                     kernel->variants.size(), kernel->variants.size() - 1);
+  return llvm::Error::success();
+}
+
+} // namespace
+
+llvm::Error checkLiveKernel(const fj_kernel_s *kernel) {
+  if (!kernel)
+    return makeError(ErrorCode::InvalidValue, "kernel is NULL");
+  if (!LiveHandles::get().contains(kernel) || kernel->magic != kKernelMagic)
+    return makeError(ErrorCode::InvalidValue,
+                     "kernel {0} is not a live kernel (released already, or not one)",
+                     (const void *)kernel);
+  return llvm::Error::success();
+}
+
+// The variant for the hinted bucket. Every mode but Cached gets it from select()
+// (cache hit, else tuned or compiled now). Cached never compiles: on a miss it takes
+// the nearest bucket already tuned for the spec, else the spec's default tile if the
+// caches hold its binary (`flashjit tune --compile-only` puts it there), else NotFound.
+llvm::Expected<std::vector<tuner::Selection>>
+selectVariants(fj_context_s &context, const generator::KernelSpec &spec,
+               const tuner::Bucket &hinted) {
+  tuner::Tuner &tuner = *context.tuner;
+  std::vector<tuner::Selection> variants;
+  auto primary = tuner.select(spec, hinted);
+  if (primary) {
+    variants.push_back(std::move(*primary));
+  } else {
+    ErrorReport miss = takeErrorReport(primary.takeError());
+    if (miss.code != ErrorCode::NotFound || context.mode != FJ_TUNE_CACHED)
+      return makeError(miss.code, miss.message);
+    auto tuned = tuner.loadTuned(spec);
+    if (!tuned)
+      return tuned.takeError();
+    if (tuned->empty()) {
+      auto fallback = tuner.heuristicDefault(spec);
+      if (!fallback) {
+        ErrorReport none = takeErrorReport(fallback.takeError());
+        return makeError(none.code == ErrorCode::NotFound ? ErrorCode::NotFound : none.code,
+                         "{0}; no other bucket of it is tuned; and {1}", miss.message,
+                         none.message);
+      }
+      variants.push_back(std::move(*fallback));
+      return std::move(variants);
+    }
+    context.log(FJ_LOG_INFO, miss.message + "; using the nearest tuned bucket");
+    std::vector<tuner::Bucket> buckets;
+    for (const tuner::Selection &s : *tuned)
+      buckets.push_back(s.bucket);
+    int nearest = tuner::nearestBucket(buckets, hinted);
+    std::swap((*tuned)[0], (*tuned)[nearest]);  // the primary variant comes first
+    (*tuned)[0].note += "; " + tuner::Tuner::dispatchNote((*tuned)[0], hinted);
+    return std::move(*tuned);
+  }
+  // Every other bucket already tuned for this spec, so launches of other sizes use
+  // their own winners. Only an optimisation: a failure leaves the primary alone.
+  auto tuned = tuner.loadTuned(spec);
+  if (!tuned) {
+    context.log(FJ_LOG_WARNING, "cannot load the other tuned buckets of " + spec.key() +
+                                    ": " + llvm::toString(tuned.takeError()));
+    return std::move(variants);
+  }
+  for (tuner::Selection &selection : *tuned)
+    if (selection.bucket != variants[0].bucket)
+      variants.push_back(std::move(selection));
+  return std::move(variants);
+}
+
+llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attention_desc *in) {
+  auto start = std::chrono::steady_clock::now();
+  if (llvm::Error error = checkLiveContext(context))
+    return std::move(error);
+  auto desc = checkDesc(in);
+  if (!desc)
+    return desc.takeError();
+  generator::KernelSpec spec = specFor(*desc, context->target);
+  if (llvm::Error error = generator::validateSpec(spec))
+    return std::move(error);
+  if (llvm::Error error = context->device->makeCurrent())
+    return std::move(error);
+
+  tuner::Bucket hinted = bucketFor(desc->seqQHint, desc->seqKHint,
+                                   (int64_t)desc->batchHint * desc->headsQ);
+  auto variants = selectVariants(*context, spec, hinted);
+  if (!variants)
+    return variants.takeError();
+
+  auto kernel = std::make_unique<fj_kernel_s>();
+  kernel->desc = *desc;
+  kernel->family = generator::familyName(spec.family).str();
+  kernel->specKey = spec.key();
+  kernel->variants = std::move(*variants);
+  kernel->primary = 0;
+  for (const tuner::Selection &selection : kernel->variants) {
+    if (!selection.kernel)
+      return makeError(ErrorCode::Internal, "the tuner returned variant {0}/{1} unloaded",
+                       spec.key(), selection.bucket.key());
+    kernel->buckets.push_back(selection.bucket);
+    kernel->bucketKeys.push_back(selection.bucket.key());
+    kernel->tileKeys.push_back(selection.tile.key());
+    if (selection.origin == tuner::Origin::CompiledNow ||
+        selection.origin == tuner::Origin::TunedNow)
+      ++kernel->compiledNow;
+  }
+  kernel->getMs = std::chrono::duration<double, std::milli>(
+                      std::chrono::steady_clock::now() - start).count();
+  fj_kernel_s *handle = kernel.release();
+  adoptKernel(*context, handle);
+  return handle;
+}
+
+llvm::Error releaseKernel(fj_kernel_s *kernel) {
+  if (!kernel)
+    return makeError(ErrorCode::InvalidValue, "kernel is NULL");
+  // Membership first: a handle released before is not dereferenced.
+  if (!LiveHandles::get().remove(kernel))
+    return makeError(ErrorCode::InvalidValue,
+                     "kernel {0} is not a live kernel (released twice, or not one)",
+                     (const void *)kernel);
+  fj_context_s *context = kernel->context;
+  kernel->magic = kDeadMagic;
+  delete kernel;
+  if (context) {
+    std::lock_guard<std::mutex> lock(context->mutex);
+    --context->outstanding;
+  }
+  return llvm::Error::success();
+}
+
+// The hot path: no allocation, no lock, no synchronisation on success.
+llvm::Error forward(const fj_kernel_s *kernel, const fj_forward_args *args, void *stream) {
+  if (!kernel)
+    return makeError(ErrorCode::InvalidValue, "kernel is NULL");
+  if (kernel->magic != kKernelMagic)
+    return makeError(ErrorCode::InvalidValue,
+                     "kernel {0} is not a live kernel (released already, or not one)",
+                     (const void *)kernel);
+  FjForwardParams params;
+  bool noWork = false;
+  if (llvm::Error error = checkForwardArgs(kernel->desc, args, params, noWork))
+    return error;
+  if (noWork)
+    return llvm::Error::success();
+  // tuner::nearestBucket over the handle's buckets: what Tuner::dispatch decides,
+  // without the vector it builds.
+  int index = tuner::nearestBucket(
+      kernel->buckets,
+      bucketFor(params.seqlen_q, params.seqlen_k, (int64_t)params.batch * params.heads_q));
+  if (index < 0)
+    return makeError(ErrorCode::Internal, "kernel {0} has no variant to dispatch to",
+                     kernel->specKey);
+  const tuner::Selection *variant = &kernel->variants[index];
+  if (llvm::Error error = kernel->context->device->makeCurrent())
+    return error;
+  return variant->kernel->launch(params, static_cast<CUstream>(stream));
+}
+
+llvm::Error kernelInfo(const fj_kernel_s *kernel, struct fj_kernel_info *info) {
+  if (llvm::Error error = checkLiveKernel(kernel))
+    return error;
+  if (!info)
+    return makeError(ErrorCode::InvalidValue, "info is NULL");
+  if (kernel->variants.empty())
+    return makeError(ErrorCode::Internal, "kernel {0} has no variant", kernel->specKey);
+  const tuner::Selection &primary = kernel->variants[kernel->primary];
+  struct fj_kernel_info out {};
+  out.family = kernel->family.c_str();
+  out.spec_key = kernel->specKey.c_str();
+  out.device_key = kernel->context->deviceKey.c_str();
+  out.num_variants = (int32_t)kernel->variants.size();
+  out.primary_variant = kernel->primary;
+  out.compiled_now = kernel->compiledNow;
+  out.origin = publicOrigin(primary.origin);
+  out.block_m = primary.tile.blockM;
+  out.block_n = primary.tile.blockN;
+  out.warps = primary.tile.warps;
+  out.stages = primary.tile.stages;
+  out.registers = primary.registers;
+  out.shared_bytes = primary.sharedBytes;
+  out.tuned_us = primary.tunedUs;
+  out.get_ms = kernel->getMs;
+  return copyOutStruct(out, info, "info", "struct fj_kernel_info");
+}
+
+llvm::Error variantInfo(const fj_kernel_s *kernel, int index, fj_variant_info *info) {
+  if (llvm::Error error = checkLiveKernel(kernel))
+    return error;
+  if (llvm::Error error = checkVariantIndex(kernel, index))
+    return error;
+  const tuner::Selection &v = kernel->variants[index];
+  fj_variant_info out{};
+  out.bucket = kernel->bucketKeys[index].c_str();
+  out.tile = kernel->tileKeys[index].c_str();
+  out.binary_key = v.binaryKey.c_str();
+  out.binary_key_text = v.binaryKeyText.c_str();
+  out.tuning_key = v.tuningKeyText.c_str();
+  out.note = v.note.c_str();
+  out.bucket_seqlen_q = v.bucket.seqQ;
+  out.bucket_seqlen_k = v.bucket.seqK;
+  out.bucket_batch_heads = v.bucket.batchHeads;
+  out.origin = publicOrigin(v.origin);
+  out.block_m = v.tile.blockM;
+  out.block_n = v.tile.blockN;
+  out.warps = v.tile.warps;
+  out.stages = v.tile.stages;
+  out.registers = v.registers;
+  out.shared_bytes = v.sharedBytes;
+  out.tuned_us = v.tunedUs;
+  return copyOutStruct(out, info, "info", "fj_variant_info");
+}
+
+llvm::Error kernelSource(const fj_kernel_s *kernel, int index, const char **source,
+                         size_t *length) {
+  if (llvm::Error error = checkLiveKernel(kernel))
+    return error;
+  if (llvm::Error error = checkVariantIndex(kernel, index))
+    return error;
+  if (!source)
+    return makeError(ErrorCode::InvalidValue, "source is NULL");
+  const std::string &text = kernel->variants[index].source;
+  *source = text.c_str();
+  if (length)
+    *length = text.size();
+  return llvm::Error::success();
+}
+
+} // namespace flashjit::api

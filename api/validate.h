@@ -1,0 +1,61 @@
+// Checking what callers pass in, before anything touches a device: the versioned
+// structs (struct_size), the attention description and the forward arguments. Every
+// rejection names the field and the value. Needs no GPU, so the unit tests and the
+// fuzzer run it in full; fj_forward runs it on every launch, so on success it neither
+// allocates nor locks.
+#pragma once
+
+#include "flashjit/flashjit.h"
+#include "templates/fj_params.h"
+
+#include "llvm/Support/Error.h"
+
+#include <string>
+
+namespace flashjit::api {
+
+// A float as the caller wrote it ("-0.125", "nan", "3e+38"), not rounded.
+std::string floatText(double value);
+
+// Largest struct_size accepted: a guard against a garbage size, far above any
+// version of the structs.
+constexpr size_t kMaxStructSize = 64 * 1024;
+
+// Limits of the launch: heads and batch are grid dimensions y and z (at most 65535);
+// sequence lengths are kept where the kernels' int arithmetic cannot overflow.
+constexpr int kMaxGridYZ = 65535;
+constexpr int kMaxSeqlen = 1 << 30;
+
+// Copies a caller's versioned struct into `out`. A struct_size below sizeof(T) is
+// rejected; a larger one (a newer header) is accepted when the fields this version
+// does not know are all zero, and NOT_SUPPORTED otherwise. `name` is how the message
+// names the argument ("desc").
+template <typename T>
+llvm::Error copyInStruct(const T *in, const char *name, const char *typeName, T &out);
+
+// Writes an output struct into a caller's buffer of in->struct_size bytes (the part
+// this version knows; a larger buffer's tail is zeroed).
+template <typename T>
+llvm::Error copyOutStruct(const T &value, T *out, const char *name, const char *typeName);
+
+// The description, checked, with its defaults applied.
+struct AttentionDesc {
+  fj_dtype dtype = FJ_DTYPE_BF16;
+  int headDim = 0, headDimV = 0;
+  bool causal = false;
+  int headsQ = 0, headsKV = 0;
+  float scale = 0;  // resolved: never 0
+  int seqQHint = 0, seqKHint = 0, batchHint = 0;  // resolved: >= 1
+};
+
+llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *desc);
+
+// Checks `args` for a kernel of `desc` and fills the kernels' parameters. `noWork`
+// is set when there is nothing to compute (batch or seqlen_q is 0): then nothing
+// must be launched.
+llvm::Error checkForwardArgs(const AttentionDesc &desc, const fj_forward_args *args,
+                             FjForwardParams &params, bool &noWork);
+
+} // namespace flashjit::api
+
+#include "api/validate_structs.h"

@@ -1,0 +1,343 @@
+/*
+ * flashjit: flash-attention CUDA kernels generated, compiled, tuned and cached at
+ * run time. This is the public C API (C99; no C++ or CUDA types).
+ *
+ * The idiom is that of CUDA libraries such as cuBLASLt and cuDNN:
+ *   - opaque handles: fj_context (one device, its caches, its tuner) and fj_kernel
+ *     (a kernel ready to launch for one attention description);
+ *   - every function returns an fj_status; when it is not FJ_SUCCESS,
+ *     fj_last_error_message() says what was wrong (on the calling thread);
+ *   - every struct passed in or out starts with `struct_size`, which the caller sets
+ *     to sizeof(the struct) (the *_init functions do it), so that later versions can
+ *     add fields at the end without breaking programs built against this header.
+ *
+ * Typical use (see examples/attention.c):
+ *
+ *   fj_context ctx;
+ *   fj_context_create(NULL, &ctx);                 // device 0, default caches
+ *   fj_attention_desc desc;
+ *   fj_attention_desc_init(&desc);
+ *   desc.dtype = FJ_DTYPE_BF16; desc.head_dim = 128;
+ *   desc.num_heads_q = 32; desc.num_heads_kv = 8; desc.causal = 1;
+ *   fj_kernel kernel;
+ *   fj_kernel_get(ctx, &desc, &kernel);            // cache hit, else tune/compile
+ *   fj_forward_args args;
+ *   fj_forward_args_init(&args);
+ *   args.q = q; ... strides, sizes ...
+ *   fj_forward(kernel, &args, stream);             // asynchronous on `stream`
+ *   fj_kernel_release(kernel);
+ *   fj_context_destroy(ctx);
+ *
+ * Thread safety: any number of threads may call fj_kernel_get on one context and
+ * fj_forward / fj_kernel_info / fj_kernel_source on shared kernels at the same time.
+ * A description requested by several threads at once is tuned once (the others
+ * wait for it). Destroying a context or releasing a kernel while another thread uses
+ * it is the caller's error.
+ */
+#ifndef FLASHJIT_FLASHJIT_H
+#define FLASHJIT_FLASHJIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define FJ_API __attribute__((visibility("default")))
+#else
+#define FJ_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FLASHJIT_VERSION_MAJOR 0
+#define FLASHJIT_VERSION_MINOR 1
+#define FLASHJIT_VERSION_PATCH 0
+
+/* ---- Status codes ------------------------------------------------------------ */
+
+typedef enum fj_status {
+  FJ_SUCCESS = 0,
+  FJ_ERROR_INVALID_VALUE = 1,  /* a bad argument; the message names it and its value */
+  FJ_ERROR_NOT_SUPPORTED = 2,  /* valid, but this build or device cannot serve it */
+  FJ_ERROR_NO_DEVICE = 3,      /* no CUDA driver, or no such device */
+  FJ_ERROR_COMPILE = 4,        /* NVRTC rejected a kernel; the message has its log */
+  FJ_ERROR_CUDA = 5,           /* a CUDA driver call failed; the message has its error */
+  FJ_ERROR_CACHE = 6,          /* the kernel cache (SQLite) failed */
+  FJ_ERROR_NOT_FOUND = 7,      /* FJ_TUNE_CACHED and the caches have no kernel for it */
+  FJ_ERROR_OUT_OF_MEMORY = 8,  /* host or device memory exhausted */
+  FJ_ERROR_INTERNAL = 9        /* a bug in flashjit: please report the message */
+} fj_status;
+
+/* The status as a constant string, e.g. "FJ_ERROR_INVALID_VALUE: invalid value".
+ * Never NULL (an unknown value gives "FJ_UNKNOWN_STATUS"). */
+FJ_API const char *fj_status_string(fj_status status);
+
+/* The message of the most recent call that failed on the calling thread: it names
+ * the argument and the value that was wrong, or carries the NVRTC / driver message.
+ * "" before any failure. Successful calls leave it unchanged. The pointer is valid on
+ * this thread until its next failing call. */
+FJ_API const char *fj_last_error_message(void);
+
+/* The library's version, "MAJOR.MINOR.PATCH". */
+FJ_API const char *fj_version(void);
+
+/* ---- Enumerations (stored as int32_t in the structs, so that any value read
+ *      from a struct is well defined and can be checked) ----------------------- */
+
+/* Element type of q, k, v and o. 0 is deliberately not a type: a description whose
+ * dtype was never set is reported rather than silently taken as fp16. */
+typedef enum fj_dtype {
+  FJ_DTYPE_FP16 = 1,
+  FJ_DTYPE_BF16 = 2
+} fj_dtype;
+
+/* What fj_kernel_get does when the caches have no tuned kernel for a description. */
+typedef enum fj_tune_mode {
+  FJ_TUNE_AUTO = 0,       /* $FLASHJIT_TUNE ("default", "cached", "heuristic",
+                             "exhaustive") when set, else FJ_TUNE_DEFAULT */
+  FJ_TUNE_DEFAULT = 1,    /* tune now within the budget, store the winner */
+  FJ_TUNE_CACHED = 2,     /* never compile or tune: the hinted bucket's winner, else
+                             the nearest tuned bucket, else the default tile if its
+                             binary is cached; FJ_ERROR_NOT_FOUND when none is */
+  FJ_TUNE_HEURISTIC = 3,  /* compile the model's choice without tuning */
+  FJ_TUNE_EXHAUSTIVE = 4  /* tune every candidate, no budget cut */
+} fj_tune_mode;
+
+/* Where a kernel variant came from. */
+typedef enum fj_origin {
+  FJ_ORIGIN_SHIPPED_CACHE = 1,  /* a read-only cache shipped with the application */
+  FJ_ORIGIN_USER_CACHE = 2,     /* the user's (writable) cache */
+  FJ_ORIGIN_COMPILED_NOW = 3,   /* compiled by this call, not tuned */
+  FJ_ORIGIN_TUNED_NOW = 4       /* tuned (and compiled) by this call */
+} fj_origin;
+
+/* Levels passed to the log callback. */
+typedef enum fj_log_level {
+  FJ_LOG_ERROR = 1,
+  FJ_LOG_WARNING = 2,
+  FJ_LOG_INFO = 3
+} fj_log_level;
+
+/* Receives flashjit's progress and warnings. May be called from any thread that
+ * calls into flashjit, and from several at once; `message` is valid during the call. */
+typedef void (*fj_log_callback)(int level, const char *message, void *user_data);
+
+/* ---- Context ------------------------------------------------------------------ */
+
+typedef struct fj_context_s *fj_context;
+typedef struct fj_kernel_s *fj_kernel;
+
+typedef struct fj_context_options {
+  size_t struct_size;       /* sizeof(fj_context_options) */
+  int32_t device;           /* CUDA device ordinal (default 0) */
+  /* The writable user cache (an SQLite file, created if missing). NULL: the default,
+   * $FLASHJIT_CACHE, else $XDG_CACHE_HOME/flashjit/cache.sqlite, else
+   * ~/.cache/flashjit/cache.sqlite. "": no persistent cache (kernels compiled or tuned
+   * by this context are kept in memory only). */
+  const char *user_cache_path;
+  /* Read-only caches shipped with the application, searched after the user cache in
+   * this order. `num_shipped_cache_paths` entries; may be NULL when 0. */
+  const char *const *shipped_cache_paths;
+  int32_t num_shipped_cache_paths;
+  int32_t tune_mode;        /* an fj_tune_mode (default FJ_TUNE_AUTO) */
+  /* Seconds one (description, shape bucket) may spend tuning; 0: the default (30). */
+  double tuning_budget_seconds;
+  fj_log_callback log_callback;  /* NULL: warnings to stderr, progress dropped */
+  void *log_user_data;
+} fj_context_options;
+
+/* Zeroes `options`, sets its struct_size and the defaults. */
+FJ_API void fj_context_options_init(fj_context_options *options);
+
+/* Opens the device, its primary context (shared with the CUDA runtime and frameworks
+ * such as PyTorch) and the caches. `options` NULL: the defaults. Without a CUDA
+ * driver or device: FJ_ERROR_NO_DEVICE with the driver's message. On failure
+ * *context is set to NULL. */
+FJ_API fj_status fj_context_create(const fj_context_options *options, fj_context *context);
+
+/* Destroys a context. Every kernel obtained from it must have been released first:
+ * otherwise FJ_ERROR_INVALID_VALUE ("context has N kernels outstanding") and the
+ * context is left intact and usable. A context destroyed twice is detected. */
+FJ_API fj_status fj_context_destroy(fj_context context);
+
+/* What a context is bound to. The struct and the function share a name, like POSIX's
+ * `struct stat` and stat(): declare it as `struct fj_context_info info;`. */
+struct fj_context_info {
+  size_t struct_size;          /* set by the caller: sizeof(struct fj_context_info) */
+  int32_t device;              /* ordinal */
+  int32_t tune_mode;           /* the fj_tune_mode in effect (never FJ_TUNE_AUTO) */
+  int32_t kernels_outstanding; /* kernels obtained and not yet released */
+  int32_t compilations;        /* NVRTC compilations this context has run (tuning too) */
+  int32_t tunes;               /* (description, bucket) pairs this context has tuned */
+  /* Strings owned by the context, valid until it is destroyed. */
+  const char *device_name;     /* "NVIDIA H200" */
+  const char *target;          /* the exact compile target, "sm_90a" */
+  const char *device_key;      /* the tuning cache's device key */
+  const char *user_cache_path; /* "" when the cache is in memory only */
+};
+
+FJ_API fj_status fj_context_info(fj_context context, struct fj_context_info *info);
+
+/* ---- Attention description: what a kernel is specialized for ------------------ */
+
+typedef struct fj_attention_desc {
+  size_t struct_size;     /* sizeof(fj_attention_desc) */
+  int32_t dtype;          /* an fj_dtype */
+  int32_t head_dim;       /* of q and k: a multiple of 8 from 8 to 256 */
+  int32_t head_dim_v;     /* of v and o; 0: same as head_dim */
+  int32_t causal;         /* non-zero: causal mask, aligned to the bottom right (query
+                             i sees keys j <= i + seqlen_k - seqlen_q), as FlashAttention
+                             >= 2.1 */
+  int32_t num_heads_q;    /* >= 1 */
+  int32_t num_heads_kv;   /* >= 1, divides num_heads_q (GQA / MQA when smaller) */
+  float softmax_scale;    /* finite, >= 0; 0: 1 / sqrt(head_dim) */
+  /* Typical sizes, which choose the shape bucket tuned first; 0: unknown (1024 for
+   * the sequence lengths, 1 for the batch; seqlen_k defaults to seqlen_q). A kernel
+   * runs any size; other buckets use the tuning already cached for them, else the
+   * nearest one. */
+  int32_t seqlen_q_hint;
+  int32_t seqlen_k_hint;
+  int32_t batch_hint;
+} fj_attention_desc;
+
+/* Zeroes `desc` and sets its struct_size (dtype must still be chosen). */
+FJ_API void fj_attention_desc_init(fj_attention_desc *desc);
+
+/* Checks a description without a device: FJ_SUCCESS, or the status and message
+ * fj_kernel_get would give for it. */
+FJ_API fj_status fj_validate_attention_desc(const fj_attention_desc *desc);
+
+/* ---- Kernels --------------------------------------------------------------------- */
+
+/* A kernel ready to launch for `desc` on the context's device: from the caches when
+ * they have it (no compilation), else tuned or compiled as the context's tune mode
+ * says. It also loads every other shape bucket already tuned for this description, so
+ * that fj_forward can pick the variant tuned for the sizes it is given. The handle
+ * keeps a copy of `desc`. On failure *kernel is set to NULL. */
+FJ_API fj_status fj_kernel_get(fj_context context, const fj_attention_desc *desc,
+                               fj_kernel *kernel);
+
+/* Releases a kernel. Releasing one twice is detected where possible
+ * (FJ_ERROR_INVALID_VALUE): handles are checked against the live ones, so it is
+ * caught unless the memory has since been reused for a new handle. */
+FJ_API fj_status fj_kernel_release(fj_kernel kernel);
+
+/* ---- Forward pass ---------------------------------------------------------------- */
+
+/* Tensors are addressed through strides in elements; the last dimension (head_dim,
+ * or head_dim_v for v and o) is contiguous. Element (b, s, h, d) of q is at
+ *   q + b * q_batch_stride + s * q_seq_stride + h * q_head_stride + d.
+ * The kernels read and write 16-byte vectors: q, k, v and o must be 16-byte aligned
+ * and every stride a multiple of 8. A stride may be 0 only where its dimension has
+ * one element (e.g. k_head_stride with num_heads_kv == 1); strides are never
+ * negative. o must not overlap q, k, v or lse (not checked). */
+typedef struct fj_forward_args {
+  size_t struct_size;  /* sizeof(fj_forward_args) */
+  /* Device pointers. q: [batch, seqlen_q, num_heads_q, head_dim], k:
+   * [batch, seqlen_k, num_heads_kv, head_dim], v: [batch, seqlen_k, num_heads_kv,
+   * head_dim_v], o (written): [batch, seqlen_q, num_heads_q, head_dim_v], all of the
+   * description's dtype. May be NULL only when the tensor is empty. */
+  const void *q;
+  const void *k;
+  const void *v;
+  void *o;
+  /* Optional (NULL: not written) log-sum-exp of each query row (natural log, fp32,
+   * 4-byte aligned): [batch, num_heads_q, seqlen_q] contiguous, or with cu_seqlens
+   * [num_heads_q, total_q] where row cu_seqlens_q[b] + i is query i of sequence b. */
+  float *lse;
+  int32_t batch;     /* >= 0; 0 is a valid no-op */
+  int32_t seqlen_q;  /* >= 0 (0: no-op); with cu_seqlens: the longest query sequence */
+  int32_t seqlen_k;  /* >= 0; with cu_seqlens: the longest key sequence */
+  int64_t q_batch_stride, q_seq_stride, q_head_stride;
+  int64_t k_batch_stride, k_seq_stride, k_head_stride;
+  int64_t v_batch_stride, v_seq_stride, v_head_stride;
+  int64_t o_batch_stride, o_seq_stride, o_head_stride;
+  /* Variable-length batches (optional; both or neither): batch + 1 prefix sums of the
+   * sequence lengths, int32 in device memory, 4-byte aligned. Sequence b holds rows
+   * cu_seqlens_q[b] .. cu_seqlens_q[b+1]-1 of q and o (and likewise for k and v,
+   * addressed as rows through the seq strides); the batch strides are then ignored and
+   * seqlen_q / seqlen_k must hold the longest lengths (>= 1). The contents are the
+   * caller's promise: non-decreasing, each length at most seqlen_q / seqlen_k. */
+  const int32_t *cu_seqlens_q;
+  const int32_t *cu_seqlens_k;
+  /* With cu_seqlens and lse: the number of packed query rows (cu_seqlens_q[batch]),
+   * which is lse's row stride. Ignored otherwise. */
+  int64_t total_q;
+} fj_forward_args;
+
+/* Zeroes `args` and sets its struct_size. */
+FJ_API void fj_forward_args_init(fj_forward_args *args);
+
+/* Checks arguments against a description without a device (what fj_forward checks
+ * before it launches): FJ_SUCCESS, or the status and message fj_forward would give. */
+FJ_API fj_status fj_validate_forward_args(const fj_attention_desc *desc,
+                                          const fj_forward_args *args);
+
+/* o = softmax(q k^T * scale [causal mask]) v, per head (head h of q uses head
+ * h / (num_heads_q / num_heads_kv) of k and v), and the optional lse.
+ * Launches on `stream` (a CUstream; NULL: the legacy default stream) and returns
+ * without waiting. It never compiles, tunes, allocates or synchronizes, so it may be
+ * captured in a CUDA graph. It picks the variant tuned for the nearest shape bucket
+ * of (seqlen_q, seqlen_k, batch * num_heads_q). A kernel released before the call is
+ * detected on a best-effort basis only (a check of the handle's magic word). Errors
+ * from the kernel itself appear later, on the stream, as with any CUDA launch. */
+FJ_API fj_status fj_forward(fj_kernel kernel, const fj_forward_args *args, void *stream);
+
+/* ---- What a kernel is ---------------------------------------------------------- */
+
+/* A kernel holds one or more variants, each tuned (or chosen) for one shape bucket.
+ * The struct and the function share a name, like POSIX's `struct stat` and stat():
+ * declare it as `struct fj_kernel_info info;`. */
+struct fj_kernel_info {
+  size_t struct_size;       /* set by the caller: sizeof(struct fj_kernel_info) */
+  /* Strings owned by the kernel, valid until it is released. */
+  const char *family;       /* "fwd_mma" */
+  const char *spec_key;     /* "fwd_mma.bf16.d128.dv128.causal.sm90a" */
+  const char *device_key;   /* the tuning cache's device key */
+  int32_t num_variants;     /* >= 1 */
+  int32_t primary_variant;  /* index of the variant for the description's hinted bucket */
+  /* Variants that fj_kernel_get compiled or tuned (0: everything came from the caches). */
+  int32_t compiled_now;
+  /* The primary variant, for convenience (fj_kernel_variant_info has them all). */
+  int32_t origin;           /* an fj_origin */
+  int32_t block_m, block_n, warps, stages;
+  int32_t registers;        /* per thread */
+  int32_t shared_bytes;     /* dynamic shared memory per block */
+  double tuned_us;          /* median time when it was tuned; 0 when never timed */
+  double get_ms;            /* how long fj_kernel_get took for this handle */
+};
+
+FJ_API fj_status fj_kernel_info(fj_kernel kernel, struct fj_kernel_info *info);
+
+typedef struct fj_variant_info {
+  size_t struct_size;       /* set by the caller: sizeof(fj_variant_info) */
+  /* Strings owned by the kernel, valid until it is released. */
+  const char *bucket;       /* "q1024.k1024.bh64": the shape bucket it was tuned for */
+  const char *tile;         /* "bm128.bn64.w8.s2" */
+  const char *binary_key;   /* the cache's binary key (sha256 hex) */
+  const char *binary_key_text;  /* the same, readable: "spec/tile" */
+  const char *tuning_key;   /* the cache's tuning key; "" when untuned */
+  const char *note;         /* why this variant was chosen, e.g. "heuristic default" */
+  int32_t bucket_seqlen_q, bucket_seqlen_k, bucket_batch_heads;
+  int32_t origin;           /* an fj_origin */
+  int32_t block_m, block_n, warps, stages;
+  int32_t registers, shared_bytes;
+  double tuned_us;          /* 0 when never timed */
+} fj_variant_info;
+
+/* Variant `index` in [0, num_variants). */
+FJ_API fj_status fj_kernel_variant_info(fj_kernel kernel, int32_t index,
+                                        fj_variant_info *info);
+
+/* The complete CUDA source of variant `index` (what NVRTC compiled), so a user can see
+ * exactly which kernel runs. *source is NUL-terminated and owned by the kernel (valid
+ * until it is released); `length` (may be NULL) receives strlen(*source). */
+FJ_API fj_status fj_kernel_source(fj_kernel kernel, int32_t index, const char **source,
+                                  size_t *length);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FLASHJIT_FLASHJIT_H */

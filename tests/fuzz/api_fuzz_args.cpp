@@ -1,0 +1,161 @@
+// libFuzzer target over the C API's argument checking: fj_validate_attention_desc and
+// fj_validate_forward_args on arbitrary descriptions and arguments, including
+// struct_size values that lie (smaller, larger, garbage) and structs from a "newer
+// header" with extra bytes. Beyond "no crash" (ASan/UBSan), it checks what the API
+// promises: a known status, a message naming the entry point on failure, the same
+// answer twice, desc errors reported first, and, when the arguments are accepted,
+// kernel parameters that are safe to launch with.
+#include "api_fuzz_input.h"
+
+#include "api/validate.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+namespace {
+
+using flashjit::fuzz::ApiFuzzInput;
+
+#define FJ_FUZZ_CHECK(condition, ...)                                                     \
+  do {                                                                                    \
+    if (!(condition)) {                                                                   \
+      std::fprintf(stderr, "fuzz check failed: %s: ", #condition);                        \
+      std::fprintf(stderr, __VA_ARGS__);                                                  \
+      std::fprintf(stderr, "\n");                                                         \
+      std::abort();                                                                       \
+    }                                                                                     \
+  } while (0)
+
+// A caller's struct: exactly as many bytes as its struct_size says (so reading past it
+// is an ASan error), except for implausible sizes, which must be rejected unread.
+template <typename T>
+std::unique_ptr<uint8_t[]> buildStruct(const T &value, const ApiFuzzInput &in, bool fuzzSize,
+                                       uint64_t fuzzedSize, bool withTail) {
+  uint64_t declared = sizeof(T) + (withTail ? in.tail.size() : 0);
+  if (fuzzSize)
+    declared = fuzzedSize;
+  size_t bytes = declared <= flashjit::api::kMaxStructSize
+                     ? std::max<size_t>(declared, sizeof(size_t))
+                     : sizeof(T);
+  auto buffer = std::make_unique<uint8_t[]>(bytes);
+  std::memset(buffer.get(), 0, bytes);
+  std::memcpy(buffer.get(), &value, std::min(bytes, sizeof(T)));
+  if (bytes > sizeof(T) && !in.tail.empty())
+    std::memcpy(buffer.get() + sizeof(T), in.tail.data(),
+                std::min(bytes - sizeof(T), in.tail.size()));
+  size_t size = (size_t)declared;
+  std::memcpy(buffer.get(), &size, sizeof(size));  // struct_size is the first field
+  return buffer;
+}
+
+bool knownStatus(fj_status s) { return s >= FJ_SUCCESS && s <= FJ_ERROR_INTERNAL; }
+
+bool aligned(const void *p, unsigned n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
+
+bool strideOk(long long stride, long long size) {
+  return size <= 1 || (stride > 0 && stride % 8 == 0);
+}
+
+// The parameters fj_forward would launch with, for accepted arguments.
+void checkParams(const flashjit::api::AttentionDesc &desc, const fj_forward_args *args) {
+  FjForwardParams p;
+  bool noWork = false;
+  llvm::Error error = flashjit::api::checkForwardArgs(desc, args, p, noWork);
+  FJ_FUZZ_CHECK(!error, "the C API accepted what the internal check rejects: %s",
+                llvm::toString(std::move(error)).c_str());
+  FJ_FUZZ_CHECK(p.batch >= 0 && p.batch <= 65535, "batch %d", p.batch);
+  FJ_FUZZ_CHECK(p.heads_q >= 1 && p.heads_q <= 65535 && p.heads_kv >= 1 &&
+                    p.heads_q % p.heads_kv == 0,
+                "heads %d/%d", p.heads_q, p.heads_kv);
+  FJ_FUZZ_CHECK(p.seqlen_q >= 0 && p.seqlen_q <= (1 << 30) && p.seqlen_k >= 0 &&
+                    p.seqlen_k <= (1 << 30),
+                "seqlens %d %d", p.seqlen_q, p.seqlen_k);
+  FJ_FUZZ_CHECK(std::isfinite(p.softmax_scale) && p.softmax_scale > 0 &&
+                    std::isfinite(p.scale_log2),
+                "scale %g", (double)p.softmax_scale);
+  FJ_FUZZ_CHECK(desc.headDim % 8 == 0 && desc.headDim >= 8 && desc.headDim <= 256 &&
+                    desc.headDimV % 8 == 0 && desc.headDimV >= 8 && desc.headDimV <= 256,
+                "head dims %d %d", desc.headDim, desc.headDimV);
+  if (noWork) {
+    FJ_FUZZ_CHECK(p.batch == 0 || p.seqlen_q == 0, "no work with batch %d seqlen_q %d",
+                  p.batch, p.seqlen_q);
+    return;
+  }
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  FJ_FUZZ_CHECK(varlen == (p.cu_seqlens_k != nullptr), "one cu_seqlens without the other");
+  FJ_FUZZ_CHECK(!varlen || (p.seqlen_q >= 1 && p.seqlen_k >= 1), "varlen without max");
+  FJ_FUZZ_CHECK(p.q && p.o && aligned(p.q, 16) && aligned(p.o, 16), "q/o %p %p", p.q, p.o);
+  FJ_FUZZ_CHECK(!p.lse || aligned(p.lse, 4), "lse %p", (void *)p.lse);
+  const long long batches = varlen ? 1 : p.batch;
+  const long long rowsQ = varlen ? (long long)p.batch * p.seqlen_q : p.seqlen_q;
+  const long long rowsK = varlen ? (long long)p.batch * p.seqlen_k : p.seqlen_k;
+  FJ_FUZZ_CHECK(strideOk(p.q_batch_stride, batches) && strideOk(p.q_row_stride, rowsQ) &&
+                    strideOk(p.q_head_stride, p.heads_q),
+                "q strides");
+  FJ_FUZZ_CHECK(strideOk(p.o_batch_stride, batches) && strideOk(p.o_row_stride, rowsQ) &&
+                    strideOk(p.o_head_stride, p.heads_q),
+                "o strides");
+  if (rowsK > 0) {
+    FJ_FUZZ_CHECK(p.k && p.v && aligned(p.k, 16) && aligned(p.v, 16), "k/v %p %p", p.k, p.v);
+    FJ_FUZZ_CHECK(strideOk(p.k_batch_stride, batches) && strideOk(p.k_row_stride, rowsK) &&
+                      strideOk(p.k_head_stride, p.heads_kv),
+                  "k strides");
+    FJ_FUZZ_CHECK(strideOk(p.v_batch_stride, batches) && strideOk(p.v_row_stride, rowsK) &&
+                      strideOk(p.v_head_stride, p.heads_kv),
+                  "v strides");
+  }
+  if (varlen && p.lse)
+    FJ_FUZZ_CHECK(p.lse_head_stride >= 1, "varlen lse stride %lld", p.lse_head_stride);
+}
+
+void checkFailureMessage(fj_status status, const char *function) {
+  if (status == FJ_SUCCESS)
+    return;
+  std::string message = fj_last_error_message();
+  std::string prefix = std::string(function) + ": ";
+  FJ_FUZZ_CHECK(message.rfind(prefix, 0) == 0 && message.size() > prefix.size(),
+                "status %d with message \"%s\"", (int)status, message.c_str());
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  using namespace flashjit::fuzz;
+  ApiFuzzInput in = ApiFuzzInput::decode(data, size);
+  auto descBuffer = buildStruct(in.desc, in, in.flags & kFlagDescSize, in.descSize,
+                                in.flags & kFlagDescTail);
+  auto argsBuffer = buildStruct(in.args, in, in.flags & kFlagArgsSize, in.argsSize,
+                                in.flags & kFlagArgsTail);
+  const auto *desc = in.flags & kFlagDescNull
+                         ? nullptr
+                         : reinterpret_cast<const fj_attention_desc *>(descBuffer.get());
+  const auto *args = in.flags & kFlagArgsNull
+                         ? nullptr
+                         : reinterpret_cast<const fj_forward_args *>(argsBuffer.get());
+
+  fj_status descStatus = fj_validate_attention_desc(desc);
+  FJ_FUZZ_CHECK(knownStatus(descStatus), "desc status %d", (int)descStatus);
+  checkFailureMessage(descStatus, "fj_validate_attention_desc");
+
+  fj_status status = fj_validate_forward_args(desc, args);
+  FJ_FUZZ_CHECK(knownStatus(status), "status %d", (int)status);
+  checkFailureMessage(status, "fj_validate_forward_args");
+  std::string message = fj_last_error_message();
+  FJ_FUZZ_CHECK(fj_validate_forward_args(desc, args) == status &&
+                    message == fj_last_error_message(),
+                "a second call answered differently");
+  if (descStatus != FJ_SUCCESS) {
+    FJ_FUZZ_CHECK(status == descStatus, "desc status %d but args status %d", (int)descStatus,
+                  (int)status);
+    return 0;
+  }
+  if (status == FJ_SUCCESS) {
+    auto checked = flashjit::api::checkDesc(desc);
+    FJ_FUZZ_CHECK((bool)checked, "desc accepted, then rejected");
+    checkParams(*checked, args);
+  }
+  return 0;
+}

@@ -1,0 +1,73 @@
+// A valid description and matching forward arguments for the C API tests, and a
+// check that a call failed with the expected status and a message naming the field.
+#pragma once
+
+#include "flashjit/flashjit.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+namespace flashjit::apitest {
+
+// Aligned, never dereferenced (validation only looks at the addresses).
+inline void *fakeDevicePointer(uintptr_t index) {
+  return reinterpret_cast<void *>((uintptr_t)0x7f0000000000 + index * 0x10000000);
+}
+
+inline fj_attention_desc validDesc() {
+  fj_attention_desc desc;
+  fj_attention_desc_init(&desc);
+  desc.dtype = FJ_DTYPE_BF16;
+  desc.head_dim = 128;
+  desc.head_dim_v = 0;
+  desc.causal = 1;
+  desc.num_heads_q = 8;
+  desc.num_heads_kv = 2;
+  return desc;
+}
+
+// BSHD, packed: batch 2, 128 queries, 256 keys.
+inline fj_forward_args validArgs(const fj_attention_desc &desc) {
+  fj_forward_args a;
+  fj_forward_args_init(&a);
+  a.q = fakeDevicePointer(1);
+  a.k = fakeDevicePointer(2);
+  a.v = fakeDevicePointer(3);
+  a.o = fakeDevicePointer(4);
+  a.batch = 2;
+  a.seqlen_q = 128;
+  a.seqlen_k = 256;
+  const int64_t d = desc.head_dim, dv = desc.head_dim_v ? desc.head_dim_v : d;
+  const int64_t hq = desc.num_heads_q, hkv = desc.num_heads_kv;
+  a.q_head_stride = d, a.q_seq_stride = hq * d, a.q_batch_stride = a.seqlen_q * hq * d;
+  a.k_head_stride = d, a.k_seq_stride = hkv * d, a.k_batch_stride = a.seqlen_k * hkv * d;
+  a.v_head_stride = dv, a.v_seq_stride = hkv * dv, a.v_batch_stride = a.seqlen_k * hkv * dv;
+  a.o_head_stride = dv, a.o_seq_stride = hq * dv, a.o_batch_stride = a.seqlen_q * hq * dv;
+  return a;
+}
+
+// The call's status is `expected` and the thread's message contains every fragment.
+inline ::testing::AssertionResult failsWith(fj_status status, fj_status expected,
+                                            std::initializer_list<const char *> fragments) {
+  std::string message = fj_last_error_message();
+  if (status != expected)
+    return ::testing::AssertionFailure()
+           << "status " << fj_status_string(status) << ", expected "
+           << fj_status_string(expected) << " (message: \"" << message << "\")";
+  for (const char *fragment : fragments)
+    if (message.find(fragment) == std::string::npos)
+      return ::testing::AssertionFailure()
+             << "message \"" << message << "\" does not mention \"" << fragment << "\"";
+  return ::testing::AssertionSuccess();
+}
+
+inline ::testing::AssertionResult succeeds(fj_status status) {
+  if (status == FJ_SUCCESS)
+    return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << fj_status_string(status) << ": "
+                                       << fj_last_error_message();
+}
+
+} // namespace flashjit::apitest
