@@ -1,0 +1,129 @@
+// Shape buckets: rounding, keys, distance, and the dispatch of a launch to its
+// bucket's winner or the nearest tuned bucket (no GPU).
+#include "tuner/bucket.h"
+#include "tuner/tuner.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+using namespace flashjit;
+using tuner::Bucket;
+using tuner::Selection;
+using tuner::Tuner;
+
+namespace {
+
+TEST(Bucket, RoundsEachSizeUpToAPowerOfTwo) {
+  Bucket b = Bucket::forShape(1000, 1025, 48);
+  EXPECT_EQ(b.seqQ, 1024);
+  EXPECT_EQ(b.seqK, 2048);
+  EXPECT_EQ(b.batchHeads, 64);
+  EXPECT_EQ(Bucket::forShape(1024, 1024, 32), (Bucket{1024, 1024, 32}));
+  EXPECT_EQ(Bucket::forShape(1, 1, 1), (Bucket{1, 1, 1}));
+  EXPECT_EQ(Bucket::forShape(0, -5, 0), (Bucket{1, 1, 1}));
+  EXPECT_EQ(Bucket::forShape(3, 5, 17), (Bucket{4, 8, 32}));
+  EXPECT_EQ(Bucket::forShape(2000000000, 1, 1).seqQ, 1 << 30) << "no overflow";
+}
+
+TEST(Bucket, KeyRoundTrips) {
+  Bucket b{2048, 512, 64};
+  EXPECT_EQ(b.key(), "q2048.k512.bh64");
+  auto parsed = Bucket::parse(b.key());
+  ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
+  EXPECT_EQ(*parsed, b);
+  for (const char *bad : {"", "q1024.k1024", "q1000.k1024.bh64", "k1024.q1024.bh64",
+                          "q1024.k1024.bh0", "q1024.k1024.bh64.x", "qx.k1.bh1"}) {
+    auto p = Bucket::parse(bad);
+    EXPECT_FALSE(bool(p)) << bad;
+    llvm::consumeError(p.takeError());
+  }
+}
+
+TEST(Bucket, DistanceCountsDoublings) {
+  Bucket a{1024, 1024, 32};
+  EXPECT_EQ(a.distance(a), 0);
+  EXPECT_DOUBLE_EQ(a.distance({2048, 1024, 32}), 1);
+  EXPECT_DOUBLE_EQ(a.distance({256, 1024, 32}), 2);
+  EXPECT_DOUBLE_EQ(a.distance({2048, 2048, 64}), 3);
+  EXPECT_DOUBLE_EQ(a.distance({2048, 512, 32}), 2) << "|+1| + |-1|";
+  EXPECT_DOUBLE_EQ(Bucket({2048, 2048, 64}).distance(a), 3) << "symmetric";
+}
+
+TEST(Bucket, NearestPrefersExactThenNearestThenSmaller) {
+  std::vector<Bucket> tuned = {{1024, 1024, 32}, {4096, 4096, 32}, {16384, 16384, 32}};
+  EXPECT_EQ(tuner::nearestBucket(tuned, {4096, 4096, 32}), 1);
+  EXPECT_EQ(tuner::nearestBucket(tuned, {8192, 8192, 32}), 1) << "distance 2 vs 2: smaller";
+  EXPECT_EQ(tuner::nearestBucket(tuned, {16384, 8192, 32}), 2) << "distance 1 vs 3";
+  EXPECT_EQ(tuner::nearestBucket(tuned, {512, 512, 32}), 0);
+  EXPECT_EQ(tuner::nearestBucket(tuned, {1024, 1024, 1}), 0);
+  EXPECT_EQ(tuner::nearestBucket({}, {1024, 1024, 32}), -1);
+  // The order of the tuned list does not change the answer.
+  std::vector<Bucket> reversed(tuned.rbegin(), tuned.rend());
+  EXPECT_EQ(reversed[tuner::nearestBucket(reversed, {8192, 8192, 32})], tuned[1]);
+}
+
+TEST(Bucket, TimingShapeSplitsBatchAndHeads) {
+  generator::KernelSpec spec;
+  spec.headDim = spec.headDimV = 64;
+  auto s = tuner::timingShape(spec, {4096, 2048, 64});
+  EXPECT_EQ(s.batch, 4);
+  EXPECT_EQ(s.headsQ, 16);
+  EXPECT_EQ(s.headsKV, 16);
+  EXPECT_EQ(s.seqQ, 4096);
+  EXPECT_EQ(s.seqK, 2048);
+  EXPECT_EQ(s.headDim, 64);
+  EXPECT_EQ(s.layout, tuner::Layout::BSHD);
+  auto small = tuner::timingShape(spec, {128, 128, 4});
+  EXPECT_EQ(small.batch, 1);
+  EXPECT_EQ(small.headsQ, 4);
+}
+
+TEST(Bucket, CorrectnessShapesAreAwkward) {
+  generator::KernelSpec spec;
+  auto shapes = tuner::correctnessShapes(spec);
+  ASSERT_GE(shapes.size(), 2u);
+  bool qShorter = false, kShorter = false, gqa = false;
+  for (const auto &s : shapes) {
+    EXPECT_NE(s.seqQ % 16, 0);
+    EXPECT_NE(s.seqK % 16, 0);
+    qShorter |= s.seqQ < s.seqK;
+    kShorter |= s.seqQ > s.seqK;
+    gqa |= s.headsKV < s.headsQ;
+  }
+  EXPECT_TRUE(qShorter && kShorter && gqa);
+}
+
+Selection variant(Bucket b, const char *tile) {
+  Selection s;
+  s.bucket = b;
+  s.tile = *generator::TileConfig::parse(tile);
+  return s;
+}
+
+TEST(Dispatch, ExactBucketThenNearestWithANote) {
+  std::vector<Selection> variants = {variant({1024, 1024, 32}, "bm64.bn64.w4.s2"),
+                                     variant({8192, 8192, 32}, "bm128.bn64.w8.s2")};
+  const Selection *exact = Tuner::dispatch(variants, {1024, 1024, 32});
+  ASSERT_EQ(exact, &variants[0]);
+  EXPECT_EQ(Tuner::dispatchNote(*exact, {1024, 1024, 32}), "tuned for q1024.k1024.bh32");
+
+  const Selection *near = Tuner::dispatch(variants, Bucket::forShape(6000, 6000, 20));
+  ASSERT_EQ(near, &variants[1]);
+  EXPECT_EQ(Tuner::dispatchNote(*near, Bucket::forShape(6000, 6000, 20)),
+            "tuned for q8192.k8192.bh32")
+      << "6000 x 6000 x 20 rounds up to the tuned bucket";
+}
+
+TEST(Dispatch, NeverTunedBucketFallsBackToTheNearest) {
+  std::vector<Selection> variants = {variant({1024, 1024, 32}, "bm64.bn64.w4.s2"),
+                                     variant({8192, 8192, 32}, "bm128.bn64.w8.s2")};
+  Bucket wanted{2048, 2048, 32};
+  const Selection *chosen = Tuner::dispatch(variants, wanted);
+  ASSERT_EQ(chosen, &variants[0]);
+  EXPECT_EQ(Tuner::dispatchNote(*chosen, wanted),
+            "bucket q2048.k2048.bh32 never tuned: using nearest tuned bucket q1024.k1024.bh32");
+  EXPECT_EQ(Tuner::dispatch({}, wanted), nullptr) << "nothing tuned: the caller's default";
+}
+
+} // namespace

@@ -1,0 +1,98 @@
+// What a tuning row records: the candidates JSON (every candidate's fate, the protocol)
+// and the clocks JSON, with and without NVML (no GPU needed).
+#include "tuner/tune_record.h"
+
+#include "runtime/clocks.h"
+
+#include "llvm/Support/JSON.h"
+
+#include <gtest/gtest.h>
+
+using namespace flashjit;
+
+namespace {
+
+TEST(TuneRecord, CandidatesJsonKeepsEveryFateAndTheProtocol) {
+  tuner::TuneRecord r;
+  r.spec = "fwd_mma.bf16.d128.dv128.causal.sm90a";
+  r.bucket = "q1024.k1024.bh32";
+  r.mode = "default";
+  r.timingShape.batch = 2;
+  r.timingShape.headsQ = 16;
+  r.winner = "bm128.bn64.w8.s2";
+  r.ties = {"bm128.bn64.w8.s2"};
+  tuner::CandidateRecord wrong;
+  wrong.tile = {128, 64, 8, 2};
+  wrong.fate = tuner::CandidateFate::Wrong;
+  wrong.reason = "wrong output";
+  wrong.checked = true;
+  wrong.maxError = 1.5;
+  wrong.registers = 214;
+  tuner::CandidateRecord timed;
+  timed.tile = {64, 64, 4, 2};
+  timed.fate = tuner::CandidateFate::Timed;
+  timed.timed = true;
+  timed.measurement.medianUs = 123.4567;
+  timed.measurement.runs = 50;
+  timed.winner = true;
+  tuner::CandidateRecord pruned;
+  pruned.tile = {256, 128, 8, 3};
+  pruned.fate = tuner::CandidateFate::PrunedFit;
+  pruned.reason = "does not fit";
+  r.candidates = {wrong, timed, pruned};
+
+  auto parsed = llvm::json::parse(tuner::candidatesJson(r));
+  ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
+  const llvm::json::Object *o = parsed->getAsObject();
+  ASSERT_NE(o, nullptr);
+  EXPECT_EQ(o->getInteger("protocol").getValueOr(-1), tuner::kMeasurementProtocolVersion);
+  EXPECT_EQ(o->getString("winner"), llvm::StringRef("bm128.bn64.w8.s2"));
+  ASSERT_NE(o->getObject("measure"), nullptr);
+  const llvm::json::Array *c = o->getArray("candidates");
+  ASSERT_NE(c, nullptr);
+  ASSERT_EQ(c->size(), 3u);
+  EXPECT_EQ((*c)[0].getAsObject()->getString("fate"), llvm::StringRef("wrong"));
+  EXPECT_EQ((*c)[0].getAsObject()->getNumber("max_error").getValueOr(-1), 1.5);
+  EXPECT_EQ((*c)[1].getAsObject()->getString("fate"), llvm::StringRef("timed"));
+  EXPECT_EQ((*c)[1].getAsObject()->getNumber("median_us").getValueOr(-1), 123.457);
+  EXPECT_EQ((*c)[1].getAsObject()->getBoolean("winner").getValueOr(false), true);
+  EXPECT_EQ((*c)[2].getAsObject()->getString("fate"), llvm::StringRef("pruned-fit"));
+  EXPECT_EQ((*c)[2].getAsObject()->getString("reason"), llvm::StringRef("does not fit"));
+}
+
+TEST(TuneRecord, ClocksJsonWithAndWithoutNvml) {
+  runtime::ClockReading missing;
+  missing.reason = "NVML not found";
+  auto none = llvm::json::parse(tuner::clocksJson(missing, missing, 1980000));
+  ASSERT_TRUE(bool(none));
+  EXPECT_EQ(none->getAsObject()->getString("source"), llvm::StringRef("unavailable"));
+  EXPECT_EQ(none->getAsObject()->getString("reason"), llvm::StringRef("NVML not found"));
+  EXPECT_EQ(none->getAsObject()->getInteger("driver_peak_sm_mhz").getValueOr(-1), 1980);
+
+  runtime::ClockReading before, after;
+  before.available = after.available = true;
+  before.smMHz = 1755;
+  after.smMHz = 1980;
+  after.maxSmMHz = 1980;
+  auto seen = llvm::json::parse(tuner::clocksJson(before, after, 1980000));
+  ASSERT_TRUE(bool(seen));
+  EXPECT_EQ(seen->getAsObject()->getString("source"), llvm::StringRef("nvml"));
+  EXPECT_EQ(seen->getAsObject()->getInteger("sm_mhz_before").getValueOr(-1), 1755);
+  EXPECT_EQ(seen->getAsObject()->getInteger("sm_mhz_after").getValueOr(-1), 1980);
+}
+
+TEST(Clocks, ReadingSaysWhyWhenUnavailable) {
+  runtime::ClockReading r = runtime::readClocks(0);
+  if (r.available) {
+    EXPECT_GT(r.smMHz, 0u);
+    EXPECT_FALSE(r.pciBusId.empty());
+  } else {
+    EXPECT_FALSE(r.reason.empty());
+  }
+  // A device that does not exist is never "available".
+  runtime::ClockReading bogus = runtime::readClocks(1000);
+  EXPECT_FALSE(bogus.available);
+  EXPECT_FALSE(bogus.reason.empty());
+}
+
+} // namespace

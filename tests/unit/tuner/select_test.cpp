@@ -1,0 +1,91 @@
+// Choosing the winner: ties within the noise go to the smaller footprint, so the
+// choice does not depend on which of two equal kernels happened to measure faster,
+// nor on the order the candidates were timed in (no GPU).
+#include "tuner/select.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+using namespace flashjit;
+using tuner::RankedCandidate;
+
+namespace {
+
+RankedCandidate cand(const char *tile, int shared, int regs, double us, double spread = 0) {
+  RankedCandidate c;
+  c.tile = *generator::TileConfig::parse(tile);
+  c.sharedBytes = shared;
+  c.registers = regs;
+  c.medianUs = us;
+  c.spread = spread;
+  return c;
+}
+
+TEST(Select, ClearlyFasterWins) {
+  std::vector<RankedCandidate> c = {cand("bm128.bn64.w8.s2", 98304, 214, 100.0),
+                                    cand("bm64.bn64.w4.s2", 49152, 200, 95.0)};
+  EXPECT_EQ(tuner::pickWinner(c), 1);
+  c[1].medianUs = 110;
+  EXPECT_EQ(tuner::pickWinner(c), 0) << "a smaller footprint does not beat a 10% gap";
+}
+
+TEST(Select, TiesWithinOnePercentGoToTheSmallerFootprint) {
+  std::vector<RankedCandidate> c = {cand("bm128.bn64.w8.s2", 98304, 214, 100.0),
+                                    cand("bm64.bn64.w4.s2", 49152, 228, 100.8),
+                                    cand("bm128.bn32.w8.s2", 65536, 173, 103.0)};
+  EXPECT_EQ(tuner::pickWinner(c), 1);
+  auto ties = tuner::tiedWithFastest(c);
+  EXPECT_EQ(ties, (std::vector<int>{0, 1}));
+}
+
+TEST(Select, FootprintOrderIsSharedThenRegistersThenKey) {
+  std::vector<RankedCandidate> c = {cand("bm128.bn64.w8.s3", 49152, 200, 100.0),
+                                    cand("bm128.bn64.w8.s2", 49152, 180, 100.0),
+                                    cand("bm64.bn64.w4.s2", 49152, 180, 100.0)};
+  EXPECT_EQ(tuner::pickWinner(c), 1) << "fewer registers; then 'bm128...' < 'bm64...'";
+  c[2].registers = 170;
+  EXPECT_EQ(tuner::pickWinner(c), 2);
+}
+
+TEST(Select, MeasuredSpreadWidensTheBandUpToFivePercent) {
+  std::vector<RankedCandidate> c = {cand("bm128.bn64.w8.s2", 98304, 214, 100.0, 0.04),
+                                    cand("bm64.bn64.w4.s2", 49152, 200, 103.5)};
+  EXPECT_EQ(tuner::pickWinner(c), 1) << "3.5% is inside a 4% spread";
+  c[0].spread = 0.02;
+  EXPECT_EQ(tuner::pickWinner(c), 0);
+  c[0].spread = 0.5;  // very noisy: still no more than 5%
+  c[1].medianUs = 106;
+  EXPECT_EQ(tuner::pickWinner(c), 0);
+  EXPECT_DOUBLE_EQ(tuner::tieTolerance(0), 0.01);
+  EXPECT_DOUBLE_EQ(tuner::tieTolerance(0.03), 0.03);
+  EXPECT_DOUBLE_EQ(tuner::tieTolerance(1.0), 0.05);
+  EXPECT_DOUBLE_EQ(tuner::tieTolerance(NAN), 0.01);
+}
+
+TEST(Select, OrderOfCandidatesDoesNotMatter) {
+  std::vector<RankedCandidate> c = {cand("bm128.bn64.w8.s2", 98304, 214, 100.0),
+                                    cand("bm64.bn64.w4.s2", 49152, 228, 100.5),
+                                    cand("bm64.bn32.w4.s2", 32768, 171, 100.7),
+                                    cand("bm256.bn64.w8.s2", 131072, 255, 99.8)};
+  std::string expected = c[tuner::pickWinner(c)].tile.key();
+  EXPECT_EQ(expected, "bm64.bn32.w4.s2");
+  std::sort(c.begin(), c.end(), [](auto &a, auto &b) { return a.tile.key() < b.tile.key(); });
+  do {
+    EXPECT_EQ(c[tuner::pickWinner(c)].tile.key(), expected);
+  } while (std::next_permutation(c.begin(), c.end(), [](auto &a, auto &b) {
+    return a.tile.key() < b.tile.key();
+  }));
+}
+
+TEST(Select, IgnoresMissingTimes) {
+  std::vector<RankedCandidate> none;
+  EXPECT_EQ(tuner::pickWinner(none), -1);
+  std::vector<RankedCandidate> c = {cand("bm64.bn32.w4.s2", 1, 1, 0),
+                                    cand("bm64.bn64.w4.s2", 2, 2, NAN),
+                                    cand("bm128.bn64.w8.s2", 3, 3, 50)};
+  EXPECT_EQ(tuner::pickWinner(c), 2);
+}
+
+} // namespace

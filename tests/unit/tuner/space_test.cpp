@@ -1,0 +1,189 @@
+// The candidate space and its pruning (no GPU): enumeration, fit, the register and
+// roofline models, exhaustive mode, the test-only candidate list, and the model's
+// heuristic choice.
+#include "tuner/space.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+using namespace flashjit;
+using generator::DType;
+using generator::KernelSpec;
+using generator::TileConfig;
+using tuner::Bucket;
+using tuner::SpaceEntry;
+using tuner::Verdict;
+
+namespace {
+
+KernelSpec spec(int d, bool causal = false, const char *target = "sm_90a") {
+  KernelSpec s;
+  s.dtype = DType::BF16;
+  s.headDim = s.headDimV = d;
+  s.causal = causal;
+  s.target = target;
+  return s;
+}
+
+tuner::DeviceModel h100() {
+  auto m = tuner::deviceModelForPreset("H100");
+  EXPECT_TRUE(bool(m)) << llvm::toString(m.takeError());
+  return *m;
+}
+
+int count(const std::vector<SpaceEntry> &space, Verdict v) {
+  return (int)std::count_if(space.begin(), space.end(),
+                            [&](const SpaceEntry &e) { return e.verdict == v; });
+}
+
+const SpaceEntry *find(const std::vector<SpaceEntry> &space, const char *key) {
+  for (const SpaceEntry &e : space)
+    if (e.tile.key() == key)
+      return &e;
+  return nullptr;
+}
+
+void print(const std::vector<SpaceEntry> &space) {
+  for (const SpaceEntry &e : space)
+    std::printf("  %-18s %-15s %8.1f us  regs~%3d  %d/SM  %s\n", e.tile.key().c_str(),
+                tuner::verdictName(e.verdict).str().c_str(), e.estimate.modelSeconds * 1e6,
+                e.estimate.registers, e.estimate.blocksPerSM, e.reason.c_str());
+}
+
+TEST(Space, EnumeratesSixteenOrThirtyTwoRowsPerWarp) {
+  std::vector<TileConfig> tiles = tuner::enumerateTiles(spec(128));
+  // (64,4) (128,4) (128,8) (256,8) x 3 blockN x 2 stages.
+  EXPECT_EQ(tiles.size(), 24u);
+  std::set<std::string> keys;
+  for (const TileConfig &t : tiles) {
+    int rows = t.blockM / t.warps;
+    EXPECT_TRUE(rows == 16 || rows == 32) << t.key();
+    EXPECT_EQ(t.blockN % 16, 0);
+    EXPECT_GE(t.stages, 2);
+    keys.insert(t.key());
+  }
+  EXPECT_EQ(keys.size(), tiles.size()) << "duplicates";
+  EXPECT_TRUE(keys.count("bm128.bn64.w8.s2"));
+  EXPECT_TRUE(keys.count("bm64.bn32.w4.s3"));
+  EXPECT_FALSE(keys.count("bm64.bn64.w8.s2")) << "8 rows per warp";
+  EXPECT_FALSE(keys.count("bm256.bn64.w4.s2")) << "64 rows per warp";
+}
+
+TEST(Space, PrunesWhatCannotFitSharedMemory) {
+  // d=256 on sm_86 (99 KB per block): big K/V stages cannot fit.
+  auto space = tuner::buildSpace(spec(256, false, "sm_86"), Bucket::forShape(4096, 4096, 32),
+                                 h100());
+  const SpaceEntry *big = find(space, "bm256.bn128.w8.s3");
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(big->verdict, Verdict::PrunedFit);
+  EXPECT_NE(big->reason.find("shared memory"), std::string::npos) << big->reason;
+  for (const SpaceEntry &e : space) {
+    if (e.verdict != Verdict::PrunedFit) {
+      EXPECT_LE(generator::sharedBytes(spec(256, false, "sm_86"), e.tile), 99 * 1024)
+          << e.tile.key();
+    }
+  }
+}
+
+TEST(Space, PrunesTilesWhoseAccumulatorsSpill) {
+  auto space = tuner::buildSpace(spec(128), Bucket::forShape(4096, 4096, 32), h100());
+  print(space);
+  // 32 rows per warp x (O: 128 cols + S: 128 keys) = 256 accumulator registers.
+  const SpaceEntry *e = find(space, "bm128.bn128.w4.s2");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->verdict, Verdict::PrunedModel);
+  EXPECT_NE(e->reason.find("spill"), std::string::npos) << e->reason;
+  // 16 rows per warp at the same blockN fits.
+  const SpaceEntry *ok = find(space, "bm128.bn128.w8.s2");
+  ASSERT_NE(ok, nullptr);
+  EXPECT_EQ(ok->verdict, Verdict::Candidate) << ok->reason;
+  EXPECT_GE(count(space, Verdict::Candidate), 10);
+}
+
+TEST(Space, CandidatesComeFirstInModelOrder) {
+  auto space = tuner::buildSpace(spec(128, true), Bucket::forShape(2048, 2048, 16), h100());
+  bool pruned = false;
+  double last = 0;
+  for (const SpaceEntry &e : space) {
+    if (e.verdict != Verdict::Candidate) {
+      pruned = true;
+      continue;
+    }
+    EXPECT_FALSE(pruned) << e.tile.key() << " after a pruned tile";
+    EXPECT_GE(e.estimate.modelSeconds, last) << e.tile.key();
+    last = e.estimate.modelSeconds;
+  }
+}
+
+TEST(Space, SmallBucketPrunesTilesThatLeaveTheGpuIdle) {
+  // 256 queries x 4 heads: blockM 256 makes 4 CTAs for 132 SMs, blockM 64 makes 16.
+  auto space = tuner::buildSpace(spec(64), Bucket::forShape(256, 256, 4), h100());
+  print(space);
+  const SpaceEntry *big = find(space, "bm256.bn64.w8.s2");
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(big->verdict, Verdict::PrunedModel) << big->reason;
+  EXPECT_NE(big->reason.find("cannot win"), std::string::npos);
+  const SpaceEntry *small = find(space, "bm64.bn64.w4.s2");
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(small->verdict, Verdict::Candidate) << small->reason;
+}
+
+TEST(Space, ExhaustivePrunesOnlyWhatCannotFit) {
+  Bucket b = Bucket::forShape(256, 256, 4);
+  tuner::SpaceOptions exhaustive;
+  exhaustive.pruneByModel = false;
+  auto all = tuner::buildSpace(spec(128), b, h100(), exhaustive);
+  auto pruned = tuner::buildSpace(spec(128), b, h100());
+  EXPECT_EQ(count(all, Verdict::PrunedModel), 0);
+  EXPECT_GT(count(pruned, Verdict::PrunedModel), 0);
+  EXPECT_EQ(count(all, Verdict::PrunedFit), count(pruned, Verdict::PrunedFit));
+  EXPECT_GT(count(all, Verdict::Candidate), count(pruned, Verdict::Candidate));
+}
+
+TEST(Space, CandidateListOverridesTheSpace) {
+  tuner::SpaceOptions options;
+  options.only = {{128, 64, 8, 2}, {64, 64, 4, 2}, {64, 64, 8, 2} /* 8 rows per warp */};
+  auto space = tuner::buildSpace(spec(128), Bucket::forShape(1024, 1024, 32), h100(), options);
+  ASSERT_EQ(space.size(), 3u);
+  EXPECT_EQ(count(space, Verdict::Candidate), 2);
+  EXPECT_EQ(find(space, "bm64.bn64.w8.s2")->verdict, Verdict::PrunedFit);
+}
+
+TEST(Space, HeuristicPrefersTheDefaultTileAmongModelTies) {
+  KernelSpec s = spec(128);
+  auto space = tuner::buildSpace(s, Bucket::forShape(16384, 16384, 32), h100());
+  const SpaceEntry *choice = tuner::heuristicChoice(space, s);
+  ASSERT_NE(choice, nullptr);
+  EXPECT_EQ(choice->verdict, Verdict::Candidate);
+  EXPECT_LE(choice->estimate.modelSeconds, space.front().estimate.modelSeconds * 1.01);
+  const SpaceEntry *preferred = find(space, generator::defaultTile(s).key().c_str());
+  ASSERT_NE(preferred, nullptr);
+  ASSERT_EQ(preferred->verdict, Verdict::Candidate);
+  ASSERT_LE(preferred->estimate.modelSeconds, space.front().estimate.modelSeconds * 1.01)
+      << "the default tile should tie with the best here";
+  EXPECT_EQ(choice->tile, generator::defaultTile(s));
+  EXPECT_FALSE(space.front().tile == generator::defaultTile(s)) << "the tie-break is not exercised";
+  // Nothing to choose from: no choice.
+  tuner::SpaceOptions none;
+  none.only = {{64, 64, 8, 2}};
+  EXPECT_EQ(tuner::heuristicChoice(tuner::buildSpace(s, Bucket{}, h100(), none), s), nullptr);
+}
+
+TEST(Space, ModelCountsCausalWasteAndOccupancy) {
+  tuner::DeviceModel gpu = h100();
+  Bucket b = Bucket::forShape(1024, 1024, 32);
+  auto small = tuner::estimateTile(spec(128, true), {64, 32, 4, 2}, b, gpu);
+  auto large = tuner::estimateTile(spec(128, true), {128, 128, 8, 2}, b, gpu);
+  EXPECT_GT(large.causalWaste, small.causalWaste);
+  EXPECT_GT(small.causalWaste, 0);
+  auto full = tuner::estimateTile(spec(128, false), {128, 64, 8, 2}, b, gpu);
+  EXPECT_NEAR(full.causalWaste, 0, 1e-9) << "1024 is a multiple of the tiles";
+  EXPECT_GE(full.blocksPerSM, 1);
+  EXPECT_EQ(full.ctas, 8 * 32);
+  EXPECT_GT(full.waveEfficiency, 0.9);
+  EXPECT_LE(full.waveEfficiency, 1.0);
+}
+
+} // namespace

@@ -1,0 +1,372 @@
+// `flashjit tune`: offline sweeps. Tunes the cross product of specs (head dims x
+// dtypes x causal) and buckets (sequence lengths x batch*heads) on the local GPUs,
+// resuming from the cache, with a progress line and a summary table; or, with
+// --compile-only (or no GPU at all), compiles the default tile of every spec for the
+// given targets so a build machine can prepare a deployment cache. --shard I/N takes
+// the I-th of N disjoint parts for job arrays; docs/TUNING.md shows how.
+#include "tools/command.h"
+
+#include "cache/cache.h"
+#include "runtime/driver.h"
+#include "runtime/nvrtc.h"
+#include "support/error.h"
+#include "tuner/gpu_specs.h"
+#include "tuner/sweep.h"
+#include "tuner/sweep_report.h"
+#include "tuner/tuner.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <map>
+
+namespace flashjit::tools {
+namespace {
+
+namespace cl = llvm::cl;
+using namespace flashjit::tuner;
+
+cl::SubCommand sub("tune",
+                   "Tune a sweep of specs and shape buckets on the local GPU(s) into the "
+                   "cache (or, with --compile-only or no GPU, compile them)");
+
+cl::OptionCategory sweepCat("tune: the sweep (no spec option: the default sweep)");
+cl::list<unsigned> headDims("head-dims", cl::desc("Head dims, comma-separated (e.g. 64,128)"),
+                            cl::CommaSeparated, cl::sub(sub), cl::cat(sweepCat));
+cl::list<std::string> dtypes("dtypes", cl::desc("Dtypes: bf16,fp16"), cl::CommaSeparated,
+                             cl::sub(sub), cl::cat(sweepCat));
+cl::opt<std::string> causal("causal", cl::desc("Causal: both, yes or no (default: both)"),
+                            cl::sub(sub), cl::cat(sweepCat));
+cl::list<unsigned> seqlens("seqlens",
+                           cl::desc("Sequence lengths (seqlen_q = seqlen_k), e.g. "
+                                    "512,1024,2048"),
+                           cl::CommaSeparated, cl::sub(sub), cl::cat(sweepCat));
+cl::list<unsigned> batchHeads("batch-heads",
+                              cl::desc("batch x heads of the buckets (default: 32)"),
+                              cl::CommaSeparated, cl::sub(sub), cl::cat(sweepCat));
+cl::opt<std::string> family("family", cl::desc("Kernel family"), cl::init("fwd_mma"),
+                            cl::sub(sub), cl::cat(sweepCat));
+cl::opt<bool> defaultSweepFlag("default-sweep",
+                               cl::desc("The default sweep (what plain `flashjit tune` runs)"),
+                               cl::sub(sub), cl::cat(sweepCat));
+
+cl::OptionCategory runCat("tune: how");
+cl::opt<std::string> cachePath("cache",
+                               cl::desc("The cache DB to write (default: $FLASHJIT_CACHE, else "
+                                        "~/.cache/flashjit/cache.sqlite)"),
+                               cl::value_desc("file"), cl::sub(sub), cl::cat(runCat));
+cl::opt<double> budget("budget-s", cl::desc("Time budget per (spec, bucket) tune, seconds"),
+                       cl::init(30), cl::sub(sub), cl::cat(runCat));
+cl::opt<std::string> modeName("mode",
+                              cl::desc("default or exhaustive (no pruning by the model); "
+                                       "default: $FLASHJIT_TUNE, else default"),
+                              cl::sub(sub), cl::cat(runCat));
+cl::opt<bool> retune("retune", cl::desc("Tune again what the cache already has"),
+                     cl::sub(sub), cl::cat(runCat));
+cl::opt<bool> compileOnlyFlag("compile-only",
+                              cl::desc("No GPU needed: compile the default tile of every spec "
+                                       "for --targets into the cache"),
+                              cl::sub(sub), cl::cat(runCat));
+cl::list<std::string> targets("targets",
+                              cl::desc("--compile-only targets (default: sm_80,sm_86,sm_89,"
+                                       "sm_90a)"),
+                              cl::CommaSeparated, cl::sub(sub), cl::cat(runCat));
+cl::list<unsigned> devices("devices",
+                           cl::desc("GPUs to tune on, one worker each (default: 0)"),
+                           cl::CommaSeparated, cl::sub(sub), cl::cat(runCat));
+cl::opt<std::string> shardText("shard",
+                               cl::desc("I/N: only the I-th of N disjoint parts of the sweep "
+                                        "(for job arrays; merge with `flashjit cache merge`)"),
+                               cl::sub(sub), cl::cat(runCat));
+cl::opt<unsigned> jobs("jobs", cl::desc("Compile threads (default: one per core)"),
+                       cl::init(0), cl::sub(sub), cl::cat(runCat));
+cl::opt<bool> verbose("verbose", cl::desc("Log each tune's steps and rejections"),
+                      cl::sub(sub), cl::cat(runCat));
+
+int fail(llvm::Error err) {
+  llvm::errs() << "flashjit tune: " << takeErrorReport(std::move(err)).message << "\n";
+  return 1;
+}
+
+bool anySpecOption() {
+  return headDims.getNumOccurrences() || dtypes.getNumOccurrences() ||
+         causal.getNumOccurrences() || seqlens.getNumOccurrences() ||
+         batchHeads.getNumOccurrences();
+}
+
+// The sweep: the default one, with any option given replacing its part.
+llvm::Expected<SweepConfig> sweepConfig() {
+  SweepConfig c = defaultSweep();
+  llvm::Expected<generator::Family> fam = generator::parseFamily(family);
+  if (!fam)
+    return fam.takeError();
+  c.family = *fam;
+  if (headDims.getNumOccurrences())
+    c.headDims.assign(headDims.begin(), headDims.end());
+  if (dtypes.getNumOccurrences()) {
+    c.dtypes.clear();
+    for (const std::string &name : dtypes) {
+      llvm::Expected<generator::DType> d = generator::parseDType(name);
+      if (!d)
+        return d.takeError();
+      c.dtypes.push_back(*d);
+    }
+  }
+  if (causal.getNumOccurrences()) {
+    llvm::Expected<std::vector<bool>> choice = parseCausalChoice(causal);
+    if (!choice)
+      return choice.takeError();
+    c.causal = *choice;
+  }
+  if (seqlens.getNumOccurrences())
+    c.seqlens.assign(seqlens.begin(), seqlens.end());
+  if (batchHeads.getNumOccurrences())
+    c.batchHeads.assign(batchHeads.begin(), batchHeads.end());
+  for (int d : c.headDims) {
+    generator::KernelSpec probe;
+    probe.headDim = probe.headDimV = d;
+    if (llvm::Error err = generator::validateSpec(probe))
+      return std::move(err);
+  }
+  for (int v : c.seqlens)
+    if (v < 1)
+      return makeError(ErrorCode::InvalidValue, "--seqlens: {0} is not a length", v);
+  for (int v : c.batchHeads)
+    if (v < 1)
+      return makeError(ErrorCode::InvalidValue, "--batch-heads: {0} is not a count", v);
+  if (c.headDims.empty() || c.dtypes.empty() || c.causal.empty() || c.seqlens.empty() ||
+      c.batchHeads.empty())
+    return makeError(ErrorCode::InvalidValue, "the sweep is empty");
+  return c;
+}
+
+llvm::Expected<std::unique_ptr<cache::Cache>> openCache() {
+  cache::CacheOptions options;
+  if (cachePath.getNumOccurrences())
+    options.userPath = cachePath.getValue();
+  auto opened = cache::Cache::open(std::move(options));
+  if (opened && !(*opened)->persistent())
+    llvm::errs() << "flashjit tune: warning: the cache is in memory only ($FLASHJIT_CACHE is "
+                    "empty or the DB cannot be used): nothing will be kept; name one with "
+                    "--cache\n";
+  return opened;
+}
+
+// Items already done are reported from the cache and not redone (resume).
+struct Plan {
+  std::vector<SweepItem> all, pending;
+  std::map<std::string, SweepResult> cached; // by label
+};
+
+llvm::Expected<Plan> plan(cache::Cache &cache, std::vector<SweepItem> items,
+                          llvm::StringRef deviceKey, const GpuSpec *gpu) {
+  Plan p;
+  if (shardText.getNumOccurrences()) {
+    llvm::Expected<Shard> shard = parseShard(shardText);
+    if (!shard)
+      return shard.takeError();
+    items = shardItems(items, *shard);
+  }
+  p.all = items;
+  for (const SweepItem &item : items) {
+    llvm::Expected<bool> done = retune ? false : itemDone(cache, item, deviceKey);
+    if (!done)
+      return done.takeError();
+    if (!*done) {
+      p.pending.push_back(item);
+      continue;
+    }
+    llvm::Expected<SweepResult> r = cachedResult(cache, item, deviceKey, gpu);
+    if (!r)
+      return r.takeError();
+    p.cached[item.label()] = *r;
+  }
+  return p;
+}
+
+// The summary in the sweep's order, then the time per spec and the distribution of
+// cold tune times (the 30 s budget).
+int finish(const Plan &p, const SweepOutcome &outcome, bool tuning) {
+  std::map<std::string, SweepResult> byLabel = p.cached;
+  for (const SweepResult &r : outcome.results)
+    byLabel[r.item.label()] = r;
+  std::vector<SweepResult> ordered;
+  for (const SweepItem &item : p.all) {
+    auto it = byLabel.find(item.label());
+    if (it == byLabel.end()) {
+      // A worker tunes for its own device's target: find the result under its label.
+      for (const SweepResult &r : outcome.results)
+        if (r.item.bucket == item.bucket && r.item.spec.headDim == item.spec.headDim &&
+            r.item.spec.dtype == item.spec.dtype && r.item.spec.causal == item.spec.causal)
+          ordered.push_back(r);
+      continue;
+    }
+    ordered.push_back(it->second);
+  }
+  llvm::outs() << "\n";
+  printSummary(llvm::outs(), ordered);
+
+  int failed = 0;
+  std::vector<double> cold;
+  std::map<std::string, std::pair<double, int>> perSpec; // seconds, compilations
+  for (const SweepResult &r : outcome.results) {
+    if (r.status == SweepResult::Failed)
+      ++failed;
+    if (r.status == SweepResult::Tuned || r.status == SweepResult::Compiled) {
+      cold.push_back(r.seconds);
+      perSpec[r.item.spec.key()].first += r.seconds;
+      perSpec[r.item.spec.key()].second += r.compiled;
+    }
+  }
+  if (!perSpec.empty()) {
+    llvm::outs() << "\ntime per spec (compiling and " << (tuning ? "tuning" : "nothing else")
+                 << "):\n";
+    for (const auto &[spec, v] : perSpec)
+      llvm::outs() << llvm::formatv("  {0,-44} {1,8:F1} s  {2,4} compiled\n", spec, v.first,
+                                    v.second);
+  }
+  if (tuning && !cold.empty()) {
+    std::sort(cold.begin(), cold.end());
+    auto at = [&](double q) { return cold[std::min(cold.size() - 1, (size_t)(q * (cold.size() - 1) + 0.5))]; };
+    int within = (int)std::count_if(cold.begin(), cold.end(), [](double s) { return s <= budget; });
+    llvm::outs() << llvm::formatv("\ntune time per (spec, bucket), compile included: min {0:F1} s, "
+                                  "median {1:F1} s, p90 {2:F1} s, max {3:F1} s; {4} of {5} within "
+                                  "{6} s\n",
+                                  cold.front(), at(0.5), at(0.9), cold.back(), within,
+                                  cold.size(), budget.getValue());
+  }
+  llvm::outs() << llvm::formatv("{0} items: {1} done now, {2} from the cache, {3} failed; "
+                                "{4} compilations, {5} timings\n",
+                                p.all.size(), outcome.results.size() - failed, p.cached.size(),
+                                failed, outcome.counters.compilations, outcome.counters.timings);
+  return failed ? 1 : 0;
+}
+
+ProgressBar makeBar(int total) {
+  bool interactive = llvm::sys::Process::StandardErrIsDisplayed();
+  return ProgressBar(llvm::errs(), total, interactive,
+                     interactive ? llvm::sys::Process::StandardErrColumns() : 0);
+}
+
+int runCompileOnly(const SweepConfig &config, bool announce, const std::string &why) {
+  std::vector<std::string> list = targets.empty()
+                                      ? defaultCompileTargets()
+                                      : std::vector<std::string>(targets.begin(), targets.end());
+  for (const std::string &t : list) {
+    generator::KernelSpec probe;
+    probe.target = t;
+    if (llvm::Error err = generator::validateSpec(probe))
+      return fail(std::move(err));
+  }
+  if (announce)
+    llvm::errs() << "flashjit tune: no GPU (" << why << "): running the deviceless sweep: "
+                 << "compiling the default tile of each spec for " << llvm::join(list, ", ")
+                 << " into the cache\n";
+  if (seqlens.getNumOccurrences() || batchHeads.getNumOccurrences())
+    llvm::errs() << "flashjit tune: note: --compile-only compiles one tile per spec; "
+                    "--seqlens and --batch-heads do not change it\n";
+  auto cache = openCache();
+  if (!cache)
+    return fail(cache.takeError());
+  llvm::Expected<std::string> nvrtc = runtime::nvrtcVersion();
+  if (!nvrtc)
+    return fail(nvrtc.takeError());
+  llvm::Expected<Plan> p = plan(**cache, compileItems(config, list), "", nullptr);
+  if (!p)
+    return fail(p.takeError());
+  llvm::errs() << llvm::formatv("flashjit tune: {0} specs x targets{1}: {2} in the cache, {3} "
+                                "to compile (NVRTC {4}) -> {5}\n",
+                                p->all.size(),
+                                shardText.getNumOccurrences() ? " (shard " + shardText + ")" : "",
+                                p->cached.size(), p->pending.size(), *nvrtc,
+                                (*cache)->persistent() ? (*cache)->userPath() : "memory");
+  ProgressBar bar = makeBar((int)p->pending.size());
+  SweepOutcome outcome = runCompileSweep(**cache, p->pending, jobs, bar.callbacks());
+  bar.close();
+  return finish(*p, outcome, false);
+}
+
+int runTuneSweep(const SweepConfig &config) {
+  llvm::Expected<TuneMode> mode = modeName.getNumOccurrences()
+                                      ? parseTuneMode(modeName)
+                                      : tuneModeFromEnv(TuneMode::Default);
+  if (!mode)
+    return fail(mode.takeError());
+  if (*mode != TuneMode::Default && *mode != TuneMode::Exhaustive)
+    return fail(makeError(ErrorCode::InvalidValue,
+                          "a tune sweep runs in default or exhaustive mode, not {0}",
+                          tuneModeName(*mode)));
+  std::vector<int> ordinals(devices.begin(), devices.end());
+  if (ordinals.empty())
+    ordinals = {0};
+  auto first = runtime::Device::open(ordinals.front());
+  if (!first)
+    return fail(first.takeError());
+  const runtime::DeviceProperties props = (*first)->properties();
+  GpuSpec gpu = gpuSpecFromDevice(props);
+  auto cache = openCache();
+  if (!cache)
+    return fail(cache.takeError());
+  llvm::Expected<Plan> p = plan(**cache, tuneItems(config, props.target()), props.deviceKey(), &gpu);
+  if (!p)
+    return fail(p.takeError());
+  llvm::errs() << llvm::formatv(
+      "flashjit tune: {0} (spec, bucket) items{1} on {2} GPU(s) ({3}, {4}): {5} in the cache, "
+      "{6} to tune ({7} mode, {8} s budget each) -> {9}\n",
+      p->all.size(), shardText.getNumOccurrences() ? " (shard " + shardText + ")" : "",
+      ordinals.size(), props.name, props.target(), p->cached.size(), p->pending.size(),
+      tuneModeName(*mode), budget.getValue(),
+      (*cache)->persistent() ? (*cache)->userPath() : "memory");
+
+  TuneSweepOptions options;
+  options.devices = ordinals;
+  options.tuner.mode = *mode;
+  options.tuner.budgetSeconds = budget;
+  options.tuner.retune = retune;
+  options.tuner.compileThreads = jobs;
+  ProgressBar bar = makeBar((int)p->pending.size());
+  if (verbose)
+    options.tuner.log = [](llvm::StringRef line) { llvm::errs() << "\n" << line << "\n"; };
+  llvm::Expected<SweepOutcome> outcome =
+      tuner::runTuneSweep(**cache, p->pending, options, bar.callbacks());
+  bar.close();
+  if (!outcome)
+    return fail(outcome.takeError());
+  return finish(*p, *outcome, true);
+}
+
+int runTune() {
+  llvm::Expected<SweepConfig> config = sweepConfig();
+  if (!config)
+    return fail(config.takeError());
+  if (compileOnlyFlag)
+    return runCompileOnly(*config, false, "");
+  if (targets.getNumOccurrences())
+    return fail(makeError(ErrorCode::InvalidValue, "--targets goes with --compile-only (a "
+                                                   "tune uses the GPU's own target)"));
+  // Is there a GPU?
+  std::string why;
+  llvm::Expected<int> count = runtime::deviceCount();
+  if (!count)
+    why = takeErrorReport(count.takeError()).message;
+  else if (*count == 0)
+    why = "the CUDA driver reports no device";
+  if (!why.empty()) {
+    if (anySpecOption() && !defaultSweepFlag)
+      return fail(makeError(ErrorCode::NoDevice,
+                            "no GPU to tune on ({0}); to prepare a cache without one, add "
+                            "--compile-only --targets sm_80,sm_90a",
+                            why));
+    return runCompileOnly(*config, true, why);
+  }
+  return runTuneSweep(*config);
+}
+
+RegisterCommand reg(sub, &runTune);
+
+} // namespace
+} // namespace flashjit::tools

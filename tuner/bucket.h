@@ -1,0 +1,50 @@
+// Shape buckets: tuning results are kept per bucket of (seqlen_q, seqlen_k,
+// batch x query heads), each rounded up to a power of two, so that a handful of
+// tunes cover every size and a launch finds its winner with one lookup.
+#pragma once
+
+#include "generator/spec.h"
+#include "tuner/forward_problem.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace flashjit::tuner {
+
+struct Bucket {
+  int seqQ = 1, seqK = 1, batchHeads = 1;
+
+  // Each size rounded UP to a power of two (sizes < 1 count as 1).
+  static Bucket forShape(int seqQ, int seqK, int batchHeads);
+  // "q1024.k1024.bh64"; every field a power of two.
+  static llvm::Expected<Bucket> parse(llvm::StringRef key);
+  std::string key() const;
+  // Sum over the three fields of |log2(a / b)|: 0 for the same bucket, 1 per
+  // doubling or halving of one field.
+  double distance(const Bucket &other) const;
+  // A total order used to break ties between equally near buckets: by the number
+  // of scores (seqQ * seqK * batchHeads), then field by field.
+  bool smallerThan(const Bucket &other) const;
+  bool operator==(const Bucket &o) const {
+    return seqQ == o.seqQ && seqK == o.seqK && batchHeads == o.batchHeads;
+  }
+  bool operator!=(const Bucket &o) const { return !(*this == o); }
+};
+
+// Index of the bucket in `tuned` to use for `wanted`: the same bucket, else the
+// nearest by distance() (ties: the smaller bucket). -1 when `tuned` is empty.
+int nearestBucket(llvm::ArrayRef<Bucket> tuned, const Bucket &wanted);
+
+// The problem a bucket is timed on: its sizes exactly, batch x heads split as
+// batch = max(1, bh / 16), heads = bh / batch, MHA, layout BSHD, with the LSE.
+ForwardShape timingShape(const generator::KernelSpec &spec, const Bucket &bucket);
+
+// The small problems every candidate must pass before it is timed: sequence
+// lengths that are not multiples of any tile, seqlen_q < seqlen_k and the
+// reverse (causal rows that see no key), MHA and GQA.
+std::vector<ForwardShape> correctnessShapes(const generator::KernelSpec &spec);
+
+} // namespace flashjit::tuner

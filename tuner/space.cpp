@@ -1,0 +1,286 @@
+#include "tuner/space.h"
+
+#include "tuner/roofline.h"
+#include "tuner/select.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+namespace flashjit::tuner {
+namespace {
+
+// Registers a thread needs beyond its accumulators (addresses, indices, softmax
+// state, fragments in flight): the smallest overhead ptxas was seen to need for
+// fwd_mma, so that only tiles that surely spill are pruned before compiling.
+constexpr int kMinimalOverheadRegisters = 40;
+// A typical overhead, for the occupancy estimate.
+constexpr int kTypicalOverheadRegisters = 80;
+constexpr int kMaxRegistersPerThread = 255;
+// Shared memory the driver reserves per block (sm_80 and newer).
+constexpr int kReservedSharedPerBlock = 1024;
+// An SM keeps its tensor cores busy with mma.sync from about 8 resident warps.
+constexpr int kSaturatingWarps = 8;
+
+int ceilDiv(long long a, long long b) { return (int)((a + b - 1) / b); }
+
+AttentionShape attentionShape(const generator::KernelSpec &spec, const ForwardShape &s) {
+  AttentionShape a;
+  a.batch = s.batch;
+  a.headsQ = s.headsQ;
+  a.headsKV = s.headsKV;
+  a.seqQ = s.seqQ;
+  a.seqK = s.seqK;
+  a.headDim = spec.headDim;
+  a.headDimV = spec.headDimV;
+  a.causal = spec.causal;
+  a.elementBytes = 2;
+  return a;
+}
+
+// Throughput of an SM holding `warps` resident warps, relative to a saturated one.
+double smThroughput(int warps) {
+  return std::min(1.0, 0.5 + 0.5 * warps / kSaturatingWarps);
+}
+
+// Work the kernel does (query x key pairs computed, masked or not) over the pairs
+// that matter: key blocks are whole, and causal blocks stop at the diagonal of
+// their last row, so the diagonal tiles compute pairs that are then masked.
+double wastedWork(const generator::KernelSpec &spec, const generator::TileConfig &tile,
+                  int seqQ, int seqK) {
+  double computed = 0;
+  int diag = seqK - seqQ;
+  for (int q0 = 0; q0 < seqQ; q0 += tile.blockM) {
+    int rows = std::min(tile.blockM, seqQ - q0);
+    long long keys = seqK;
+    if (spec.causal) {
+      long long last = (long long)q0 + rows - 1 + diag;
+      keys = last < 0 ? 0 : std::min<long long>(seqK, last + 1);
+    }
+    long long blocks = (keys + tile.blockN - 1) / tile.blockN;
+    computed += (double)rows * (double)blocks * tile.blockN;
+  }
+  double visible = spec.causal ? (double)causalVisiblePairs(seqQ, seqK)
+                               : (double)seqQ * (double)seqK;
+  return visible > 0 ? std::max(0.0, computed / visible - 1) : 0;
+}
+
+bool rowsPerWarpAllowed(const generator::TileConfig &tile) {
+  if (tile.warps <= 0 || tile.blockM % tile.warps)
+    return false;
+  int rows = tile.blockM / tile.warps;
+  return rows == 16 || rows == 32;
+}
+
+} // namespace
+
+DeviceModel deviceModelFor(const runtime::DeviceProperties &props) {
+  DeviceModel m;
+  m.name = props.name;
+  m.gpu = gpuSpecFromDevice(props);
+  if (props.smCount > 0)
+    m.smCount = props.smCount;
+  if (props.maxSharedPerSM > 0)
+    m.sharedPerSM = props.maxSharedPerSM;
+  if (props.maxSharedPerBlockOptin > 0)
+    m.sharedPerBlock = props.maxSharedPerBlockOptin;
+  if (props.maxRegistersPerSM > 0)
+    m.registersPerSM = props.maxRegistersPerSM;
+  // Per-SM limits the driver does not report through DeviceProperties, from the CUDA
+  // programming guide's table of compute capabilities.
+  int cc = props.ccMajor * 10 + props.ccMinor;
+  if (cc == 86 || cc == 89 || cc >= 120) {
+    m.maxThreadsPerSM = 1536;
+    m.maxBlocksPerSM = cc == 86 ? 16 : 24;
+  }
+  return m;
+}
+
+llvm::Expected<DeviceModel> deviceModelForPreset(llvm::StringRef name) {
+  llvm::Expected<GpuSpec> gpu = lookupGpu(name);
+  if (!gpu)
+    return gpu.takeError();
+  DeviceModel m;
+  m.name = gpu->name;
+  m.gpu = *gpu;
+  if (gpu->smCount > 0)
+    m.smCount = gpu->smCount;
+  if (gpu->sharedPerSM > 0)
+    m.sharedPerSM = gpu->sharedPerSM;
+  if (gpu->sharedPerBlock > 0)
+    m.sharedPerBlock = gpu->sharedPerBlock;
+  return m;
+}
+
+std::string TileEstimate::limiter() const {
+  if (modelSeconds == computeSeconds)
+    return llvm::formatv("compute (waves {0:F0}%{1})", waveEfficiency * 100,
+                         causalWaste > 0.005
+                             ? llvm::formatv(", {0:F0}% masked work", causalWaste * 100).str()
+                             : std::string())
+        .str();
+  return modelSeconds == l2Seconds ? "L2 (K/V re-read per query tile)" : "HBM";
+}
+
+TileEstimate estimateTile(const generator::KernelSpec &spec, const generator::TileConfig &tile,
+                          const Bucket &bucket, const DeviceModel &device) {
+  TileEstimate e;
+  e.sharedBytes = generator::sharedBytes(spec, tile);
+  int warps = std::max(1, tile.warps);
+  int mTiles = std::max(1, tile.blockM / warps / 16);
+  // Per thread: O is mTiles x (dv/8) MMA tiles of 4 floats, S is mTiles x (bn/8) of 4,
+  // and Q's A fragments (4 registers per 16x16) when the template keeps them.
+  e.accumulatorRegisters = mTiles * spec.headDimV / 2 + mTiles * tile.blockN / 2 +
+                           (mTiles * spec.headDim <= 128 ? mTiles * spec.headDim / 4 : 0);
+  e.registers = std::min(kMaxRegistersPerThread,
+                         e.accumulatorRegisters + kTypicalOverheadRegisters);
+
+  // Occupancy: registers are allocated per warp in units of 256.
+  int registersPerWarp = ceilDiv((long long)e.registers * 32, 256) * 256;
+  int byRegisters = device.registersPerSM / (registersPerWarp * warps);
+  int byShared = device.sharedPerSM / (e.sharedBytes + kReservedSharedPerBlock);
+  int byThreads = device.maxThreadsPerSM / (warps * 32);
+  e.blocksPerSM = std::max(0, std::min({byRegisters, byShared, byThreads,
+                                        device.maxBlocksPerSM}));
+
+  ForwardShape shape = timingShape(spec, bucket);
+  e.ctas = (long long)ceilDiv(shape.seqQ, std::max(1, tile.blockM)) * shape.batch * shape.headsQ;
+  // The busiest SM runs ceil(ctas / SMs) CTAs, blocksPerSM at a time; a round with
+  // k resident CTAs runs at smThroughput(k x warps). Efficiency: the ideal (every SM
+  // saturated, work spread evenly) over that.
+  if (e.blocksPerSM > 0 && e.ctas > 0) {
+    long long busiest = (e.ctas + device.smCount - 1) / device.smCount;
+    long long full = busiest / e.blocksPerSM, rest = busiest % e.blocksPerSM;
+    double units = full * (e.blocksPerSM / smThroughput(e.blocksPerSM * warps));
+    if (rest)
+      units += rest / smThroughput((int)rest * warps);
+    e.waveEfficiency = ((double)e.ctas / device.smCount) / units;
+  }
+  e.causalWaste = wastedWork(spec, tile, shape.seqQ, shape.seqK);
+
+  AttentionShape a = attentionShape(spec, shape);
+  double flops = (double)attentionFlops(a);
+  double bandwidth = device.gpu.hbmBytesPerSec > 0 ? device.gpu.hbmBytesPerSec : 1e12;
+  double peak = device.gpu.peakFlops > 0 ? device.gpu.peakFlops : 1e14;
+  e.computeSeconds = e.waveEfficiency > 0
+                         ? flops * (1 + e.causalWaste) / (peak * e.waveEfficiency)
+                         : INFINITY;
+  e.hbmSeconds = (double)compulsoryAttentionBytes(a, true) / bandwidth;
+  e.l2Seconds = (double)flashAttentionBytes(a, std::max(1, tile.blockM), true) /
+                (bandwidth * device.l2OverHbm);
+  e.modelSeconds = std::max({e.computeSeconds, e.hbmSeconds, e.l2Seconds});
+  return e;
+}
+
+std::vector<generator::TileConfig> enumerateTiles(const generator::KernelSpec &) {
+  std::vector<generator::TileConfig> tiles;
+  for (int blockM : {64, 128, 256})
+    for (int warps : {4, 8})
+      for (int blockN : {32, 64, 128})
+        for (int stages : {2, 3}) {
+          generator::TileConfig tile{blockM, blockN, warps, stages};
+          if (rowsPerWarpAllowed(tile))
+            tiles.push_back(tile);
+        }
+  return tiles;
+}
+
+llvm::StringRef verdictName(Verdict verdict) {
+  switch (verdict) {
+  case Verdict::Candidate: return "candidate";
+  case Verdict::PrunedFit: return "pruned (fit)";
+  case Verdict::PrunedModel: return "pruned (model)";
+  }
+  return "unknown";
+}
+
+std::vector<SpaceEntry> buildSpace(const generator::KernelSpec &spec, const Bucket &bucket,
+                                   const DeviceModel &device, const SpaceOptions &options) {
+  std::vector<generator::TileConfig> tiles =
+      options.only.empty() ? enumerateTiles(spec) : options.only;
+  std::vector<SpaceEntry> entries;
+  for (const generator::TileConfig &tile : tiles) {
+    SpaceEntry entry;
+    entry.tile = tile;
+    if (llvm::Error err = generator::validateTile(spec, tile)) {
+      entry.verdict = Verdict::PrunedFit;
+      entry.reason = llvm::toString(std::move(err));
+      entries.push_back(std::move(entry));
+      continue;
+    }
+    entry.estimate = estimateTile(spec, tile, bucket, device);
+    if (!rowsPerWarpAllowed(tile)) {
+      entry.verdict = Verdict::PrunedFit;
+      entry.reason = "rows per warp must be 16 or 32";
+    } else if (entry.estimate.sharedBytes > device.sharedPerBlock) {
+      entry.verdict = Verdict::PrunedFit;
+      entry.reason = llvm::formatv("needs {0} bytes of shared memory, the device allows {1}",
+                                   entry.estimate.sharedBytes, device.sharedPerBlock);
+    } else if (entry.estimate.blocksPerSM == 0) {
+      entry.verdict = Verdict::PrunedFit;
+      entry.reason = "not even one block fits on an SM";
+    } else if (options.pruneByModel &&
+               entry.estimate.accumulatorRegisters + kMinimalOverheadRegisters >
+                   kMaxRegistersPerThread) {
+      entry.verdict = Verdict::PrunedModel;
+      entry.reason = llvm::formatv("its accumulators alone need {0} registers per thread "
+                                   "(+{1} overhead > {2}): it would spill",
+                                   entry.estimate.accumulatorRegisters,
+                                   kMinimalOverheadRegisters, kMaxRegistersPerThread);
+    }
+    entries.push_back(std::move(entry));
+  }
+
+  double best = INFINITY;
+  for (const SpaceEntry &e : entries)
+    if (e.verdict == Verdict::Candidate)
+      best = std::min(best, e.estimate.modelSeconds);
+  if (options.pruneByModel && std::isfinite(best))
+    for (SpaceEntry &e : entries)
+      if (e.verdict == Verdict::Candidate &&
+          e.estimate.modelSeconds > options.rooflineFactor * best) {
+        e.verdict = Verdict::PrunedModel;
+        e.reason = llvm::formatv("the model says {0:F1} us ({1}), over {2:F1}x the best "
+                                 "tile's {3:F1} us: it cannot win",
+                                 e.estimate.modelSeconds * 1e6, e.estimate.limiter(),
+                                 options.rooflineFactor, best * 1e6);
+      }
+
+  auto rank = [](const SpaceEntry &e) {
+    RankedCandidate r;
+    r.tile = e.tile;
+    r.sharedBytes = e.estimate.sharedBytes;
+    r.registers = e.estimate.registers;
+    return r;
+  };
+  std::stable_sort(entries.begin(), entries.end(), [&](const SpaceEntry &a, const SpaceEntry &b) {
+    bool ca = a.verdict == Verdict::Candidate, cb = b.verdict == Verdict::Candidate;
+    if (ca != cb)
+      return ca;
+    if (!ca)
+      return false;  // pruned tiles keep their enumeration order
+    if (a.estimate.modelSeconds != b.estimate.modelSeconds)
+      return a.estimate.modelSeconds < b.estimate.modelSeconds;
+    return smallerFootprint(rank(a), rank(b));
+  });
+  return entries;
+}
+
+const SpaceEntry *heuristicChoice(llvm::ArrayRef<SpaceEntry> space,
+                                  const generator::KernelSpec &spec) {
+  if (space.empty() || space.front().verdict != Verdict::Candidate)
+    return nullptr;
+  double limit = space.front().estimate.modelSeconds * 1.01;
+  generator::TileConfig preferred = generator::defaultTile(spec);
+  for (const SpaceEntry &e : space) {
+    if (e.verdict != Verdict::Candidate || e.estimate.modelSeconds > limit)
+      break;
+    if (e.tile == preferred)
+      return &e;
+  }
+  return &space.front();
+}
+
+} // namespace flashjit::tuner

@@ -1,0 +1,357 @@
+#include "tuner/sweep.h"
+
+#include "generator/templates.h"
+#include "support/error.h"
+#include "tuner/roofline.h"
+#include "tuner/space.h"
+#include "tuner/variants.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/ThreadPool.h"
+#include "llvm/Support/Threading.h"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+
+namespace flashjit::tuner {
+namespace {
+
+template <typename T> std::vector<T> unique(const std::vector<T> &values) {
+  std::vector<T> out;
+  for (const T &v : values)
+    if (!llvm::is_contained(out, v))
+      out.push_back(v);
+  return out;
+}
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+AttentionShape attentionShapeOf(const generator::KernelSpec &spec, const ForwardShape &s) {
+  AttentionShape a;
+  a.batch = s.batch;
+  a.headsQ = s.headsQ;
+  a.headsKV = s.headsKV;
+  a.seqQ = s.seqQ;
+  a.seqK = s.seqK;
+  a.headDim = spec.headDim;
+  a.headDimV = spec.headDimV;
+  a.causal = spec.causal;
+  return a;
+}
+
+} // namespace
+
+SweepConfig defaultSweep() {
+  SweepConfig c;
+  c.headDims = {64, 128, 256};
+  c.dtypes = {generator::DType::BF16, generator::DType::FP16};
+  c.causal = {false, true};
+  c.seqlens = {1024, 4096, 16384};
+  c.batchHeads = {32};
+  return c;
+}
+
+std::vector<std::string> defaultCompileTargets() { return {"sm_80", "sm_86", "sm_89", "sm_90a"}; }
+
+llvm::Expected<std::vector<bool>> parseCausalChoice(llvm::StringRef text) {
+  std::string t = text.trim().lower();
+  if (t == "both" || t == "all")
+    return std::vector<bool>{false, true};
+  if (t == "yes" || t == "true" || t == "causal" || t == "1")
+    return std::vector<bool>{true};
+  if (t == "no" || t == "false" || t == "nocausal" || t == "0")
+    return std::vector<bool>{false};
+  return makeError(ErrorCode::InvalidValue, "--causal '{0}': expected both, yes or no", text);
+}
+
+std::string SweepItem::label() const {
+  return bucket ? spec.key() + " " + bucket->key() : spec.key();
+}
+
+namespace {
+// Specs of the cross product, in the documented order.
+std::vector<generator::KernelSpec> specsOf(const SweepConfig &c, llvm::StringRef target) {
+  std::vector<generator::KernelSpec> specs;
+  for (generator::DType dtype : unique(c.dtypes))
+    for (int d : unique(c.headDims))
+      for (bool causal : unique(c.causal)) {
+        generator::KernelSpec spec;
+        spec.family = c.family;
+        spec.dtype = dtype;
+        spec.headDim = spec.headDimV = d;
+        spec.causal = causal;
+        spec.target = target.str();
+        specs.push_back(spec);
+      }
+  return specs;
+}
+} // namespace
+
+std::vector<SweepItem> tuneItems(const SweepConfig &config, llvm::StringRef target) {
+  std::vector<SweepItem> items;
+  for (const generator::KernelSpec &spec : specsOf(config, target)) {
+    std::vector<Bucket> buckets;
+    for (int s : unique(config.seqlens))
+      for (int bh : unique(config.batchHeads)) {
+        Bucket b = Bucket::forShape(s, s, bh);
+        if (!llvm::is_contained(buckets, b))
+          buckets.push_back(b);
+      }
+    for (const Bucket &b : buckets)
+      items.push_back({spec, b});
+  }
+  return items;
+}
+
+std::vector<SweepItem> compileItems(const SweepConfig &config,
+                                    llvm::ArrayRef<std::string> targets) {
+  std::vector<SweepItem> items;
+  std::vector<std::string> unique;
+  for (const std::string &t : targets)
+    if (!llvm::is_contained(unique, t))
+      unique.push_back(t);
+  for (const generator::KernelSpec &base : specsOf(config, ""))
+    for (const std::string &target : unique) {
+      SweepItem item;
+      item.spec = base;
+      item.spec.target = target;
+      items.push_back(item);
+    }
+  return items;
+}
+
+llvm::Expected<Shard> parseShard(llvm::StringRef text) {
+  auto [left, right] = text.split('/');
+  Shard s;
+  if (left.trim().getAsInteger(10, s.index) || right.trim().getAsInteger(10, s.count) ||
+      s.count < 1 || s.index < 0 || s.index >= s.count)
+    return makeError(ErrorCode::InvalidValue,
+                     "--shard '{0}': expected I/N with 0 <= I < N (e.g. 0/4)", text);
+  return s;
+}
+
+std::vector<SweepItem> shardItems(llvm::ArrayRef<SweepItem> items, Shard shard) {
+  std::vector<SweepItem> out;
+  for (size_t i = 0; i < items.size(); ++i)
+    if ((int)(i % shard.count) == shard.index)
+      out.push_back(items[i]);
+  return out;
+}
+
+std::vector<std::vector<SweepItem>> partitionItems(llvm::ArrayRef<SweepItem> items, int workers) {
+  std::vector<std::vector<SweepItem>> parts(std::max(1, workers));
+  for (size_t i = 0; i < items.size(); ++i)
+    parts[i % parts.size()].push_back(items[i]);
+  return parts;
+}
+
+llvm::Expected<bool> itemDone(cache::Cache &cache, const SweepItem &item,
+                              llvm::StringRef deviceKey) {
+  if (item.bucket) {
+    cache::TuningKey key;
+    key.spec = item.spec.key();
+    key.bucket = item.bucket->key();
+    key.deviceKey = deviceKey.str();
+    key.generatorFingerprint = generator::generatorFingerprint();
+    key.protocolVersion = kMeasurementProtocolVersion;
+    llvm::Expected<std::optional<cache::Found<cache::TuningRow>>> row = cache.findTuning(key);
+    if (!row)
+      return row.takeError();
+    return row->has_value();
+  }
+  BuildOptions build;
+  build.allowCompile = false;
+  llvm::Expected<BuildResult> built =
+      buildVariants(cache, item.spec, {generator::defaultTile(item.spec)}, build);
+  if (!built)
+    return built.takeError();
+  return built->variants.front().binary.has_value();
+}
+
+llvm::StringRef statusName(SweepResult::Status status) {
+  switch (status) {
+  case SweepResult::Tuned: return "tuned";
+  case SweepResult::Cached: return "cached";
+  case SweepResult::Compiled: return "compiled";
+  case SweepResult::Failed: return "FAILED";
+  }
+  return "unknown";
+}
+
+double rooflineFraction(const generator::KernelSpec &spec, const Bucket &bucket,
+                        const generator::TileConfig &tile, double us, const GpuSpec &gpu) {
+  if (us <= 0)
+    return 0;
+  AttentionShape a = attentionShapeOf(spec, timingShape(spec, bucket));
+  llvm::Expected<RooflineEstimate> e = estimate(a, gpu, std::max(1, tile.blockM), 4, true);
+  if (!e) {
+    llvm::consumeError(e.takeError());
+    return 0;
+  }
+  llvm::Expected<MeasuredReport> m = compareMeasured(*e, us * 1e-6);
+  if (!m) {
+    llvm::consumeError(m.takeError());
+    return 0;
+  }
+  return m->fractionOfRoofline;
+}
+
+llvm::Expected<SweepResult> cachedResult(cache::Cache &cache, const SweepItem &item,
+                                         llvm::StringRef deviceKey, const GpuSpec *gpu) {
+  SweepResult r;
+  r.item = item;
+  r.status = SweepResult::Cached;
+  if (!item.bucket) {
+    r.tile = generator::defaultTile(item.spec).key();
+    return r;
+  }
+  cache::TuningKey key;
+  key.spec = item.spec.key();
+  key.bucket = item.bucket->key();
+  key.deviceKey = deviceKey.str();
+  key.generatorFingerprint = generator::generatorFingerprint();
+  key.protocolVersion = kMeasurementProtocolVersion;
+  llvm::Expected<std::optional<cache::Found<cache::TuningRow>>> row = cache.findTuning(key);
+  if (!row)
+    return row.takeError();
+  if (!*row)
+    return makeError(ErrorCode::NotFound, "{0}: not in the cache", item.label());
+  r.tile = (*row)->row.config;
+  r.us = (*row)->row.medianUs;
+  r.tflops = (*row)->row.tflops;
+  r.message = "from " + (*row)->path;
+  if (gpu) {
+    if (llvm::Expected<generator::TileConfig> tile = generator::TileConfig::parse(r.tile))
+      r.rooflineFraction = rooflineFraction(item.spec, *item.bucket, *tile, r.us, *gpu);
+    else
+      llvm::consumeError(tile.takeError());
+  }
+  return r;
+}
+
+llvm::Expected<SweepOutcome> runTuneSweep(cache::Cache &cache, llvm::ArrayRef<SweepItem> items,
+                                          const TuneSweepOptions &options,
+                                          const SweepProgress &progress) {
+  if (options.devices.empty())
+    return makeError(ErrorCode::InvalidValue, "a tune sweep needs at least one device");
+  for (const SweepItem &item : items)
+    if (!item.bucket)
+      return makeError(ErrorCode::InvalidValue, "{0}: a tune sweep item needs a bucket",
+                       item.label());
+  std::vector<std::vector<SweepItem>> parts = partitionItems(items, (int)options.devices.size());
+  std::mutex mutex;
+  SweepOutcome outcome;
+  unsigned cores = llvm::hardware_concurrency().compute_thread_count();
+  auto record = [&](SweepResult r) {
+    if (progress.finished)
+      progress.finished(r);
+    std::lock_guard<std::mutex> lock(mutex);
+    outcome.results.push_back(std::move(r));
+  };
+
+  auto worker = [&](size_t w) {
+    int ordinal = options.devices[w];
+    llvm::Expected<std::unique_ptr<runtime::Device>> device = runtime::Device::open(ordinal);
+    if (!device) {
+      std::string why = llvm::toString(device.takeError());
+      for (const SweepItem &item : parts[w]) {
+        SweepResult r;
+        r.item = item;
+        r.device = ordinal;
+        r.message = why;
+        record(std::move(r));
+      }
+      return;
+    }
+    const runtime::DeviceProperties &props = (*device)->properties();
+    GpuSpec gpu = gpuSpecFromDevice(props);
+    TunerOptions tunerOptions = options.tuner;
+    if (!tunerOptions.compileThreads)
+      tunerOptions.compileThreads = std::max(1u, cores / (unsigned)options.devices.size());
+    Tuner tuner(device->get(), cache, tunerOptions);
+    for (SweepItem item : parts[w]) {
+      item.spec.target = props.target();  // a worker tunes for the device it has
+      if (progress.started)
+        progress.started(item, ordinal);
+      TunerCounters before = tuner.counters();
+      auto start = std::chrono::steady_clock::now();
+      llvm::Expected<Selection> sel = tuner.select(item.spec, *item.bucket);
+      SweepResult r;
+      r.item = item;
+      r.device = ordinal;
+      r.seconds = secondsSince(start);
+      r.compiled = tuner.counters().compilations - before.compilations;
+      if (!sel) {
+        r.message = llvm::toString(sel.takeError());
+      } else {
+        r.status = sel->origin == Origin::TunedNow ? SweepResult::Tuned : SweepResult::Cached;
+        r.tile = sel->tile.key();
+        r.us = sel->tunedUs;
+        r.tflops = sel->tflops;
+        r.rooflineFraction = rooflineFraction(item.spec, *item.bucket, sel->tile, r.us, gpu);
+        r.message = sel->note;
+      }
+      record(std::move(r));
+    }
+    TunerCounters c = tuner.counters();
+    std::lock_guard<std::mutex> lock(mutex);
+    outcome.counters.compilations += c.compilations;
+    outcome.counters.timings += c.timings;
+    outcome.counters.checks += c.checks;
+    outcome.counters.tunes += c.tunes;
+  };
+
+  if (parts.size() == 1) {
+    worker(0);
+  } else {
+    std::vector<std::thread> threads;
+    for (size_t w = 0; w < parts.size(); ++w)
+      threads.emplace_back(worker, w);
+    for (std::thread &t : threads)
+      t.join();
+  }
+  return std::move(outcome);
+}
+
+SweepOutcome runCompileSweep(cache::Cache &cache, llvm::ArrayRef<SweepItem> items,
+                             unsigned threads, const SweepProgress &progress) {
+  SweepOutcome outcome;
+  std::mutex mutex;
+  if (!threads)
+    threads = llvm::hardware_concurrency().compute_thread_count();
+  llvm::ThreadPool pool(llvm::hardware_concurrency(std::max(1u, threads)));
+  for (const SweepItem &item : items)
+    pool.async([&, item] {
+      if (progress.started)
+        progress.started(item, -1);
+      auto start = std::chrono::steady_clock::now();
+      SweepResult r;
+      r.item = item;
+      r.tile = generator::defaultTile(item.spec).key();
+      bool compiled = false;
+      llvm::Expected<std::string> key = compileOnly(cache, item.spec, &compiled);
+      r.seconds = secondsSince(start);
+      r.compiled = compiled ? 1 : 0;
+      if (!key) {
+        r.message = llvm::toString(key.takeError());
+      } else {
+        r.status = compiled ? SweepResult::Compiled : SweepResult::Cached;
+        r.message = *key;
+      }
+      if (progress.finished)
+        progress.finished(r);
+      std::lock_guard<std::mutex> lock(mutex);
+      outcome.counters.compilations += r.compiled;
+      outcome.results.push_back(std::move(r));
+    });
+  pool.wait();
+  return outcome;
+}
+
+} // namespace flashjit::tuner

@@ -1,0 +1,329 @@
+// One tune of (spec, bucket): prune, build, gate on correctness, time, pick, publish.
+#include "support/error.h"
+#include "tuner/roofline.h"
+#include "tuner/select.h"
+#include "tuner/space.h"
+#include "tuner/tune_record.h"
+#include "tuner/tuner_impl.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <chrono>
+
+namespace flashjit::tuner {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A candidate on its way through the gates.
+struct Candidate {
+  CandidateRecord *record;
+  Variant *variant;
+  std::unique_ptr<ForwardKernel> kernel;
+};
+
+double usefulTflops(const generator::KernelSpec &spec, const ForwardShape &s, double us) {
+  AttentionShape a;
+  a.batch = s.batch;
+  a.headsQ = s.headsQ;
+  a.headsKV = s.headsKV;
+  a.seqQ = s.seqQ;
+  a.seqK = s.seqK;
+  a.headDim = spec.headDim;
+  a.headDimV = spec.headDimV;
+  a.causal = spec.causal;
+  return us > 0 ? (double)attentionFlops(a) / (us * 1e-6) / 1e12 : 0;
+}
+
+} // namespace
+
+llvm::Expected<CUstream> Tuner::Impl::tuneStream() {
+  if (!stream) {
+    llvm::Expected<CUstream> created = runtime::createStream();
+    if (!created)
+      return created.takeError();
+    stream = *created;
+  }
+  return stream;
+}
+
+llvm::Expected<std::vector<ForwardChecker *>>
+Tuner::Impl::checkersFor(const generator::KernelSpec &spec) {
+  auto &list = checkers[spec.key()];
+  if (list.empty()) {
+    llvm::Expected<CUstream> s = tuneStream();
+    if (!s)
+      return s.takeError();
+    uint64_t seed = 1;
+    for (const ForwardShape &shape : correctnessShapes(spec)) {
+      auto checker = ForwardChecker::create(spec, shape, seed++, *s);
+      if (!checker) {
+        list.clear();
+        return checker.takeError();
+      }
+      list.push_back(std::move(*checker));
+    }
+  }
+  std::vector<ForwardChecker *> result;
+  for (auto &c : list)
+    result.push_back(c.get());
+  return result;
+}
+
+llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
+                                            const Bucket &bucket, bool exhaustive) {
+  Clock::time_point start = Clock::now();
+  if (llvm::Error err = device->makeCurrent())
+    return std::move(err);
+  const runtime::DeviceProperties &props = device->properties();
+  log(llvm::formatv("tuning {0} at {1} ({2} mode)", spec.key(), bucket.key(),
+                    exhaustive ? "exhaustive" : "default")
+          .str());
+
+  TuneRecord record;
+  record.spec = spec.key();
+  record.bucket = bucket.key();
+  record.mode = exhaustive ? "exhaustive" : "default";
+  record.timingShape = timingShape(spec, bucket);
+  record.checkShapes = correctnessShapes(spec);
+  record.measure = options.measure;
+  record.budgetSeconds = options.budgetSeconds;
+  TuneReport report;
+
+  // 1. The space, pruned before compiling.
+  SpaceOptions spaceOptions;
+  spaceOptions.pruneByModel = !exhaustive;
+  spaceOptions.only = options.candidates;
+  std::vector<SpaceEntry> space = buildSpace(spec, bucket, deviceModelFor(props), spaceOptions);
+  report.space = (int)space.size();
+  std::vector<generator::TileConfig> tiles;
+  for (const SpaceEntry &e : space) {
+    CandidateRecord c;
+    c.tile = e.tile;
+    c.sharedBytes = generator::sharedBytes(spec, e.tile);
+    c.modelUs = e.estimate.modelSeconds * 1e6;
+    if (!std::isfinite(c.modelUs))
+      c.modelUs = 0;
+    if (e.verdict == Verdict::Candidate) {
+      tiles.push_back(e.tile);
+    } else {
+      c.fate = e.verdict == Verdict::PrunedFit ? CandidateFate::PrunedFit
+                                               : CandidateFate::PrunedModel;
+      c.reason = e.reason;
+      ++report.pruned;
+    }
+    record.candidates.push_back(std::move(c));
+  }
+  if (tiles.empty())
+    return makeError(ErrorCode::NotSupported, "no tile of {0} fits {1} for {2}", spec.key(),
+                     props.name, bucket.key());
+  // Candidates lead `space` (model order), so record i is tile i for i < tiles.size().
+
+  // 2. Binaries: cached or compiled in parallel, published as they are made.
+  Clock::time_point compileStart = Clock::now();
+  BuildOptions build;
+  build.threads = options.compileThreads;
+  build.mutateSource = options.mutateSource;
+  llvm::Expected<BuildResult> built = buildVariants(cache, spec, tiles, build);
+  if (!built)
+    return built.takeError();
+  compilations += built->compiled;
+  report.compiled = built->compiled;
+  std::vector<Candidate> alive;
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    Variant &v = built->variants[i];
+    CandidateRecord &c = record.candidates[i];
+    if (v.binary) {
+      c.registers = v.binary->registers;
+      c.spillBytes = v.binary->spillBytes;
+      c.compileMs = v.binary->compileMs;
+      c.fromCache = !v.compiledNow;
+    }
+    if (!v.error.empty()) {
+      c.fate = CandidateFate::CompileFailed;
+      c.reason = v.error;
+    } else if (!v.rejection.empty()) {
+      c.fate = CandidateFate::RejectedCompile;
+      c.reason = v.rejection;
+    } else {
+      alive.push_back({&c, &v, nullptr});
+      continue;
+    }
+    ++report.rejectedCompile;
+  }
+  for (Candidate &a : alive) {
+    const generator::EmittedKernel &e = a.variant->emitted;
+    auto kernel = ForwardKernel::load(a.variant->binary->cubin, e.entryName,
+                                      {e.threads, e.sharedBytes, e.blockM});
+    if (!kernel) {
+      a.record->fate = CandidateFate::LoadFailed;
+      a.record->reason = llvm::toString(kernel.takeError());
+      ++report.rejectedCompile;
+      continue;
+    }
+    a.kernel = std::move(*kernel);
+  }
+  report.compileSeconds = secondsSince(compileStart);
+
+  // 3. The correctness gate: every shape, before any timing.
+  Clock::time_point checkStart = Clock::now();
+  llvm::Expected<std::vector<ForwardChecker *>> gate = checkersFor(spec);
+  if (!gate)
+    return gate.takeError();
+  llvm::Expected<CUstream> s = tuneStream();
+  if (!s)
+    return s.takeError();
+  std::vector<Candidate *> passed;
+  for (Candidate &a : alive) {
+    if (!a.kernel)
+      continue;
+    a.record->checked = true;
+    bool ok = true;
+    for (ForwardChecker *checker : *gate) {
+      ++checks;
+      llvm::Expected<CheckReport> verdict = checker->check(*a.kernel, *s);
+      if (!verdict)
+        return makeError(ErrorCode::Cuda, "checking {0}: {1}", a.variant->keyText,
+                         llvm::toString(verdict.takeError()));
+      a.record->maxError = std::max(a.record->maxError, verdict->maxError);
+      a.record->tolerance = std::max(a.record->tolerance, verdict->tolerance);
+      if (!verdict->passed) {
+        const ForwardShape &sh = checker->shape();
+        a.record->reason = llvm::formatv("wrong output on {0}x{1} heads {2}/{3} seq {4}x{5}: {6}",
+                                         sh.batch, sh.headsQ, sh.headsQ, sh.headsKV, sh.seqQ,
+                                         sh.seqK, verdict->summary());
+        ok = false;
+        break;
+      }
+    }
+    if (!ok) {
+      a.record->fate = CandidateFate::Wrong;
+      ++report.rejectedWrong;
+      log(llvm::formatv("  rejected {0}: {1}", a.record->tile.key(), a.record->reason).str());
+      continue;
+    }
+    passed.push_back(&a);
+  }
+  report.checkSeconds = secondsSince(checkStart);
+  if (passed.empty()) {
+    std::string why;
+    for (const CandidateRecord &c : record.candidates)
+      if (c.fate != CandidateFate::PrunedFit && c.fate != CandidateFate::PrunedModel)
+        why += llvm::formatv("\n  {0}: {1}: {2}", c.tile.key(), fateName(c.fate), c.reason);
+    return makeError(ErrorCode::NotSupported, "no candidate of {0} at {1} passed:{2}", spec.key(),
+                     bucket.key(), why);
+  }
+
+  // 4. Timing, the model's best first, until the budget runs out.
+  Clock::time_point timeStart = Clock::now();
+  llvm::Expected<std::unique_ptr<TimingProblem>> problem =
+      TimingProblem::create(spec.dtype, record.timingShape, (uint64_t)props.l2Bytes);
+  if (!problem)
+    return problem.takeError();
+  runtime::ClockReading before = runtime::readClocks(props.ordinal);
+  std::vector<RankedCandidate> ranked;
+  std::vector<Candidate *> rankedOf;
+  for (Candidate *a : passed) {
+    if (!ranked.empty() && secondsSince(start) > options.budgetSeconds) {
+      a->record->fate = CandidateFate::SkippedBudget;
+      a->record->reason = llvm::formatv("the {0} s budget ran out", options.budgetSeconds);
+      ++report.skippedBudget;
+      continue;
+    }
+    llvm::Expected<Measurement> m = (*problem)->time(*a->kernel, *s, options.measure);
+    ++timings;
+    if (!m)
+      return makeError(ErrorCode::Cuda, "timing {0}: {1}", a->variant->keyText,
+                       llvm::toString(m.takeError()));
+    a->record->fate = CandidateFate::Timed;
+    a->record->timed = true;
+    a->record->measurement = *m;
+    ++report.timed;
+    RankedCandidate r;
+    r.tile = a->record->tile;
+    r.sharedBytes = a->variant->emitted.sharedBytes;
+    r.registers = a->kernel->registers();
+    r.medianUs = m->medianUs;
+    r.spread = m->spread();
+    ranked.push_back(r);
+    rankedOf.push_back(a);
+  }
+  runtime::ClockReading after = runtime::readClocks(props.ordinal);
+  problem->reset();  // free the timing buffers before anything else is allocated
+  report.timeSeconds = secondsSince(timeStart);
+
+  // 5. The winner, ties broken by footprint.
+  int w = pickWinner(ranked);
+  if (w < 0)
+    return makeError(ErrorCode::Internal, "no timed candidate of {0} has a valid time",
+                     spec.key());
+  Candidate &winner = *rankedOf[w];
+  winner.record->winner = true;
+  std::vector<int> ties = tiedWithFastest(ranked);
+  double fastest = ranked[ties.front()].medianUs;
+  for (int t : ties)
+    fastest = std::min(fastest, ranked[t].medianUs);
+  for (int t : ties)
+    record.ties.push_back(ranked[t].tile.key());
+  for (const RankedCandidate &r : ranked)
+    if (r.medianUs == fastest)
+      record.tieTolerance = tieTolerance(r.spread);
+  record.winner = winner.record->tile.key();
+  report.totalSeconds = secondsSince(start);
+  report.smClockMHzBefore = before.available ? before.smMHz : 0;
+  report.smClockMHzAfter = after.available ? after.smMHz : 0;
+  record.elapsedSeconds = report.totalSeconds;
+  record.compileSeconds = report.compileSeconds;
+  record.checkSeconds = report.checkSeconds;
+  record.timeSeconds = report.timeSeconds;
+  record.compiled = report.compiled;
+
+  // 6. Publish the winner's binary and the row in one transaction.
+  llvm::Expected<cache::TuningKey> key = tuningKey(spec, bucket);
+  if (!key)
+    return key.takeError();
+  cache::TuningRow row;
+  row.key = *key;
+  row.config = winner.record->tile.key();
+  row.binaryKey = winner.variant->key;
+  row.medianUs = winner.record->measurement.medianUs;
+  row.tflops = usefulTflops(spec, record.timingShape, row.medianUs);
+  row.candidatesJson = candidatesJson(record);
+  row.clocksJson = clocksJson(before, after, props.clockKHz);
+  if (llvm::Error err = cache.publish(&*winner.variant->binary, &row))
+    return std::move(err);
+  ++tunes;
+
+  Selection sel = selectionOf(spec, bucket, *winner.variant, Origin::TunedNow);
+  sel.tuningKeyText = key->text();
+  sel.registers = winner.kernel->registers();
+  sel.tunedUs = row.medianUs;
+  sel.tflops = row.tflops;
+  sel.report = report;
+  sel.note = llvm::formatv("tuned now: {0} of {1} tiles timed, winner {2}{3}", report.timed,
+                           report.space, row.config,
+                           ties.size() > 1
+                               ? llvm::formatv(" (smallest footprint of {0} tied within "
+                                               "{1:F1}%)",
+                                               ties.size(), record.tieTolerance * 100)
+                                     .str()
+                               : std::string());
+  {
+    std::lock_guard<std::mutex> lock(kernelsMutex);
+    auto &slot = kernels[winner.variant->key];
+    if (!slot)
+      slot = std::shared_ptr<ForwardKernel>(std::move(winner.kernel));
+    sel.kernel = slot;
+  }
+  log(llvm::formatv("  {0} at {1}: {2}, {3:F1} us, {4:F1} TFLOP/s ({5} compiled, {6:F1} s)",
+                    spec.key(), bucket.key(), row.config, row.medianUs, row.tflops,
+                    report.compiled, report.totalSeconds)
+          .str());
+  return std::move(sel);
+}
+
+} // namespace flashjit::tuner

@@ -1,0 +1,326 @@
+#include "tuner/tuner.h"
+
+#include "generator/templates.h"
+#include "support/error.h"
+#include "tuner/space.h"
+#include "tuner/tuner_impl.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+namespace flashjit::tuner {
+
+llvm::StringRef originName(Origin origin) {
+  switch (origin) {
+  case Origin::ShippedCache: return "shipped cache";
+  case Origin::UserCache: return "user cache";
+  case Origin::CompiledNow: return "compiled now";
+  case Origin::TunedNow: return "tuned now";
+  }
+  return "unknown";
+}
+
+Selection selectionOf(const generator::KernelSpec &spec, const Bucket &bucket,
+                      const Variant &variant, Origin origin) {
+  Selection s;
+  s.spec = spec;
+  s.bucket = bucket;
+  s.tile = variant.tile;
+  s.origin = origin;
+  s.binaryKey = variant.key;
+  s.binaryKeyText = variant.keyText;
+  s.source = variant.emitted.source;
+  s.sharedBytes = variant.emitted.sharedBytes;
+  if (variant.binary)
+    s.registers = variant.binary->registers;
+  return s;
+}
+
+namespace {
+Origin originOf(cache::Source source) {
+  return source == cache::Source::User ? Origin::UserCache : Origin::ShippedCache;
+}
+} // namespace
+
+// ---- Impl -------------------------------------------------------------------------
+
+Tuner::Impl::Impl(runtime::Device *device, cache::Cache &cache, TunerOptions options)
+    : device(device), cache(cache), options(std::move(options)) {}
+
+Tuner::Impl::~Impl() {
+  checkers.clear();
+  {
+    std::lock_guard<std::mutex> lock(kernelsMutex);
+    kernels.clear();
+  }
+  if (stream && device && !device->makeCurrent())
+    runtime::destroyStream(stream);
+}
+
+llvm::Expected<cache::TuningKey> Tuner::Impl::tuningKey(const generator::KernelSpec &spec,
+                                                        const Bucket &bucket) const {
+  cache::TuningKey key;
+  key.spec = spec.key();
+  key.bucket = bucket.key();
+  key.deviceKey = device ? device->properties().deviceKey() : options.deviceKey;
+  if (key.deviceKey.empty())
+    return makeError(ErrorCode::NoDevice,
+                     "no device: tuning rows are per device, and neither a device nor a "
+                     "device key was given");
+  key.generatorFingerprint = generator::generatorFingerprint();
+  key.protocolVersion = kMeasurementProtocolVersion;
+  return key;
+}
+
+llvm::Error Tuner::Impl::checkSpec(const generator::KernelSpec &spec) const {
+  if (llvm::Error err = generator::validateSpec(spec))
+    return err;
+  if (device && spec.target != device->properties().target())
+    return makeError(ErrorCode::InvalidValue,
+                     "spec {0} is compiled for {1}, but the device ({2}) needs {3}", spec.key(),
+                     spec.target, device->properties().name, device->properties().target());
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::shared_ptr<ForwardKernel>> Tuner::Impl::load(const Variant &variant) {
+  if (!device)
+    return nullptr;
+  std::lock_guard<std::mutex> lock(kernelsMutex);
+  auto &slot = kernels[variant.key];
+  if (slot)
+    return slot;
+  if (llvm::Error err = device->makeCurrent())
+    return std::move(err);
+  const generator::EmittedKernel &e = variant.emitted;
+  auto loaded = ForwardKernel::load(variant.binary->cubin, e.entryName,
+                                    {e.threads, e.sharedBytes, e.blockM});
+  if (!loaded) {
+    kernels.erase(variant.key);
+    return loaded.takeError();
+  }
+  slot = std::shared_ptr<ForwardKernel>(std::move(*loaded));
+  return slot;
+}
+
+llvm::Expected<Selection> Tuner::Impl::fromRow(const generator::KernelSpec &spec,
+                                               const cache::Found<cache::TuningRow> &found) {
+  const cache::TuningRow &row = found.row;
+  llvm::Expected<generator::TileConfig> tile = generator::TileConfig::parse(row.config);
+  if (!tile)
+    return tile.takeError();
+  llvm::Expected<Bucket> bucket = Bucket::parse(row.key.bucket);
+  if (!bucket)
+    return bucket.takeError();
+  BuildOptions build;
+  build.allowCompile = options.mode != TuneMode::Cached;
+  build.threads = 1;
+  llvm::Expected<BuildResult> built = buildVariants(cache, spec, {*tile}, build);
+  if (!built)
+    return built.takeError();
+  compilations += built->compiled;
+  Variant &v = built->variants.front();
+  if (!v.error.empty() || !v.binary)
+    return makeError(options.mode == TuneMode::Cached ? ErrorCode::NotFound : ErrorCode::Compile,
+                     "tuned winner {0} for {1} ({2}): {3}", v.keyText, row.key.bucket,
+                     found.path, v.error);
+  Selection s = selectionOf(spec, *bucket, v, originOf(found.source));
+  s.tuningKeyText = row.key.text();
+  s.tunedUs = row.medianUs;
+  s.tflops = row.tflops;
+  s.note = llvm::formatv("tuned winner from the {0} ({1})", originName(s.origin), found.path);
+  if (v.compiledNow)
+    s.note += v.key == row.binaryKey
+                  ? "; its binary was missing and was compiled now"
+                  : "; binary compiled now (this NVRTC or target differs from the tune's)";
+  if (!v.rejection.empty())
+    s.note += "; warning: with this compiler it " + v.rejection;
+  llvm::Expected<std::shared_ptr<ForwardKernel>> kernel = load(v);
+  if (!kernel)
+    return kernel.takeError();
+  s.kernel = std::move(*kernel);
+  return s;
+}
+
+llvm::Expected<Selection> Tuner::Impl::heuristic(const generator::KernelSpec &spec,
+                                                 const Bucket &bucket) {
+  SpaceOptions spaceOptions;
+  spaceOptions.only = options.candidates;
+  std::vector<SpaceEntry> space =
+      buildSpace(spec, bucket, deviceModelFor(device->properties()), spaceOptions);
+  // The model's choice first; should it not compile cleanly, the next best.
+  std::vector<const SpaceEntry *> order;
+  if (const SpaceEntry *choice = heuristicChoice(space, spec))
+    order.push_back(choice);
+  for (const SpaceEntry &e : space)
+    if (e.verdict == Verdict::Candidate && (order.empty() || &e != order.front()))
+      order.push_back(&e);
+  std::string failures;
+  BuildOptions build;
+  build.threads = 1;
+  build.mutateSource = options.mutateSource;
+  for (const SpaceEntry *entry : order) {
+    llvm::Expected<BuildResult> built = buildVariants(cache, spec, {entry->tile}, build);
+    if (!built)
+      return built.takeError();
+    compilations += built->compiled;
+    Variant &v = built->variants.front();
+    if (!v.usable()) {
+      failures += llvm::formatv("; {0}: {1}", v.tile.key(), v.error.empty() ? v.rejection : v.error);
+      continue;
+    }
+    Selection s = selectionOf(spec, bucket, v,
+                              v.compiledNow ? Origin::CompiledNow : originOf(*v.cachedIn));
+    s.note = llvm::formatv("heuristic: the model's tile for {0} ({1:F1} us predicted, {2}); "
+                           "not timed",
+                           bucket.key(), entry->estimate.modelSeconds * 1e6,
+                           entry->estimate.limiter());
+    llvm::Expected<std::shared_ptr<ForwardKernel>> kernel = load(v);
+    if (!kernel)
+      return kernel.takeError();
+    s.kernel = std::move(*kernel);
+    return s;
+  }
+  return makeError(ErrorCode::NotSupported, "heuristic mode: no tile of {0} for {1} is usable{2}",
+                   spec.key(), bucket.key(), failures);
+}
+
+// ---- Tuner ------------------------------------------------------------------------
+
+Tuner::Tuner(runtime::Device *device, cache::Cache &cache, TunerOptions options)
+    : impl_(std::make_unique<Impl>(device, cache, std::move(options))) {}
+
+Tuner::~Tuner() = default;
+
+const TunerOptions &Tuner::options() const { return impl_->options; }
+
+TunerCounters Tuner::counters() const {
+  return {impl_->compilations.load(), impl_->timings.load(), impl_->checks.load(),
+          impl_->tunes.load()};
+}
+
+llvm::Expected<cache::TuningKey> Tuner::tuningKey(const generator::KernelSpec &spec,
+                                                  const Bucket &bucket) const {
+  return impl_->tuningKey(spec, bucket);
+}
+
+llvm::Expected<Selection> Tuner::select(const generator::KernelSpec &spec, const Bucket &bucket) {
+  Impl &impl = *impl_;
+  if (llvm::Error err = impl.checkSpec(spec))
+    return std::move(err);
+  llvm::Expected<cache::TuningKey> key = impl.tuningKey(spec, bucket);
+  if (!key)
+    return key.takeError();
+  auto lookup = [&]() -> llvm::Expected<std::optional<Selection>> {
+    llvm::Expected<std::optional<cache::Found<cache::TuningRow>>> row = impl.cache.findTuning(*key);
+    if (!row)
+      return row.takeError();
+    if (!*row)
+      return std::nullopt;
+    llvm::Expected<Selection> s = impl.fromRow(spec, **row);
+    if (!s)
+      return s.takeError();
+    return std::move(*s);
+  };
+  if (!impl.options.retune) {
+    llvm::Expected<std::optional<Selection>> hit = lookup();
+    if (!hit)
+      return hit.takeError();
+    if (*hit)
+      return std::move(**hit);
+  }
+  if (impl.options.mode == TuneMode::Cached)
+    return makeError(ErrorCode::NotFound, "cached mode: no tuned kernel for {0} at {1}: {2}",
+                     spec.key(), bucket.key(), impl.cache.explainMiss(*key));
+  if (!impl.device)
+    return makeError(ErrorCode::NoDevice,
+                     "no device to {0} {1} at {2} on (without one, use compileOnly())",
+                     impl.options.mode == TuneMode::Heuristic ? "compile" : "tune", spec.key(),
+                     bucket.key());
+  if (impl.options.mode == TuneMode::Heuristic)
+    return impl.heuristic(spec, bucket);
+
+  std::lock_guard<std::mutex> lock(impl.tuneMutex);
+  if (!impl.options.retune) {
+    // Another thread may have tuned it while this one waited.
+    llvm::Expected<std::optional<Selection>> hit = lookup();
+    if (!hit)
+      return hit.takeError();
+    if (*hit)
+      return std::move(**hit);
+  }
+  return impl.tune(spec, bucket, impl.options.mode == TuneMode::Exhaustive);
+}
+
+llvm::Expected<std::vector<Selection>> Tuner::loadTuned(const generator::KernelSpec &spec) {
+  Impl &impl = *impl_;
+  if (llvm::Error err = impl.checkSpec(spec))
+    return std::move(err);
+  llvm::Expected<cache::TuningKey> key = impl.tuningKey(spec, Bucket{});
+  if (!key)
+    return key.takeError();
+  llvm::Expected<std::vector<cache::Found<cache::TuningRow>>> rows = impl.cache.tuningsFor(*key);
+  if (!rows)
+    return rows.takeError();
+  std::vector<Selection> selections;
+  for (const cache::Found<cache::TuningRow> &row : *rows) {
+    llvm::Expected<Selection> s = impl.fromRow(spec, row);
+    if (!s) {
+      // One unusable row (its binary missing in cached mode, a damaged config) must not
+      // cost the handle the other buckets: dispatch falls back to the nearest.
+      impl.log(llvm::formatv("skipping the tuned bucket {0} of {1}: {2}", row.row.key.bucket,
+                             spec.key(), llvm::toString(s.takeError()))
+                   .str());
+      continue;
+    }
+    selections.push_back(std::move(*s));
+  }
+  return std::move(selections);
+}
+
+llvm::Expected<Selection> Tuner::heuristicDefault(const generator::KernelSpec &spec) {
+  Impl &impl = *impl_;
+  if (llvm::Error err = impl.checkSpec(spec))
+    return std::move(err);
+  BuildOptions build;
+  build.allowCompile = impl.options.mode != TuneMode::Cached;
+  build.threads = 1;
+  generator::TileConfig tile = generator::defaultTile(spec);
+  llvm::Expected<BuildResult> built = buildVariants(impl.cache, spec, {tile}, build);
+  if (!built)
+    return built.takeError();
+  impl.compilations += built->compiled;
+  Variant &v = built->variants.front();
+  if (!v.error.empty() || !v.binary)
+    return makeError(impl.options.mode == TuneMode::Cached ? ErrorCode::NotFound
+                                                           : ErrorCode::Compile,
+                     "the heuristic default {0}: {1}", v.keyText, v.error);
+  Selection s = selectionOf(spec, Bucket{}, v,
+                            v.compiledNow ? Origin::CompiledNow : originOf(*v.cachedIn));
+  s.note = llvm::formatv("heuristic default tile {0}: no bucket of this spec is tuned",
+                         tile.key());
+  if (!v.rejection.empty())
+    s.note += "; warning: it " + v.rejection;
+  llvm::Expected<std::shared_ptr<ForwardKernel>> kernel = impl.load(v);
+  if (!kernel)
+    return kernel.takeError();
+  s.kernel = std::move(*kernel);
+  return s;
+}
+
+const Selection *Tuner::dispatch(llvm::ArrayRef<Selection> variants, const Bucket &bucket) {
+  std::vector<Bucket> buckets;
+  buckets.reserve(variants.size());
+  for (const Selection &s : variants)
+    buckets.push_back(s.bucket);
+  int i = nearestBucket(buckets, bucket);
+  return i < 0 ? nullptr : &variants[i];
+}
+
+std::string Tuner::dispatchNote(const Selection &chosen, const Bucket &wanted) {
+  if (chosen.bucket == wanted)
+    return "tuned for " + wanted.key();
+  return llvm::formatv("bucket {0} never tuned: using nearest tuned bucket {1}", wanted.key(),
+                       chosen.bucket.key())
+      .str();
+}
+
+} // namespace flashjit::tuner

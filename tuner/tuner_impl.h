@@ -1,0 +1,65 @@
+// Tuner's private state, shared by tuner.cpp (lookups, loading, dispatch) and
+// tune.cpp (the tune itself). Private to tuner/.
+#pragma once
+
+#include "tuner/checker.h"
+#include "tuner/tuner.h"
+#include "tuner/variants.h"
+
+#include <atomic>
+#include <map>
+#include <mutex>
+
+namespace flashjit::tuner {
+
+class Tuner::Impl {
+public:
+  Impl(runtime::Device *device, cache::Cache &cache, TunerOptions options);
+  ~Impl();
+
+  runtime::Device *device;
+  cache::Cache &cache;
+  TunerOptions options;
+
+  // One tune at a time per tuner: timings on one device must not overlap, and a
+  // (spec, bucket) asked for by several threads is tuned by the first, found in the
+  // cache by the others.
+  std::mutex tuneMutex;
+  CUstream stream = nullptr;  // created on first tune, under tuneMutex
+  // Correctness checkers per spec key (inputs and references made once), under tuneMutex.
+  std::map<std::string, std::vector<std::unique_ptr<ForwardChecker>>> checkers;
+
+  // Loaded winners by binary key, shared by every Selection that uses them.
+  std::mutex kernelsMutex;
+  std::map<std::string, std::shared_ptr<ForwardKernel>> kernels;
+
+  std::atomic<int> compilations{0}, timings{0}, checks{0}, tunes{0};
+
+  void log(llvm::StringRef message) const {
+    if (options.log)
+      options.log(message);
+  }
+  llvm::Expected<cache::TuningKey> tuningKey(const generator::KernelSpec &spec,
+                                             const Bucket &bucket) const;
+  llvm::Error checkSpec(const generator::KernelSpec &spec) const;
+
+  // The variant's kernel, loaded once per binary key (null without a device).
+  llvm::Expected<std::shared_ptr<ForwardKernel>> load(const Variant &variant);
+  // The Selection for a cached tuning row (its binary found or compiled for us).
+  llvm::Expected<Selection> fromRow(const generator::KernelSpec &spec,
+                                    const cache::Found<cache::TuningRow> &row);
+  // Heuristic mode: the model's tile for the bucket, compiled, not timed.
+  llvm::Expected<Selection> heuristic(const generator::KernelSpec &spec, const Bucket &bucket);
+  // Default / exhaustive mode on a miss (tune.cpp). Caller holds tuneMutex.
+  llvm::Expected<Selection> tune(const generator::KernelSpec &spec, const Bucket &bucket,
+                                 bool exhaustive);
+
+  llvm::Expected<CUstream> tuneStream();
+  llvm::Expected<std::vector<ForwardChecker *>> checkersFor(const generator::KernelSpec &spec);
+};
+
+// A Selection for a built variant, without the kernel.
+Selection selectionOf(const generator::KernelSpec &spec, const Bucket &bucket,
+                      const Variant &variant, Origin origin);
+
+} // namespace flashjit::tuner
