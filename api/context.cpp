@@ -2,6 +2,8 @@
 #include "api/handles.h"
 #include "api/live_handles.h"
 
+#include "generator/templates.h"
+#include "runtime/nvrtc.h"
 #include "support/error.h"
 
 #include <cmath>
@@ -132,6 +134,14 @@ llvm::Expected<fj_context_s *> createContext(const fj_context_options *in) {
     return cache.takeError();
   context->cache = std::move(*cache);
   context->userCachePath = context->cache->userPath();
+
+  // One-time costs paid here rather than by the first fj_kernel_get: every binary key
+  // names the NVRTC version (loading libnvrtc takes milliseconds) and every tuning key
+  // the generator's fingerprint (a hash of the templates). Without NVRTC, cached
+  // kernels may still be found; the first compilation will say what is missing.
+  if (auto version = runtime::nvrtcVersion(); !version)
+    context->log(FJ_LOG_WARNING, "NVRTC is not available: " + llvm::toString(version.takeError()));
+  (void)generator::generatorFingerprint();
 
   tuner::TunerOptions tunerOptions;
   tunerOptions.mode = *mode;

@@ -39,6 +39,14 @@ generator::KernelSpec specFor(const AttentionDesc &desc, const std::string &targ
   return spec;
 }
 
+// What the loaded kernel uses, from the driver: the compile log's figure is missing
+// (-1) for binaries that came from a cache without it.
+int registersOf(const tuner::Selection &selection) {
+  if (selection.kernel && selection.kernel->registers() > 0)
+    return selection.kernel->registers();
+  return selection.registers;
+}
+
 llvm::Error checkVariantIndex(const fj_kernel_s *kernel, int index) {
   if (index < 0 || index >= (int)kernel->variants.size())
     return makeError(ErrorCode::InvalidValue,
@@ -221,7 +229,7 @@ llvm::Error kernelInfo(const fj_kernel_s *kernel, struct fj_kernel_info *info) {
   out.block_n = primary.tile.blockN;
   out.warps = primary.tile.warps;
   out.stages = primary.tile.stages;
-  out.registers = primary.registers;
+  out.registers = registersOf(primary);
   out.shared_bytes = primary.sharedBytes;
   out.tuned_us = primary.tunedUs;
   out.get_ms = kernel->getMs;
@@ -249,7 +257,7 @@ llvm::Error variantInfo(const fj_kernel_s *kernel, int index, fj_variant_info *i
   out.block_n = v.tile.blockN;
   out.warps = v.tile.warps;
   out.stages = v.tile.stages;
-  out.registers = v.registers;
+  out.registers = registersOf(v);
   out.shared_bytes = v.sharedBytes;
   out.tuned_us = v.tunedUs;
   return copyOutStruct(out, info, "info", "fj_variant_info");

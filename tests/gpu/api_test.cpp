@@ -1,0 +1,671 @@
+// The C API on a GPU, used as a service would use it (fj_* calls only for the kernels;
+// the harness computes the references): random specs and shapes against the
+// correctness bar, 8 threads getting and launching on one context, one tune for
+// concurrent requests of one spec, CUDA-graph capture and replay of fj_forward, and a
+// second process that gets its handles from the cache with no compilation in <= 5 ms.
+#include "api_harness.h"
+#include "gpu_skip.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <dlfcn.h>
+#include <fstream>
+#include <map>
+#include <set>
+#include <spawn.h>
+#include <sstream>
+#include <sys/wait.h>
+#include <thread>
+
+extern char **environ;
+
+using namespace flashjit;
+using namespace flashjit::apitest;
+
+namespace {
+
+#define FJ_ASSERT_OK(call)                                                               \
+  do {                                                                                   \
+    fj_status status_ = (call);                                                          \
+    ASSERT_EQ(status_, FJ_SUCCESS) << #call << ": " << fj_status_string(status_) << ": " \
+                                   << fj_last_error_message();                           \
+  } while (0)
+
+#define FJ_EXPECT_OK(call)                                                               \
+  do {                                                                                   \
+    fj_status status_ = (call);                                                          \
+    EXPECT_EQ(status_, FJ_SUCCESS) << #call << ": " << fj_status_string(status_) << ": " \
+                                   << fj_last_error_message();                           \
+  } while (0)
+
+// Unwraps an llvm::Expected in a test, failing it with the error's message.
+#define FJ_ASSERT_VALUE(var, expr)                                                       \
+  auto var = (expr);                                                                     \
+  ASSERT_TRUE((bool)var) << llvm::toString(var.takeError())
+
+std::string target() { return flashjit::testing::openTestDevice()->properties().target(); }
+
+// A directory for this process's caches, removed at exit.
+const std::string &scratchDir() {
+  static const std::string dir = [] {
+    llvm::SmallString<128> path;
+    if (llvm::sys::fs::createUniqueDirectory("flashjit-api-test", path))
+      return std::string("/tmp");
+    std::string made = path.str().str();
+    std::atexit([] { llvm::sys::fs::remove_directories(scratchDir()); });
+    return made;
+  }();
+  return dir;
+}
+
+// The cache the second-process test tunes into and its child reads.
+std::string sharedCachePath() { return scratchDir() + "/tuned.sqlite"; }
+
+class Context {
+public:
+  Context(int mode, const std::string &cachePath, double budgetSeconds = 0) {
+    fj_context_options options;
+    fj_context_options_init(&options);
+    options.tune_mode = mode;
+    options.user_cache_path = cachePath.c_str();
+    options.tuning_budget_seconds = budgetSeconds;
+    status_ = fj_context_create(&options, &handle_);
+    if (status_ != FJ_SUCCESS)
+      message_ = fj_last_error_message();
+  }
+  ~Context() {
+    if (handle_) {
+      EXPECT_EQ(fj_context_destroy(handle_), FJ_SUCCESS) << fj_last_error_message();
+    }
+  }
+  fj_context get() const { return handle_; }
+  bool ok() const { return handle_ != nullptr; }
+  std::string error() const { return std::string(fj_status_string(status_)) + ": " + message_; }
+  struct fj_context_info info() const {
+    struct fj_context_info info;
+    info.struct_size = sizeof(info);
+    EXPECT_EQ(fj_context_info(handle_, &info), FJ_SUCCESS) << fj_last_error_message();
+    return info;
+  }
+
+private:
+  fj_context handle_ = nullptr;
+  fj_status status_ = FJ_SUCCESS;
+  std::string message_;
+};
+
+// A stream of the test device, made current on the calling thread first (threads the
+// test starts have no current context of their own).
+struct Stream {
+  CUstream handle = nullptr;
+  std::string error;
+  Stream() {
+    flashjit::testing::openTestDevice();
+    auto created = runtime::createStream();
+    if (created)
+      handle = *created;
+    else
+      error = llvm::toString(created.takeError());
+  }
+  ~Stream() { runtime::destroyStream(handle); }
+};
+
+fj_attention_desc makeDesc(int dtype, int d, int dv, bool causal, int hq, int hkv) {
+  fj_attention_desc desc;
+  fj_attention_desc_init(&desc);
+  desc.dtype = dtype;
+  desc.head_dim = d;
+  desc.head_dim_v = dv;
+  desc.causal = causal;
+  desc.num_heads_q = hq;
+  desc.num_heads_kv = hkv;
+  return desc;
+}
+
+std::string descKey(const fj_attention_desc &d) {
+  return llvm::formatv("{0}.d{1}.dv{2}.c{3}.h{4}.{5}", d.dtype, d.head_dim, d.head_dim_v,
+                       d.causal, d.num_heads_q, d.num_heads_kv)
+      .str();
+}
+
+tuner::ForwardShape smallShape(int batch, int seqQ, int seqK) {
+  tuner::ForwardShape s;
+  s.batch = batch;
+  s.seqQ = seqQ;
+  s.seqK = seqK;
+  return s;
+}
+
+struct fj_kernel_info kernelInfo(fj_kernel kernel) {
+  struct fj_kernel_info info;
+  info.struct_size = sizeof(info);
+  EXPECT_EQ(fj_kernel_info(kernel, &info), FJ_SUCCESS) << fj_last_error_message();
+  return info;
+}
+
+// ---- correctness over random specs and shapes ---------------------------------------
+
+struct RandomCase {
+  fj_attention_desc desc;
+  tuner::ForwardShape shape;
+};
+
+std::vector<RandomCase> randomCases(int count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](auto const &list) { return list[rng() % list.size()]; };
+  const std::vector<int> dims = {32, 40, 64, 72, 80, 96, 128, 160, 192, 224, 256};
+  const std::vector<std::pair<int, int>> heads = {{4, 4}, {4, 2}, {4, 1}, {6, 3}, {8, 2}};
+  std::vector<RandomCase> cases;
+  for (int i = 0; i < count; ++i) {
+    RandomCase c;
+    int d = pick(dims);
+    int dv = rng() % 4 == 0 ? pick(std::vector<int>{32, 64, 128}) : 0;
+    auto [hq, hkv] = pick(heads);
+    c.desc = makeDesc(rng() % 2 ? FJ_DTYPE_BF16 : FJ_DTYPE_FP16, d, dv, rng() % 2, hq, hkv);
+    if (rng() % 5 == 0)
+      c.desc.softmax_scale = 0.05f;
+    tuner::ForwardShape &s = c.shape;
+    s.batch = 1 + rng() % 3;
+    s.seqQ = 1 + rng() % 300;
+    s.seqK = rng() % 3 == 0 ? s.seqQ : 1 + rng() % 300;
+    s.layout = rng() % 2 ? tuner::Layout::BSHD : tuner::Layout::BHSD;
+    s.rowPadding = 8 * (rng() % 3);
+    s.withLse = rng() % 2;
+    if (rng() % 4 == 0) {  // variable-length batch, every length <= the maxima
+      for (int b = 0; b < s.batch; ++b) {
+        s.seqlensQ.push_back(1 + rng() % s.seqQ);
+        s.seqlensK.push_back(1 + rng() % s.seqK);
+      }
+      s.seqQ = *std::max_element(s.seqlensQ.begin(), s.seqlensQ.end());
+      s.seqK = *std::max_element(s.seqlensK.begin(), s.seqlensK.end());
+    }
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+TEST(ApiGpu, RandomSpecsAndShapesPassTheBar) {
+  FLASHJIT_REQUIRE_GPU();
+  Context context(FJ_TUNE_HEURISTIC, "");  // in-memory cache: compiled for this test
+  ASSERT_TRUE(context.ok()) << context.error();
+  std::vector<RandomCase> cases = randomCases(24, 20261121);
+
+  // Kernels for the distinct descriptions, got by 8 threads at once.
+  std::map<std::string, fj_kernel> kernels;
+  std::vector<fj_attention_desc> distinct;
+  for (const RandomCase &c : cases)
+    if (kernels.emplace(descKey(c.desc), nullptr).second)
+      distinct.push_back(c.desc);
+  std::atomic<size_t> next{0};
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&] {
+      for (size_t i; (i = next++) < distinct.size();) {
+        fj_kernel kernel = nullptr;
+        fj_status status = fj_kernel_get(context.get(), &distinct[i], &kernel);
+        std::lock_guard<std::mutex> lock(mutex);
+        if (status != FJ_SUCCESS)
+          failures.push_back(descKey(distinct[i]) + ": " + fj_last_error_message());
+        kernels[descKey(distinct[i])] = kernel;
+      }
+    });
+  for (std::thread &thread : threads)
+    thread.join();
+  for (const std::string &failure : failures)
+    ADD_FAILURE() << "fj_kernel_get " << failure;
+
+  Stream stream;
+  ASSERT_NE(stream.handle, nullptr) << stream.error;
+  int passed = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    fj_kernel kernel = kernels[descKey(cases[i].desc)];
+    if (!kernel)
+      continue;
+    auto problem = ApiProblem::create(cases[i].desc, cases[i].shape, 1000 + i, target(),
+                                      stream.handle);
+    ASSERT_TRUE((bool)problem) << llvm::toString(problem.takeError());
+    auto report = (*problem)->run(kernel, stream.handle);
+    ASSERT_TRUE((bool)report) << (*problem)->describe() << ": "
+                              << llvm::toString(report.takeError());
+    EXPECT_TRUE(report->passed) << "case " << i << " " << (*problem)->describe() << ": "
+                                << report->summary();
+    passed += report->passed;
+  }
+  EXPECT_EQ(passed, (int)cases.size());
+  for (auto &[key, kernel] : kernels)
+    if (kernel)
+      FJ_EXPECT_OK(fj_kernel_release(kernel));
+}
+
+TEST(ApiGpu, InfoAndSourceDescribeTheKernel) {
+  FLASHJIT_REQUIRE_GPU();
+  Context context(FJ_TUNE_HEURISTIC, "");
+  ASSERT_TRUE(context.ok()) << context.error();
+  struct fj_context_info ci = context.info();
+  EXPECT_EQ(std::string(ci.target), target());
+  EXPECT_EQ(std::string(ci.device_name), flashjit::testing::openTestDevice()->properties().name);
+  EXPECT_EQ(ci.tune_mode, FJ_TUNE_HEURISTIC);
+  EXPECT_STREQ(ci.user_cache_path, "");
+
+  fj_attention_desc desc = makeDesc(FJ_DTYPE_BF16, 128, 0, true, 8, 2);
+  fj_kernel kernel = nullptr;
+  FJ_ASSERT_OK(fj_kernel_get(context.get(), &desc, &kernel));
+  EXPECT_EQ(context.info().kernels_outstanding, 1);
+  struct fj_kernel_info info = kernelInfo(kernel);
+  EXPECT_STREQ(info.family, "fwd_mma");
+  EXPECT_NE(std::string(info.spec_key).find("bf16.d128.dv128.causal"), std::string::npos)
+      << info.spec_key;
+  EXPECT_STREQ(info.device_key, ci.device_key);
+  EXPECT_GE(info.num_variants, 1);
+  EXPECT_EQ(info.origin, FJ_ORIGIN_COMPILED_NOW);  // a fresh in-memory cache
+  EXPECT_EQ(info.compiled_now, 1);
+  EXPECT_GT(info.registers, 0);
+  EXPECT_GT(info.shared_bytes, 0);
+  EXPECT_GT(info.block_m, 0);
+
+  fj_variant_info v;
+  v.struct_size = sizeof(v);
+  FJ_ASSERT_OK(fj_kernel_variant_info(kernel, info.primary_variant, &v));
+  EXPECT_EQ(v.block_m, info.block_m);
+  EXPECT_EQ(v.registers, info.registers);
+  EXPECT_EQ(std::string(v.tile),
+            llvm::formatv("bm{0}.bn{1}.w{2}.s{3}", v.block_m, v.block_n, v.warps, v.stages).str());
+  EXPECT_EQ(std::string(v.bucket), "q1024.k1024.bh8");  // default hints, batch 1 x 8 heads
+  EXPECT_EQ(std::string(v.binary_key).size(), 64u) << v.binary_key;
+  EXPECT_NE(std::string(v.note), "");
+
+  const char *source = nullptr;
+  size_t length = 0;
+  FJ_ASSERT_OK(fj_kernel_source(kernel, info.primary_variant, &source, &length));
+  ASSERT_NE(source, nullptr);
+  EXPECT_EQ(std::strlen(source), length);
+  EXPECT_NE(std::string(source).find("extern \"C\""), std::string::npos);
+  EXPECT_EQ(fj_kernel_source(kernel, info.num_variants, &source, nullptr),
+            FJ_ERROR_INVALID_VALUE);
+
+  // A context with a kernel outstanding refuses to go, and stays usable.
+  EXPECT_EQ(fj_context_destroy(context.get()), FJ_ERROR_INVALID_VALUE);
+  EXPECT_NE(std::string(fj_last_error_message()).find("1 kernel(s) outstanding"),
+            std::string::npos);
+  Stream stream;
+  ASSERT_NE(stream.handle, nullptr) << stream.error;
+  auto problem = ApiProblem::create(desc, smallShape(2, 100, 130), 7, target(), stream.handle);
+  ASSERT_TRUE((bool)problem) << llvm::toString(problem.takeError());
+  auto report = (*problem)->run(kernel, stream.handle);
+  ASSERT_TRUE((bool)report) << llvm::toString(report.takeError());
+  EXPECT_TRUE(report->passed) << report->summary();
+  FJ_EXPECT_OK(fj_kernel_release(kernel));
+  EXPECT_EQ(fj_kernel_release(kernel), FJ_ERROR_INVALID_VALUE);
+}
+
+TEST(ApiGpu, BadArgumentsNeverLaunch) {
+  FLASHJIT_REQUIRE_GPU();
+  Context context(FJ_TUNE_HEURISTIC, "");
+  ASSERT_TRUE(context.ok()) << context.error();
+  fj_attention_desc desc = makeDesc(FJ_DTYPE_FP16, 64, 0, false, 4, 4);
+  fj_kernel kernel = nullptr;
+  FJ_ASSERT_OK(fj_kernel_get(context.get(), &desc, &kernel));
+  Stream stream;
+  ASSERT_NE(stream.handle, nullptr) << stream.error;
+  auto problem = ApiProblem::create(desc, smallShape(2, 64, 64), 3, target(), stream.handle);
+  ASSERT_TRUE((bool)problem) << llvm::toString(problem.takeError());
+  ASSERT_FALSE((bool)(*problem)->poison());
+  auto before = (*problem)->output();
+  ASSERT_TRUE((bool)before);
+
+  fj_forward_args args = (*problem)->args();
+  args.k_seq_stride = 4;  // not a multiple of 8
+  EXPECT_EQ(fj_forward(kernel, &args, stream.handle), FJ_ERROR_INVALID_VALUE);
+  args = (*problem)->args();
+  args.o = static_cast<char *>(args.o) + 2;
+  EXPECT_EQ(fj_forward(kernel, &args, stream.handle), FJ_ERROR_INVALID_VALUE);
+  args = (*problem)->args();
+  args.batch = 0;  // a valid no-op
+  FJ_EXPECT_OK(fj_forward(kernel, &args, stream.handle));
+  ASSERT_FALSE((bool)runtime::synchronizeStream(stream.handle));
+  auto after = (*problem)->output();
+  ASSERT_TRUE((bool)after);
+  EXPECT_EQ(*before, *after) << "a rejected call or a no-op wrote the output";
+  FJ_EXPECT_OK(fj_kernel_release(kernel));
+}
+
+TEST(ApiGpu, CachedModeMissIsNotFound) {
+  FLASHJIT_REQUIRE_GPU();
+  std::string path = scratchDir() + "/empty.sqlite";
+  Context context(FJ_TUNE_CACHED, path);
+  ASSERT_TRUE(context.ok()) << context.error();
+  fj_attention_desc desc = makeDesc(FJ_DTYPE_BF16, 200, 0, false, 2, 2);
+  fj_kernel kernel = nullptr;
+  EXPECT_EQ(fj_kernel_get(context.get(), &desc, &kernel), FJ_ERROR_NOT_FOUND)
+      << fj_last_error_message();
+  EXPECT_EQ(kernel, nullptr);
+  EXPECT_NE(std::string(fj_last_error_message()).find("cached mode"), std::string::npos)
+      << fj_last_error_message();
+  EXPECT_EQ(context.info().compilations, 0);
+}
+
+// ---- concurrency ----------------------------------------------------------------------
+
+TEST(ApiGpu, EightThreadsGetAndLaunchConcurrently) {
+  FLASHJIT_REQUIRE_GPU();
+  Context context(FJ_TUNE_HEURISTIC, "");
+  ASSERT_TRUE(context.ok()) << context.error();
+  const std::vector<fj_attention_desc> descs = {
+      makeDesc(FJ_DTYPE_BF16, 128, 0, true, 8, 2), makeDesc(FJ_DTYPE_FP16, 64, 0, false, 4, 4),
+      makeDesc(FJ_DTYPE_BF16, 96, 0, true, 4, 1)};
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  std::map<std::string, std::set<std::string>> tilesByDesc;
+  auto fail = [&](std::string why) {
+    std::lock_guard<std::mutex> lock(mutex);
+    failures.push_back(std::move(why));
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      Stream stream;
+      if (!stream.handle)
+        return fail("cannot create a stream: " + stream.error);
+      std::vector<std::unique_ptr<ApiProblem>> problems;
+      for (size_t d = 0; d < descs.size(); ++d) {
+        auto problem = ApiProblem::create(descs[d], smallShape(1 + t % 2, 97 + 13 * t, 160),
+                                          100 * t + d, target(), stream.handle);
+        if (!problem)
+          return fail(llvm::toString(problem.takeError()));
+        problems.push_back(std::move(*problem));
+      }
+      for (int round = 0; round < 3; ++round)
+        for (size_t n = 0; n < descs.size(); ++n) {
+          size_t d = (n + t) % descs.size();  // threads ask in different orders
+          fj_kernel kernel = nullptr;
+          if (fj_kernel_get(context.get(), &descs[d], &kernel) != FJ_SUCCESS)
+            return fail("fj_kernel_get: " + std::string(fj_last_error_message()));
+          auto report = problems[d]->run(kernel, stream.handle);
+          if (!report)
+            fail(llvm::toString(report.takeError()));
+          else if (!report->passed)
+            fail(problems[d]->describe() + ": " + report->summary());
+          fj_variant_info v;
+          v.struct_size = sizeof(v);
+          if (fj_kernel_variant_info(kernel, 0, &v) == FJ_SUCCESS) {
+            std::lock_guard<std::mutex> lock(mutex);
+            tilesByDesc[descKey(descs[d])].insert(v.tile);
+          }
+          if (fj_kernel_release(kernel) != FJ_SUCCESS)
+            fail("fj_kernel_release: " + std::string(fj_last_error_message()));
+        }
+    });
+  for (std::thread &thread : threads)
+    thread.join();
+  for (const std::string &failure : failures)
+    ADD_FAILURE() << failure;
+  for (auto &[key, tiles] : tilesByDesc)
+    EXPECT_EQ(tiles.size(), 1u) << key << ": threads were given different kernels";
+  EXPECT_EQ(context.info().kernels_outstanding, 0);
+}
+
+// The spec the tuning tests tune (small, so that a tune is quick).
+fj_attention_desc tunedDesc() {
+  fj_attention_desc desc = makeDesc(FJ_DTYPE_FP16, 64, 0, true, 8, 8);
+  desc.seqlen_q_hint = desc.seqlen_k_hint = 512;
+  return desc;
+}
+
+TEST(ApiGpuTune, ConcurrentRequestsForOneSpecAreTunedOnce) {
+  FLASHJIT_REQUIRE_GPU();
+  // A cache of its own, so that exactly one tune is expected.
+  Context context(FJ_TUNE_DEFAULT, scratchDir() + "/tune-once.sqlite", /*budgetSeconds=*/1);
+  ASSERT_TRUE(context.ok()) << context.error();
+  const fj_attention_desc desc = tunedDesc();
+  std::mutex mutex;
+  std::condition_variable go;
+  bool started = false;
+  std::vector<fj_kernel> kernels(8, nullptr);
+  std::vector<std::string> errors(8);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        go.wait(lock, [&] { return started; });
+      }
+      if (fj_kernel_get(context.get(), &desc, &kernels[t]) != FJ_SUCCESS)
+        errors[t] = fj_last_error_message();
+    });
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    started = true;
+  }
+  go.notify_all();
+  for (std::thread &thread : threads)
+    thread.join();
+  std::set<std::string> tiles;
+  for (int t = 0; t < 8; ++t) {
+    ASSERT_NE(kernels[t], nullptr) << "thread " << t << ": " << errors[t];
+    fj_variant_info v;
+    v.struct_size = sizeof(v);
+    FJ_ASSERT_OK(fj_kernel_variant_info(kernels[t], 0, &v));
+    tiles.insert(v.tile);
+  }
+  struct fj_context_info ci = context.info();
+  EXPECT_EQ(ci.tunes, 1) << "8 concurrent requests for one spec were tuned " << ci.tunes
+                         << " times";
+  EXPECT_EQ(tiles.size(), 1u);
+  Stream stream;
+  ASSERT_NE(stream.handle, nullptr) << stream.error;
+  auto problem = ApiProblem::create(desc, smallShape(2, 300, 511), 11, target(), stream.handle);
+  ASSERT_TRUE((bool)problem) << llvm::toString(problem.takeError());
+  auto report = (*problem)->run(kernels[0], stream.handle);
+  ASSERT_TRUE((bool)report) << llvm::toString(report.takeError());
+  EXPECT_TRUE(report->passed) << report->summary();
+  for (fj_kernel kernel : kernels)
+    FJ_EXPECT_OK(fj_kernel_release(kernel));
+}
+
+// ---- CUDA graphs ----------------------------------------------------------------------
+
+#define FJ_GRAPH_STRINGIFY2(x) #x
+#define FJ_GRAPH_STRINGIFY(x) FJ_GRAPH_STRINGIFY2(x)
+
+// The few graph entry points the test needs (runtime/ does not wrap them), by the
+// versioned names cuda.h's macros give them.
+struct GraphApi {
+  decltype(&::cuStreamBeginCapture) beginCapture = nullptr;
+  decltype(&::cuStreamEndCapture) endCapture = nullptr;
+  decltype(&::cuGraphInstantiateWithFlags) instantiate = nullptr;
+  decltype(&::cuGraphLaunch) launch = nullptr;
+  decltype(&::cuGraphExecDestroy) execDestroy = nullptr;
+  decltype(&::cuGraphDestroy) destroy = nullptr;
+
+  static GraphApi load() {
+    GraphApi api;
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+      return api;
+#define FJ_GRAPH_LOAD(member, fn)                                                        \
+  api.member = reinterpret_cast<decltype(api.member)>(dlsym(lib, FJ_GRAPH_STRINGIFY(fn)))
+    FJ_GRAPH_LOAD(beginCapture, cuStreamBeginCapture);
+    FJ_GRAPH_LOAD(endCapture, cuStreamEndCapture);
+    FJ_GRAPH_LOAD(instantiate, cuGraphInstantiateWithFlags);
+    FJ_GRAPH_LOAD(launch, cuGraphLaunch);
+    FJ_GRAPH_LOAD(execDestroy, cuGraphExecDestroy);
+    FJ_GRAPH_LOAD(destroy, cuGraphDestroy);
+#undef FJ_GRAPH_LOAD
+    return api;
+  }
+  bool complete() const {
+    return beginCapture && endCapture && instantiate && launch && execDestroy && destroy;
+  }
+};
+
+TEST(ApiGpu, GraphCaptureAndReplayGivesTheSameOutput) {
+  FLASHJIT_REQUIRE_GPU();
+  GraphApi graph = GraphApi::load();
+  ASSERT_TRUE(graph.complete()) << "the driver lacks the graph API";
+  Context context(FJ_TUNE_HEURISTIC, "");
+  ASSERT_TRUE(context.ok()) << context.error();
+  fj_attention_desc desc = makeDesc(FJ_DTYPE_BF16, 128, 0, true, 8, 2);
+  fj_kernel kernel = nullptr;
+  FJ_ASSERT_OK(fj_kernel_get(context.get(), &desc, &kernel));
+  Stream stream;
+  ASSERT_NE(stream.handle, nullptr) << stream.error;
+  tuner::ForwardShape shape = smallShape(2, 333, 517);
+  auto problem = ApiProblem::create(desc, shape, 5, target(), stream.handle);
+  ASSERT_TRUE((bool)problem) << llvm::toString(problem.takeError());
+
+  // Eagerly, as the reference for the replay.
+  auto eager = (*problem)->run(kernel, stream.handle);
+  ASSERT_TRUE((bool)eager) << llvm::toString(eager.takeError());
+  ASSERT_TRUE(eager->passed) << eager->summary();
+  auto eagerBits = (*problem)->output();
+  ASSERT_TRUE((bool)eagerBits);
+
+  // Captured (global mode: any unsafe call inside fj_forward would fail the capture).
+  ASSERT_FALSE((bool)(*problem)->poison());
+  ASSERT_FALSE((bool)runtime::synchronizeStream(stream.handle));
+  ASSERT_EQ(graph.beginCapture(stream.handle, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  fj_forward_args args = (*problem)->args();
+  fj_status status = fj_forward(kernel, &args, stream.handle);
+  CUgraph captured = nullptr;
+  CUresult ended = graph.endCapture(stream.handle, &captured);
+  ASSERT_EQ(status, FJ_SUCCESS) << fj_last_error_message();
+  ASSERT_EQ(ended, CUDA_SUCCESS);
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(graph.instantiate(&exec, captured, 0), CUDA_SUCCESS);
+  auto poisoned = (*problem)->output();
+  ASSERT_TRUE((bool)poisoned);
+  EXPECT_NE(*poisoned, *eagerBits) << "capturing must not have run the kernel";
+
+  for (int replay = 0; replay < 3; ++replay) {
+    ASSERT_FALSE((bool)(*problem)->poison());
+    ASSERT_EQ(graph.launch(exec, stream.handle), CUDA_SUCCESS);
+    ASSERT_FALSE((bool)runtime::synchronizeStream(stream.handle));
+    auto replayed = (*problem)->output();
+    ASSERT_TRUE((bool)replayed);
+    EXPECT_EQ(*replayed, *eagerBits) << "replay " << replay << " differs from the eager run";
+    auto report = (*problem)->judge();
+    ASSERT_TRUE((bool)report);
+    EXPECT_TRUE(report->passed) << report->summary();
+  }
+  graph.execDestroy(exec);
+  graph.destroy(captured);
+  FJ_EXPECT_OK(fj_kernel_release(kernel));
+}
+
+// ---- a second process with the same cache ------------------------------------------
+
+// What the second process asks for: the tuned spec, at its hinted bucket and at
+// another one (served by the nearest tuned bucket), and a GQA spec.
+std::vector<fj_attention_desc> secondProcessDescs() {
+  fj_attention_desc other = tunedDesc();
+  other.seqlen_q_hint = other.seqlen_k_hint = 4096;
+  fj_attention_desc gqa = makeDesc(FJ_DTYPE_BF16, 128, 0, false, 8, 2);
+  gqa.seqlen_q_hint = gqa.seqlen_k_hint = 512;
+  return {tunedDesc(), other, gqa};
+}
+
+constexpr const char *kChildCacheVar = "FLASHJIT_API_TEST_CHILD_CACHE";
+constexpr const char *kChildReportVar = "FLASHJIT_API_TEST_CHILD_REPORT";
+
+// Runs only as the child of the test below (disabled otherwise).
+TEST(ApiGpuSecondProcess, DISABLED_Child) {
+  const char *cache = std::getenv(kChildCacheVar);
+  const char *reportPath = std::getenv(kChildReportVar);
+  ASSERT_TRUE(cache && reportPath) << "run by GetsHandlesFromTheCacheWithoutCompiling";
+  Context context(FJ_TUNE_CACHED, cache);  // cannot compile even if it wanted to
+  ASSERT_TRUE(context.ok()) << context.error();
+  std::ofstream report(reportPath);
+  for (const fj_attention_desc &desc : secondProcessDescs()) {
+    fj_kernel kernel = nullptr;
+    auto start = std::chrono::steady_clock::now();
+    fj_status status = fj_kernel_get(context.get(), &desc, &kernel);
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                          start).count();
+    ASSERT_EQ(status, FJ_SUCCESS) << fj_last_error_message();
+    struct fj_kernel_info info = kernelInfo(kernel);
+    report << descKey(desc) << " " << ms << " " << info.compiled_now << " " << info.origin
+           << " " << info.num_variants << "\n";
+    Stream stream;
+    ASSERT_NE(stream.handle, nullptr) << stream.error;
+    auto problem = ApiProblem::create(desc, smallShape(2, 200, 511), 9, target(),
+                                      stream.handle);
+    ASSERT_TRUE((bool)problem) << llvm::toString(problem.takeError());
+    auto checked = (*problem)->run(kernel, stream.handle);
+    ASSERT_TRUE((bool)checked) << llvm::toString(checked.takeError());
+    EXPECT_TRUE(checked->passed) << checked->summary();
+    FJ_EXPECT_OK(fj_kernel_release(kernel));
+  }
+  report << "compilations " << context.info().compilations << "\n";
+}
+
+TEST(ApiGpuSecondProcess, GetsHandlesFromTheCacheWithoutCompiling) {
+  FLASHJIT_REQUIRE_GPU();
+  const std::string cache = sharedCachePath();
+  {
+    // This process tunes what the child will ask for (a cache hit if an earlier test
+    // tuned it already).
+    Context context(FJ_TUNE_DEFAULT, cache, /*budgetSeconds=*/1);
+    ASSERT_TRUE(context.ok()) << context.error();
+    for (const fj_attention_desc &desc : secondProcessDescs()) {
+      fj_kernel kernel = nullptr;
+      FJ_ASSERT_OK(fj_kernel_get(context.get(), &desc, &kernel));
+      FJ_ASSERT_OK(fj_kernel_release(kernel));
+    }
+  }
+  const std::string reportPath = scratchDir() + "/child-report.txt";
+  std::vector<std::string> env;
+  for (char **e = environ; *e; ++e)
+    env.push_back(*e);
+  env.push_back(std::string(kChildCacheVar) + "=" + cache);
+  env.push_back(std::string(kChildReportVar) + "=" + reportPath);
+  std::vector<char *> envp;
+  for (std::string &e : env)
+    envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string self = "/proc/self/exe", filter = "--gtest_filter=ApiGpuSecondProcess.DISABLED_Child",
+              disabled = "--gtest_also_run_disabled_tests";
+  char *argv[] = {self.data(), filter.data(), disabled.data(), nullptr};
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()), 0);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  ASSERT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
+      << "the child process failed (its output is above)";
+
+  std::ifstream in(reportPath);
+  std::string line;
+  int handles = 0;
+  bool sawCompilations = false;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string key;
+    fields >> key;
+    if (key == "compilations") {
+      int compilations = -1;
+      fields >> compilations;
+      EXPECT_EQ(compilations, 0) << "the second process compiled";
+      sawCompilations = true;
+      continue;
+    }
+    double ms = 0;
+    int compiledNow = -1, origin = 0, variants = 0;
+    fields >> ms >> compiledNow >> origin >> variants;
+    ++handles;
+    std::cout << "  second process: " << key << " in " << ms << " ms, origin " << origin
+              << ", " << variants << " variant(s)\n";
+    EXPECT_LE(ms, 5.0) << key << ": fj_kernel_get took " << ms << " ms from the cache";
+    EXPECT_EQ(compiledNow, 0) << key;
+    EXPECT_EQ(origin, FJ_ORIGIN_USER_CACHE) << key;
+  }
+  EXPECT_EQ(handles, (int)secondProcessDescs().size());
+  EXPECT_TRUE(sawCompilations);
+}
+
+} // namespace
