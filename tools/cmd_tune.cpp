@@ -235,7 +235,7 @@ int finish(const Plan &p, const SweepOutcome &outcome, bool tuning) {
     int within = (int)std::count_if(cold.begin(), cold.end(), [](double s) { return s <= budget; });
     llvm::outs() << llvm::formatv("\ntune time per (spec, bucket), compile included: min {0:F1} s, "
                                   "median {1:F1} s, p90 {2:F1} s, max {3:F1} s; {4} of {5} within "
-                                  "{6} s\n",
+                                  "{6:F1} s\n",
                                   cold.front(), at(0.5), at(0.9), cold.back(), within,
                                   cold.size(), budget.getValue());
   }
@@ -316,7 +316,7 @@ int runTuneSweep(const SweepConfig &config) {
     return fail(p.takeError());
   llvm::errs() << llvm::formatv(
       "flashjit tune: {0} (spec, bucket) items{1} on {2} GPU(s) ({3}, {4}): {5} in the cache, "
-      "{6} to tune ({7} mode, {8} s budget each) -> {9}\n",
+      "{6} to tune ({7} mode, {8:F1} s budget each) -> {9}\n",
       p->all.size(), shardText.getNumOccurrences() ? " (shard " + shardText + ")" : "",
       ordinals.size(), props.name, props.target(), p->cached.size(), p->pending.size(),
       tuneModeName(*mode), budget.getValue(),

@@ -9,7 +9,7 @@ namespace flashjit::tuner {
 double tieTolerance(double bestSpread) {
   if (!std::isfinite(bestSpread))
     bestSpread = 0;
-  return std::clamp(bestSpread, 0.01, 0.05);
+  return std::clamp(bestSpread, 0.01, 0.02);
 }
 
 bool smallerFootprint(const RankedCandidate &a, const RankedCandidate &b) {
@@ -35,6 +35,25 @@ std::vector<int> tiedWithFastest(llvm::ArrayRef<RankedCandidate> candidates) {
     if (usable(candidates[i]) && candidates[i].medianUs <= limit)
       ties.push_back(i);
   return ties;
+}
+
+std::vector<int> contenders(llvm::ArrayRef<RankedCandidate> candidates, double band,
+                            int limit) {
+  std::vector<int> order;
+  for (int i = 0; i < (int)candidates.size(); ++i)
+    if (usable(candidates[i]))
+      order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return candidates[a].medianUs < candidates[b].medianUs;
+  });
+  std::vector<int> out;
+  for (int i : order)
+    if ((int)out.size() < limit &&
+        candidates[i].medianUs <= candidates[order.front()].medianUs * (1 + band))
+      out.push_back(i);
+  if (out.size() < 2)
+    out.clear();
+  return out;
 }
 
 int pickWinner(llvm::ArrayRef<RankedCandidate> candidates) {

@@ -21,7 +21,8 @@ struct RankedCandidate {
 };
 
 // The relative band around the fastest median within which candidates tie:
-// the fastest candidate's own spread, at least 1% and at most 5%.
+// the fastest candidate's own spread, at least 1% and at most 2% (so a winner chosen
+// by footprint is never more than 2% slower than the fastest).
 double tieTolerance(double bestSpread);
 
 // The footprint order that breaks ties: less shared memory, then fewer registers,
@@ -30,6 +31,11 @@ bool smallerFootprint(const RankedCandidate &a, const RankedCandidate &b);
 
 // Indices of the candidates tied with the fastest (the fastest included).
 std::vector<int> tiedWithFastest(llvm::ArrayRef<RankedCandidate> candidates);
+
+// Candidates worth timing a second time before choosing: those within `band` of the
+// fastest, fastest first, at most `limit` of them (none when fewer than two).
+std::vector<int> contenders(llvm::ArrayRef<RankedCandidate> candidates, double band = 0.05,
+                            int limit = 4);
 
 // Index of the winner: the smallest footprint among those tied with the fastest.
 // -1 when there is none. Candidates with a non-positive or non-finite time are

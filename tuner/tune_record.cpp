@@ -46,6 +46,9 @@ llvm::json::Object candidateJson(const CandidateRecord &c) {
     o["p90_us"] = us(m.p90Us);
     o["runs"] = m.runs;
     o["rotation"] = m.rotation;
+    if (c.rerunMedianUs > 0)
+      o["rerun_median_us"] = us(c.rerunMedianUs);
+    o["ranked_us"] = us(c.rankedUs > 0 ? c.rankedUs : m.medianUs);
   }
   if (c.winner)
     o["winner"] = true;

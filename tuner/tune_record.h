@@ -41,7 +41,10 @@ struct CandidateRecord {
   bool checked = false;       // ran against the reference
   double maxError = 0, tolerance = 0;
   bool timed = false;
-  Measurement measurement;
+  Measurement measurement;    // the first timing
+  double rerunMedianUs = 0;   // the second timing of a contender (0: not re-timed)
+  double rankedUs = 0;        // what the winner was chosen by: the median, or the mean
+                              // of both medians for a re-timed contender
   bool winner = false;
 };
 

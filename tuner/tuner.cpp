@@ -47,12 +47,16 @@ Tuner::Impl::Impl(runtime::Device *device, cache::Cache &cache, TunerOptions opt
     : device(device), cache(cache), options(std::move(options)) {}
 
 Tuner::Impl::~Impl() {
+  // Device memory, modules and the stream are released in the device's context, which
+  // need not be current on the thread that destroys the tuner.
+  if (device)
+    llvm::consumeError(device->makeCurrent());
   checkers.clear();
   {
     std::lock_guard<std::mutex> lock(kernelsMutex);
     kernels.clear();
   }
-  if (stream && device && !device->makeCurrent())
+  if (stream)
     runtime::destroyStream(stream);
 }
 
@@ -114,8 +118,21 @@ llvm::Expected<Selection> Tuner::Impl::fromRow(const generator::KernelSpec &spec
   build.allowCompile = options.mode != TuneMode::Cached;
   build.threads = 1;
   llvm::Expected<BuildResult> built = buildVariants(cache, spec, {*tile}, build);
-  if (!built)
-    return built.takeError();
+  std::string noCompiler;
+  if (!built) {
+    // No NVRTC here (so no binary key of our own): the binary the row recorded, as is.
+    noCompiler = takeErrorReport(built.takeError()).message;
+    llvm::Expected<std::optional<Variant>> recorded =
+        recordedVariant(cache, spec, *tile, row.binaryKey);
+    if (!recorded)
+      return recorded.takeError();
+    if (!*recorded)
+      return makeError(ErrorCode::NotFound, "tuned winner {0} for {1}: {2}, and its binary {3} "
+                       "is not in the cache", binaryKeyText(spec, *tile), row.key.bucket,
+                       noCompiler, row.binaryKey);
+    built = BuildResult{};
+    built->variants.push_back(std::move(**recorded));
+  }
   compilations += built->compiled;
   Variant &v = built->variants.front();
   if (!v.error.empty() || !v.binary)
@@ -127,6 +144,8 @@ llvm::Expected<Selection> Tuner::Impl::fromRow(const generator::KernelSpec &spec
   s.tunedUs = row.medianUs;
   s.tflops = row.tflops;
   s.note = llvm::formatv("tuned winner from the {0} ({1})", originName(s.origin), found.path);
+  if (!noCompiler.empty())
+    s.note += "; its recorded binary, used as is (" + noCompiler + ")";
   if (v.compiledNow)
     s.note += v.key == row.binaryKey
                   ? "; its binary was missing and was compiled now"

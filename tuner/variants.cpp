@@ -132,4 +132,27 @@ llvm::Expected<BuildResult> buildVariants(cache::Cache &cache, const generator::
   return std::move(result);
 }
 
+llvm::Expected<std::optional<Variant>> recordedVariant(cache::Cache &cache,
+                                                       const generator::KernelSpec &spec,
+                                                       const generator::TileConfig &tile,
+                                                       llvm::StringRef key) {
+  llvm::Expected<std::optional<cache::Found<cache::BinaryRow>>> found = cache.findBinary(key);
+  if (!found)
+    return found.takeError();
+  if (!*found)
+    return std::nullopt;
+  llvm::Expected<generator::EmittedKernel> emitted = generator::emitForward(spec, tile);
+  if (!emitted)
+    return emitted.takeError();
+  Variant v;
+  v.tile = tile;
+  v.emitted = std::move(*emitted);
+  v.key = key.str();
+  v.keyText = binaryKeyText(spec, tile);
+  v.binary = std::move((*found)->row);
+  v.cachedIn = (*found)->source;
+  v.rejection = compileRejection(v.binary->spillBytes, "");
+  return std::optional<Variant>(std::move(v));
+}
+
 } // namespace flashjit::tuner

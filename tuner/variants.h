@@ -65,4 +65,12 @@ llvm::Expected<BuildResult> buildVariants(cache::Cache &cache, const generator::
                                           llvm::ArrayRef<generator::TileConfig> tiles,
                                           const BuildOptions &options);
 
+// The Variant of `tile` with the binary a tuning row recorded under `key`, taken from
+// the cache as is: for a process that cannot compute binary keys itself (no NVRTC).
+// Nothing when the cache does not have that binary.
+llvm::Expected<std::optional<Variant>> recordedVariant(cache::Cache &cache,
+                                                       const generator::KernelSpec &spec,
+                                                       const generator::TileConfig &tile,
+                                                       llvm::StringRef key);
+
 } // namespace flashjit::tuner

@@ -49,19 +49,30 @@ TEST(Select, FootprintOrderIsSharedThenRegistersThenKey) {
   EXPECT_EQ(tuner::pickWinner(c), 2);
 }
 
-TEST(Select, MeasuredSpreadWidensTheBandUpToFivePercent) {
-  std::vector<RankedCandidate> c = {cand("bm128.bn64.w8.s2", 98304, 214, 100.0, 0.04),
-                                    cand("bm64.bn64.w4.s2", 49152, 200, 103.5)};
-  EXPECT_EQ(tuner::pickWinner(c), 1) << "3.5% is inside a 4% spread";
-  c[0].spread = 0.02;
+TEST(Select, MeasuredSpreadWidensTheBandUpToTwoPercent) {
+  std::vector<RankedCandidate> c = {cand("bm128.bn64.w8.s2", 98304, 214, 100.0, 0.018),
+                                    cand("bm64.bn64.w4.s2", 49152, 200, 101.5)};
+  EXPECT_EQ(tuner::pickWinner(c), 1) << "1.5% is inside a 1.8% spread";
+  c[0].spread = 0.012;
   EXPECT_EQ(tuner::pickWinner(c), 0);
-  c[0].spread = 0.5;  // very noisy: still no more than 5%
-  c[1].medianUs = 106;
+  c[0].spread = 0.5;  // very noisy: still no more than 2%
+  c[1].medianUs = 102.5;
   EXPECT_EQ(tuner::pickWinner(c), 0);
   EXPECT_DOUBLE_EQ(tuner::tieTolerance(0), 0.01);
-  EXPECT_DOUBLE_EQ(tuner::tieTolerance(0.03), 0.03);
-  EXPECT_DOUBLE_EQ(tuner::tieTolerance(1.0), 0.05);
+  EXPECT_DOUBLE_EQ(tuner::tieTolerance(0.015), 0.015);
+  EXPECT_DOUBLE_EQ(tuner::tieTolerance(1.0), 0.02);
   EXPECT_DOUBLE_EQ(tuner::tieTolerance(NAN), 0.01);
+}
+
+TEST(Select, ContendersAreTheNearEqualFastestFirst) {
+  std::vector<RankedCandidate> c = {cand("bm128.bn64.w8.s2", 1, 1, 104.0),
+                                    cand("bm64.bn64.w4.s2", 1, 1, 100.0),
+                                    cand("bm64.bn32.w4.s2", 1, 1, 106.0),
+                                    cand("bm128.bn32.w8.s2", 1, 1, 101.0),
+                                    cand("bm256.bn32.w8.s2", 1, 1, 0)};
+  EXPECT_EQ(tuner::contenders(c), (std::vector<int>{1, 3, 0}));
+  EXPECT_EQ(tuner::contenders(c, 0.05, 2), (std::vector<int>{1, 3}));
+  EXPECT_TRUE(tuner::contenders(c, 0.001).empty()) << "one alone is no contest";
 }
 
 TEST(Select, OrderOfCandidatesDoesNotMatter) {

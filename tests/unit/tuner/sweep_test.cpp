@@ -7,17 +7,15 @@
 
 #include "generator/templates.h"
 #include "support/error.h"
+#include "subprocess.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/Program.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <set>
-
-extern char **environ;
 
 using namespace flashjit;
 using tuner::Bucket;
@@ -257,17 +255,9 @@ TEST(CompileOnlyProcess, SecondProcessReadsWithZeroCompilations) {
   std::string db = (dir + "/deploy.sqlite").str();
 
   // Process 1: a build machine fills the cache.
-  std::string self = llvm::sys::fs::getMainExecutable(nullptr, nullptr);
-  std::vector<std::string> envStore;
-  for (char **e = environ; *e; ++e)
-    envStore.push_back(*e);
-  envStore.push_back(std::string(kChildDbVariable) + "=" + db);
-  std::vector<llvm::StringRef> env(envStore.begin(), envStore.end());
-  std::vector<llvm::StringRef> args = {self, "--gtest_also_run_disabled_tests",
-                                       "--gtest_filter=CompileOnlyProcess.DISABLED_FillCache"};
   std::string error;
-  int rc = llvm::sys::ExecuteAndWait(self, args, llvm::ArrayRef<llvm::StringRef>(env), {}, 300,
-                                     0, &error);
+  int rc = flashjit::testing::runTestInChild("CompileOnlyProcess.DISABLED_FillCache",
+                                             {std::string(kChildDbVariable) + "=" + db}, error);
   ASSERT_EQ(rc, 0) << "the filling process failed: " << error;
 
   // Process 2 (this one, which has compiled nothing): everything is there.

@@ -5,9 +5,15 @@
 
 #include "generator/templates.h"
 #include "support/error.h"
+#include "subprocess.h"
+#include "runtime/nvrtc.h"
+
+#include "llvm/ADT/SmallString.h"
 #include "tuner/variants.h"
 
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 
 using namespace flashjit;
 using generator::KernelSpec;
@@ -149,6 +155,48 @@ TEST(TunerNoDevice, HeuristicDefaultFromACompileOnlyCache) {
   EXPECT_EQ(fallback->origin, tuner::Origin::UserCache);
   EXPECT_NE(fallback->note.find("heuristic default"), std::string::npos) << fallback->note;
   EXPECT_EQ(t.counters().compilations, 0);
+}
+
+// Run only as the child of the test below: a deployment process without NVRTC.
+TEST(TunerNoDevice, DISABLED_UsesRecordedBinaryWithoutNvrtc) {
+  const char *path = std::getenv("FLASHJIT_TEST_TUNED_DB");
+  ASSERT_NE(path, nullptr);
+  auto version = runtime::nvrtcVersion();
+  ASSERT_FALSE(bool(version)) << "this child was meant to run without NVRTC";
+  llvm::consumeError(version.takeError());
+  cache::CacheOptions options;
+  options.userPath = path;
+  auto cache = cache::Cache::open(options);
+  ASSERT_TRUE(bool(cache)) << llvm::toString(cache.takeError());
+  Tuner t(nullptr, **cache, cachedOptions());
+  auto hit = t.select(spec(), {1024, 1024, 32});
+  ASSERT_TRUE(bool(hit)) << llvm::toString(hit.takeError());
+  EXPECT_EQ(hit->tile.key(), "bm64.bn64.w4.s2");
+  EXPECT_NE(hit->note.find("recorded binary"), std::string::npos) << hit->note;
+  // A bucket with no row is still a clean miss.
+  auto miss = t.select(spec(), {4096, 4096, 32});
+  ASSERT_FALSE(bool(miss));
+  EXPECT_EQ(takeErrorReport(miss.takeError()).code, ErrorCode::NotFound);
+}
+
+TEST(TunerNoDevice, TunedRowsWorkInAProcessWithoutNvrtc) {
+  llvm::SmallString<128> dir;
+  ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("flashjit-nonvrtc-test", dir));
+  std::string db = (dir + "/tuned.sqlite").str();
+  {
+    cache::CacheOptions options;
+    options.userPath = db;
+    auto cache = cache::Cache::open(options);
+    ASSERT_TRUE(bool(cache));
+    publishRow(**cache, {1024, 1024, 32}, {64, 64, 4, 2}, 80);
+  }
+  std::string error;
+  int rc = flashjit::testing::runTestInChild(
+      "TunerNoDevice.DISABLED_UsesRecordedBinaryWithoutNvrtc",
+      {"FLASHJIT_TEST_TUNED_DB=" + db, "FLASHJIT_NVRTC_LIBRARY=/nonexistent/libnvrtc.so"},
+      error);
+  EXPECT_EQ(rc, 0) << error;
+  llvm::sys::fs::remove_directories(dir);
 }
 
 TEST(TunerNoDevice, RejectsABadSpec) {
