@@ -1,5 +1,6 @@
 #include "tuner/checker.h"
 
+#include "runtime/context.h"
 #include "support/error.h"
 #include "tuner/half_precision.h"
 
@@ -18,13 +19,18 @@ namespace {
 // summation order and exp2 approximation differ.
 constexpr double kLseTolerance = 1e-3;
 
-// References are compiled once per process per (dtype, mode, target).
+// References are built once per (dtype, mode, target) in each context that asks: a
+// module loaded in one device's context cannot be launched in another's.
 llvm::Expected<const ReferenceKernel *> reference(generator::DType dtype, bool emulate,
                                                   const std::string &target) {
   static std::mutex mutex;
   static std::map<std::string, std::unique_ptr<ReferenceKernel>> kernels;
+  llvm::Expected<CUcontext> context = runtime::currentContext();
+  if (!context)
+    return context.takeError();
   std::lock_guard<std::mutex> lock(mutex);
-  std::string key = llvm::formatv("{0}.{1}.{2}", generator::dtypeName(dtype), emulate, target);
+  std::string key = llvm::formatv("{0}.{1}.{2}.{3}", generator::dtypeName(dtype), emulate,
+                                  target, (const void *)*context);
   auto &slot = kernels[key];
   if (!slot) {
     auto built = ReferenceKernel::build(dtype, emulate, target);

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <thread>
 
 using namespace flashjit;
@@ -244,6 +245,40 @@ TEST(TunerGpu, SweepWinnersPassTheBarAndRerunIsFree) {
     std::printf("  re-run: %d compilations, %d timings\n", again->counters.compilations,
                 again->counters.timings);
   }
+}
+
+// --devices: one worker per GPU over one cache. Each worker has its own context, so
+// nothing loaded in one may be launched in another (the reference kernels once were).
+TEST(TunerGpu, SweepOverTwoDevicesSharesOneCache) {
+  FLASHJIT_REQUIRE_GPU();
+  auto count = runtime::deviceCount();
+  ASSERT_TRUE(bool(count));
+  if (*count < 2)
+    GTEST_SKIP() << "needs 2 GPUs (this machine has " << *count << ")";
+  TempCache dir;
+  tuner::SweepConfig config;
+  config.headDims = {64};
+  config.dtypes = {DType::BF16};
+  config.causal = {false, true};
+  config.seqlens = {1024, 4096};
+  config.batchHeads = {32};
+  std::vector<SweepItem> items = tuner::tuneItems(config, target());
+  tuner::TuneSweepOptions options;
+  options.devices = {0, 1};
+  auto cache = openCache(dir.path());
+  auto outcome = tuner::runTuneSweep(*cache, items, options, {});
+  ASSERT_TRUE(bool(outcome)) << llvm::toString(outcome.takeError());
+  ASSERT_EQ(outcome->results.size(), items.size());
+  std::set<int> devices;
+  for (const SweepResult &r : outcome->results) {
+    EXPECT_EQ(r.status, SweepResult::Tuned) << r.item.label() << " on GPU " << r.device << ": "
+                                            << r.message;
+    devices.insert(r.device);
+    std::printf("  GPU %d: %-40s %-18s %-18s %8.1f us\n", r.device,
+                r.item.spec.key().c_str(), r.item.bucket->key().c_str(), r.tile.c_str(), r.us);
+  }
+  EXPECT_EQ(devices, (std::set<int>{0, 1}));
+  EXPECT_EQ(outcome->counters.tunes, (int)items.size());
 }
 
 // The planted candidate normalises O by 1.25 / sum instead of 1 / sum: it compiles
