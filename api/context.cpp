@@ -171,6 +171,9 @@ llvm::Error destroyContext(fj_context_s *context) {
     return makeError(ErrorCode::InvalidValue, "context {0} is not a live context",
                      (const void *)context);
   context->magic = kDeadMagic;
+  // Unloading modules and destroying streams need the context current on this thread.
+  if (context->device)
+    llvm::consumeError(context->device->makeCurrent());
   delete context;
   return llvm::Error::success();
 }

@@ -127,6 +127,8 @@ llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attentio
   auto desc = checkDesc(in);
   if (!desc)
     return desc.takeError();
+  if (!context->device || !context->tuner)
+    return makeError(ErrorCode::Internal, "context {0} has no device", (const void *)context);
   generator::KernelSpec spec = specFor(*desc, context->target);
   if (llvm::Error error = generator::validateSpec(spec))
     return std::move(error);

@@ -60,6 +60,9 @@ static float from_bf16(uint16_t value) {
   return result;
 }
 
+/* Uniform in [-1, 1]. */
+static float uniform(void) { return (float)((double)rand() / RAND_MAX * 2 - 1); }
+
 static void log_message(int level, const char *message, void *user_data) {
   (void)user_data;
   fprintf(stderr, "[flashjit %s] %s\n",
@@ -165,10 +168,10 @@ int main(int argc, char **argv) {
   /* 3. Inputs on the device. */
   srand(1);
   for (i = 0; i < nq; ++i)
-    hq[i] = to_bf16((float)rand() / RAND_MAX * 2 - 1);
+    hq[i] = to_bf16(uniform());
   for (i = 0; i < nk; ++i) {
-    hk[i] = to_bf16((float)rand() / RAND_MAX * 2 - 1);
-    hv[i] = to_bf16((float)rand() / RAND_MAX * 2 - 1);
+    hk[i] = to_bf16(uniform());
+    hv[i] = to_bf16(uniform());
   }
   CUDA_CHECK(cudaMalloc(&dq, nq * 2));
   CUDA_CHECK(cudaMalloc(&dk, nk * 2));

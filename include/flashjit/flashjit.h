@@ -33,6 +33,10 @@
  * A description requested by several threads at once is tuned once (the others
  * wait for it). Destroying a context or releasing a kernel while another thread uses
  * it is the caller's error.
+ *
+ * CUDA context: flashjit uses the device's primary context (the one the CUDA runtime
+ * and PyTorch use). fj_context_create, fj_kernel_get and fj_forward make it current
+ * on the calling thread, as cudaSetDevice would.
  */
 #ifndef FLASHJIT_FLASHJIT_H
 #define FLASHJIT_FLASHJIT_H

@@ -420,8 +420,10 @@ fj_attention_desc tunedDesc() {
 
 TEST(ApiGpuTune, ConcurrentRequestsForOneSpecAreTunedOnce) {
   FLASHJIT_REQUIRE_GPU();
-  // A cache of its own, so that exactly one tune is expected.
-  Context context(FJ_TUNE_DEFAULT, scratchDir() + "/tune-once.sqlite", /*budgetSeconds=*/1);
+  // A cache of its own (per run, --gtest_repeat included), so exactly one tune is expected.
+  static int run = 0;
+  Context context(FJ_TUNE_DEFAULT, scratchDir() + "/tune-once-" + std::to_string(run++) + ".sqlite",
+                  /*budgetSeconds=*/1);
   ASSERT_TRUE(context.ok()) << context.error();
   const fj_attention_desc desc = tunedDesc();
   std::mutex mutex;

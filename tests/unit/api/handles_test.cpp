@@ -236,3 +236,19 @@ TEST(ApiKernel, ConcurrentReleaseReleasesOnce) {
 }
 
 } // namespace
+
+namespace {
+TEST(ApiKernel, GetOnAContextWithoutDeviceFailsCleanly) {
+  // Only reachable through a broken context, but it must not crash either.
+  fj_context_s *context = deviceFreeContext();
+  fj_attention_desc desc = validDesc();
+  fj_kernel kernel = nullptr;
+  EXPECT_TRUE(failsWith(fj_kernel_get(context, &desc, &kernel), FJ_ERROR_INTERNAL,
+                        {"has no device"}));
+  EXPECT_EQ(kernel, nullptr);
+  desc.head_dim = 100;  // the description is still checked first
+  EXPECT_TRUE(failsWith(fj_kernel_get(context, &desc, &kernel), FJ_ERROR_NOT_SUPPORTED,
+                        {"fj_kernel_get: desc->head_dim is 100"}));
+  EXPECT_TRUE(succeeds(fj_context_destroy(context)));
+}
+} // namespace
