@@ -1,0 +1,201 @@
+// `flashjit cache ACTION`: list, export, merge, verify and clear kernel cache DBs.
+// The work is done by cache/ (cache.h, ship.h); this file parses and prints.
+#include "cache/cache.h"
+#include "cache/ship.h"
+#include "tools/command.h"
+
+#include "support/error.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace llvm;
+
+namespace {
+
+cl::SubCommand cacheCommand(
+    "cache", "Inspect and ship the kernel cache:\n"
+             "  ls                                list tuning rows (user DB, then --shipped)\n"
+             "  export --device-key K --out F     write a compact DB to ship\n"
+             "  merge A B... --out F              combine DBs, keeping the faster winner\n"
+             "  verify [DB...]                    check integrity, schema and checksums\n"
+             "  clear                             delete every row of the user DB");
+cl::list<std::string> arguments(cl::Positional, cl::desc("<ls|export|merge|verify|clear> [DB...]"),
+                                cl::sub(cacheCommand));
+cl::opt<std::string> userDb("user",
+                            cl::desc("The user DB (default: $FLASHJIT_CACHE, else "
+                                     "$XDG_CACHE_HOME or ~/.cache /flashjit/cache.sqlite)"),
+                            cl::value_desc("file"), cl::sub(cacheCommand));
+cl::list<std::string> shippedDbs("shipped", cl::desc("A shipped DB, searched after the user DB"),
+                                 cl::value_desc("file"), cl::sub(cacheCommand));
+cl::list<std::string> deviceKeys("device-key",
+                                 cl::desc("export: a device key to include (repeat or "
+                                          "separate with commas)"),
+                                 cl::value_desc("key"), cl::CommaSeparated,
+                                 cl::sub(cacheCommand));
+cl::opt<std::string> outPath("out", cl::desc("export, merge: the DB to write"),
+                             cl::value_desc("file"), cl::sub(cacheCommand));
+
+int fail(Error error) {
+  errs() << "flashjit cache: " << toString(std::move(error)) << "\n";
+  return 1;
+}
+
+int usage(const Twine &message) {
+  errs() << "flashjit cache: " << message << " (see `flashjit cache --help`)\n";
+  return 2;
+}
+
+std::string userPathOrDefault() {
+  return userDb.getNumOccurrences() ? userDb.getValue() : flashjit::cache::defaultUserCachePath();
+}
+
+// Opens the cache for reading: a user DB that does not exist yet is not created.
+Expected<std::unique_ptr<flashjit::cache::Cache>> openForReading() {
+  flashjit::cache::CacheOptions options;
+  std::string user = userPathOrDefault();
+  options.userPath = sys::fs::exists(user) ? user : "";
+  options.shippedPaths.assign(shippedDbs.begin(), shippedDbs.end());
+  return flashjit::cache::Cache::open(std::move(options));
+}
+
+void printNotes(const char *what, const std::vector<std::string> &lines) {
+  for (const std::string &line : lines)
+    outs() << "  " << what << ": " << line << "\n";
+}
+
+// Columns padded to their widest cell.
+void printTable(const std::vector<std::vector<std::string>> &rows) {
+  std::vector<size_t> widths;
+  for (const auto &row : rows)
+    for (size_t i = 0; i < row.size(); ++i) {
+      widths.resize(std::max(widths.size(), row.size()));
+      widths[i] = std::max(widths[i], row[i].size());
+    }
+  for (const auto &row : rows) {
+    for (size_t i = 0; i < row.size(); ++i)
+      outs() << (i ? "  " : "") << (i + 1 < row.size() ? left_justify(row[i], widths[i])
+                                                        : left_justify(row[i], 0));
+    outs() << "\n";
+  }
+}
+
+int list() {
+  Expected<std::unique_ptr<flashjit::cache::Cache>> cache = openForReading();
+  if (!cache)
+    return fail(cache.takeError());
+  for (const flashjit::cache::DatabaseInfo &db : (*cache)->databases()) {
+    const char *role = db.source == flashjit::cache::Source::User ? "user" : "shipped";
+    if (db.path == ":memory:")
+      continue;
+    outs() << formatv("{0} {1}: ", role, db.path)
+           << (db.usable ? formatv("schema {0}", db.schemaVersion).str() : "skipped, " + db.note)
+           << "\n";
+  }
+  Expected<std::vector<flashjit::cache::Found<flashjit::cache::TuningRow>>> rows =
+      (*cache)->allTunings();
+  if (!rows)
+    return fail(rows.takeError());
+  std::vector<std::vector<std::string>> table{{"KEY", "DEVICE", "WINNER", "TIME_US", "DB"}};
+  for (const auto &found : *rows) {
+    const flashjit::cache::TuningRow &row = found.row;
+    table.push_back({row.key.spec + "/" + row.key.bucket, row.key.deviceKey, row.config,
+                     formatv("{0:f2}", row.medianUs).str(), found.path});
+  }
+  printTable(table);
+  outs() << rows->size() << " tuning rows\n";
+  return 0;
+}
+
+int exportDb() {
+  if (outPath.empty() || deviceKeys.empty())
+    return usage("export needs --device-key and --out");
+  Expected<std::unique_ptr<flashjit::cache::Cache>> cache = openForReading();
+  if (!cache)
+    return fail(cache.takeError());
+  std::vector<std::string> keys(deviceKeys.begin(), deviceKeys.end());
+  Expected<flashjit::cache::ShipReport> report = flashjit::cache::exportDb(**cache, keys, outPath);
+  if (!report)
+    return fail(report.takeError());
+  outs() << formatv("wrote {0}: {1} tuning rows, {2} binaries\n", outPath, report->tunings,
+                    report->binaries);
+  printNotes("note", report->notes);
+  return 0;
+}
+
+int merge(ArrayRef<std::string> inputs) {
+  if (outPath.empty() || inputs.empty())
+    return usage("merge needs input DBs and --out");
+  Expected<flashjit::cache::ShipReport> report = flashjit::cache::mergeDbs(inputs, outPath);
+  if (!report)
+    return fail(report.takeError());
+  outs() << formatv("wrote {0}: {1} tuning rows, {2} binaries, {3} conflicts\n", outPath,
+                    report->tunings, report->binaries, report->conflicts.size());
+  printNotes("conflict", report->conflicts);
+  printNotes("note", report->notes);
+  return 0;
+}
+
+int verify(ArrayRef<std::string> files) {
+  std::vector<std::string> paths(files.begin(), files.end());
+  if (paths.empty()) {
+    std::string user = userPathOrDefault();
+    if (!user.empty() && sys::fs::exists(user))
+      paths.push_back(user);
+    paths.insert(paths.end(), shippedDbs.begin(), shippedDbs.end());
+  }
+  if (paths.empty())
+    return usage("no DB to verify");
+  bool allOk = true;
+  for (const std::string &path : paths) {
+    flashjit::cache::VerifyReport report = flashjit::cache::verifyDb(path);
+    allOk &= report.ok();
+    outs() << formatv("{0}: {1} (schema {2}, {3} binaries, {4} tuning rows)\n", path,
+                      report.ok() ? "ok" : "FAILED", report.schemaVersion, report.binaries,
+                      report.tunings);
+    printNotes("problem", report.problems);
+    printNotes("note", report.notes);
+  }
+  return allOk ? 0 : 1;
+}
+
+int clear() {
+  flashjit::cache::CacheOptions options;
+  options.userPath = userPathOrDefault();
+  if (options.userPath->empty())
+    return usage("no user DB ($FLASHJIT_CACHE is empty); name one with --user");
+  Expected<std::unique_ptr<flashjit::cache::Cache>> cache =
+      flashjit::cache::Cache::open(std::move(options));
+  if (!cache)
+    return fail(cache.takeError());
+  if (!(*cache)->persistent())
+    return fail(flashjit::makeError(flashjit::ErrorCode::Cache, "cannot open the user DB"));
+  if (Error error = (*cache)->clear())
+    return fail(std::move(error));
+  outs() << "cleared " << (*cache)->userPath() << "\n";
+  return 0;
+}
+
+int run() {
+  if (arguments.empty())
+    return usage("name an action: ls, export, merge, verify or clear");
+  std::vector<std::string> rest(arguments.begin() + 1, arguments.end());
+  std::string action = arguments[0];
+  if (action == "ls")
+    return list();
+  if (action == "export")
+    return exportDb();
+  if (action == "merge")
+    return merge(rest);
+  if (action == "verify")
+    return verify(rest);
+  if (action == "clear")
+    return clear();
+  return usage("unknown action '" + action + "'");
+}
+
+flashjit::tools::RegisterCommand registration(cacheCommand, &run);
+
+} // namespace
