@@ -89,9 +89,8 @@ llvm::Error readBack(sql::Connection &c, const BinaryRow *b, const TuningRow *t)
   if (ok)
     return llvm::Error::success();
   return llvm::make_error<sql::SqliteError>(
-      SQLITE_CORRUPT, llvm::formatv("cache DB {0}: a row just written read back differently",
-                                    c.label())
-                          .str());
+      SQLITE_CORRUPT,
+      llvm::formatv("cache DB {0}: a row just written read back differently", c.label()).str());
 }
 
 int64_t now() { return static_cast<int64_t>(time(nullptr)); }
@@ -162,8 +161,8 @@ llvm::StringMap<int64_t> Cache::Impl::takeUses() {
 
 llvm::Error Cache::Impl::flushUses(sql::Connection &c, const llvm::StringMap<int64_t> &uses) {
   for (const auto &use : uses) {
-    llvm::Expected<sql::Statement> s = c.prepare(
-        "UPDATE binary_use SET last_used = max(last_used, ?2) WHERE key = ?1");
+    llvm::Expected<sql::Statement> s =
+        c.prepare("UPDATE binary_use SET last_used = max(last_used, ?2) WHERE key = ?1");
     if (!s)
       return s.takeError();
     s->bind(1, use.getKey()).bind(2, use.getValue());
@@ -197,8 +196,7 @@ llvm::Expected<std::unique_ptr<Cache>> Cache::open(CacheOptions options) {
   base.busyTimeout = std::chrono::milliseconds(cache.options.busyTimeoutMs);
   base.warn = warn;
 
-  std::string userPath = cache.options.userPath ? *cache.options.userPath
-                                                : defaultUserCachePath();
+  std::string userPath = cache.options.userPath ? *cache.options.userPath : defaultUserCachePath();
   if (!userPath.empty()) {
     StoreConfig config = base;
     config.kind = StoreKind::User;
@@ -333,8 +331,8 @@ llvm::Expected<std::optional<Tuned>> Cache::findTuned(const TuningKey &key) {
     Tuned result{{std::move(tuning->row), Impl::sourceOf(*store), store->path()}, std::nullopt};
     if (binary && binary->valid) {
       impl_->noteUse(*store, binary->row.key);
-      result.binary = Found<BinaryRow>{std::move(binary->row), Impl::sourceOf(*store),
-                                       store->path()};
+      result.binary =
+          Found<BinaryRow>{std::move(binary->row), Impl::sourceOf(*store), store->path()};
     } else {
       if (binary)
         impl_->dropBadBinary(*store, *binary);
@@ -355,8 +353,7 @@ llvm::Expected<std::vector<Found<TuningRow>>> Cache::tuningsFor(const TuningKey 
   for (Store *store : impl_->order()) {
     std::vector<rows::Checked<TuningRow>> found;
     if (llvm::Error error = store->run(sql::TxKind::Read, [&](sql::Connection &c) -> llvm::Error {
-          llvm::Expected<std::vector<rows::Checked<TuningRow>>> r =
-              rows::selectTunings(c, &family);
+          llvm::Expected<std::vector<rows::Checked<TuningRow>>> r = rows::selectTunings(c, &family);
           if (!r)
             return r.takeError();
           found = std::move(*r);
@@ -378,8 +375,7 @@ llvm::Expected<std::vector<Found<TuningRow>>> Cache::allTunings() {
   for (Store *store : impl_->order()) {
     std::vector<rows::Checked<TuningRow>> found;
     if (llvm::Error error = store->run(sql::TxKind::Read, [&](sql::Connection &c) -> llvm::Error {
-          llvm::Expected<std::vector<rows::Checked<TuningRow>>> r =
-              rows::selectTunings(c, nullptr);
+          llvm::Expected<std::vector<rows::Checked<TuningRow>>> r = rows::selectTunings(c, nullptr);
           if (!r)
             return r.takeError();
           found = std::move(*r);

@@ -66,7 +66,7 @@ struct Tuned {
 struct CacheOptions {
   std::optional<std::string> userPath; // nullopt: $FLASHJIT_CACHE / XDG default; "": no user DB
   std::vector<std::string> shippedPaths;
-  uint64_t maxUserBytes = 2ull << 30; // LRU-evict unreferenced binaries above this
+  uint64_t maxUserBytes = 2ull << 30;        // LRU-evict unreferenced binaries above this
   std::function<void(llvm::StringRef)> warn; // warnings; default: stderr
   // How long a call may wait for other writers before it fails (never with SQLITE_BUSY).
   int busyTimeoutMs = 60000;
@@ -79,7 +79,7 @@ struct CacheOptions {
 struct DatabaseInfo {
   std::string path;
   Source source;
-  bool usable = false;  // false: skipped (newer schema, corrupt, ...); `note` says why
+  bool usable = false; // false: skipped (newer schema, corrupt, ...); `note` says why
   int schemaVersion = 0;
   std::string note;
 };
@@ -111,7 +111,7 @@ public:
   // Removes every row from the user DB.
   llvm::Error clear();
 
-  bool persistent() const; // false when there is no user DB (in-memory only)
+  bool persistent() const;      // false when there is no user DB (in-memory only)
   std::string userPath() const; // "" when not persistent
   // Every DB: a user DB that was asked for but skipped (with the reason), the user DB in
   // use (":memory:" when not persistent), then the shipped DBs in order.

@@ -39,8 +39,8 @@ llvm::Error evictUnreferenced(sql::Connection &c, uint64_t maxBytes, llvm::Strin
   }
 
   for (const std::string &key : victims) {
-    for (const char *query : {"DELETE FROM binaries WHERE key = ?1",
-                              "DELETE FROM binary_use WHERE key = ?1"}) {
+    for (const char *query :
+         {"DELETE FROM binaries WHERE key = ?1", "DELETE FROM binary_use WHERE key = ?1"}) {
       llvm::Expected<sql::Statement> erase = c.prepare(query);
       if (!erase)
         return erase.takeError();

@@ -96,8 +96,8 @@ std::string Cache::explainMiss(const TuningKey &key) {
 
   std::set<std::string> devices = values(0, [](auto &) { return true; });
   if (!devices.count(key.deviceKey))
-    return llvm::formatv("no row for device key {0} (spec {1} is tuned for: {2}){3}",
-                         key.deviceKey, key.spec, listOf(devices), skipped);
+    return llvm::formatv("no row for device key {0} (spec {1} is tuned for: {2}){3}", key.deviceKey,
+                         key.spec, listOf(devices), skipped);
   std::set<std::string> generators = values(1, sameDevice);
   if (!generators.count(key.generatorFingerprint))
     return llvm::formatv("generator fingerprint changed (rows have {0}, this build has {1})"
@@ -113,8 +113,8 @@ std::string Cache::explainMiss(const TuningKey &key) {
     return llvm::formatv("the row for bucket {0} does not match its checksum (treated as a "
                          "miss){1}",
                          key.bucket, skipped);
-  return llvm::formatv("no row for bucket {0} (tuned buckets: {1}){2}", key.bucket,
-                       listOf(buckets), skipped);
+  return llvm::formatv("no row for bucket {0} (tuned buckets: {1}){2}", key.bucket, listOf(buckets),
+                       skipped);
 }
 
 std::string Cache::explainBinaryMiss(llvm::StringRef keyText, llvm::StringRef target,
@@ -132,8 +132,8 @@ std::string Cache::explainBinaryMiss(llvm::StringRef keyText, llvm::StringRef ta
   for (const auto &row : rows)
     targets.insert(row[0]);
   if (!targets.count(target.str()))
-    return llvm::formatv("target differs (cached for {0}, wanted {1}){2}", listOf(targets),
-                         target, skipped);
+    return llvm::formatv("target differs (cached for {0}, wanted {1}){2}", listOf(targets), target,
+                         skipped);
   for (const auto &row : rows)
     if (row[0] == target)
       versions.insert(row[1]);

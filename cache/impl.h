@@ -16,9 +16,9 @@ namespace flashjit::cache {
 class Cache::Impl {
 public:
   CacheOptions options;
-  std::unique_ptr<Store> user; // StoreKind::User, or Memory when persistence is off
+  std::unique_ptr<Store> user;                 // StoreKind::User, or Memory when persistence is off
   std::vector<std::unique_ptr<Store>> shipped; // usable or not, in the order given
-  std::optional<DatabaseInfo> userSkipped;      // the user DB asked for, when not usable
+  std::optional<DatabaseInfo> userSkipped;     // the user DB asked for, when not usable
 
   // Lookup order: the user DB, then the shipped DBs still usable.
   std::vector<Store *> order() const;

@@ -182,9 +182,9 @@ llvm::Error forEachBinary(sql::Connection &c,
 }
 
 llvm::Error upsertBinary(sql::Connection &c, const BinaryRow &r, int64_t lastUsed) {
-  llvm::Expected<sql::Statement> s = c.prepare(
-      std::string("INSERT OR REPLACE INTO binaries(") + kBinaryColumns +
-      ") VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)");
+  llvm::Expected<sql::Statement> s =
+      c.prepare(std::string("INSERT OR REPLACE INTO binaries(") + kBinaryColumns +
+                ") VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)");
   if (!s)
     return s.takeError();
   s->bind(1, r.key).bind(2, r.keyText).bind(3, r.target).bind(4, r.nvrtcVersion);
@@ -193,8 +193,8 @@ llvm::Error upsertBinary(sql::Connection &c, const BinaryRow &r, int64_t lastUse
   s->bind(10, checksum(r)).bindBlob(11, r.cubin).bindBlob(12, r.ptx);
   if (llvm::Error error = s->run())
     return error;
-  llvm::Expected<sql::Statement> use = c.prepare(
-      "INSERT OR REPLACE INTO binary_use(key, last_used, bytes) VALUES(?1, ?2, ?3)");
+  llvm::Expected<sql::Statement> use =
+      c.prepare("INSERT OR REPLACE INTO binary_use(key, last_used, bytes) VALUES(?1, ?2, ?3)");
   if (!use)
     return use.takeError();
   use->bind(1, r.key).bind(2, lastUsed).bind(3, int64_t(r.cubin.size() + r.ptx.size()));
@@ -225,9 +225,9 @@ llvm::Error deleteBinaryIf(sql::Connection &c, llvm::StringRef key, llvm::String
   s->bind(1, key).bind(2, sum);
   if (llvm::Error error = s->run())
     return error;
-  llvm::Expected<sql::Statement> use = c.prepare(
-      "DELETE FROM binary_use WHERE key = ?1 AND NOT EXISTS"
-      " (SELECT 1 FROM binaries WHERE key = ?1)");
+  llvm::Expected<sql::Statement> use =
+      c.prepare("DELETE FROM binary_use WHERE key = ?1 AND NOT EXISTS"
+                " (SELECT 1 FROM binaries WHERE key = ?1)");
   if (!use)
     return use.takeError();
   use->bind(1, key);

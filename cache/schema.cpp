@@ -135,14 +135,14 @@ llvm::Expected<Probe> probe(sql::Connection &connection) {
 
 llvm::Expected<Probe> probeConsistently(sql::Connection &connection) {
   std::optional<Probe> found;
-  if (llvm::Error error = sql::transaction(connection, sql::TxKind::Read,
-                                          [&](sql::Connection &c) -> llvm::Error {
-                                            llvm::Expected<Probe> probed = probe(c);
-                                            if (!probed)
-                                              return probed.takeError();
-                                            found = *probed;
-                                            return llvm::Error::success();
-                                          }))
+  if (llvm::Error error =
+          sql::transaction(connection, sql::TxKind::Read, [&](sql::Connection &c) -> llvm::Error {
+            llvm::Expected<Probe> probed = probe(c);
+            if (!probed)
+              return probed.takeError();
+            found = *probed;
+            return llvm::Error::success();
+          }))
     return std::move(error);
   return *found;
 }

@@ -171,8 +171,7 @@ llvm::Expected<ShipReport> mergeDbs(llvm::ArrayRef<std::string> inputs, llvm::St
                                              inputs[i], candidate.row.key.text()));
         continue;
       }
-      auto [it, inserted] = winners.try_emplace(candidate.row.key.hash(),
-                                                Winner{candidate.row, i});
+      auto [it, inserted] = winners.try_emplace(candidate.row.key.hash(), Winner{candidate.row, i});
       if (inserted)
         continue;
       Winner &current = it->second;
@@ -180,10 +179,10 @@ llvm::Expected<ShipReport> mergeDbs(llvm::ArrayRef<std::string> inputs, llvm::St
       if (candidate.row.config != current.row.config) {
         const Winner kept = replace ? Winner{candidate.row, i} : current;
         const Winner lost = replace ? current : Winner{candidate.row, i};
-        report.conflicts.push_back(llvm::formatv(
-            "{0}: kept {1} ({2} us, {3}) over {4} ({5} us, {6})", kept.row.key.text(),
-            kept.row.config, kept.row.medianUs, inputs[kept.input], lost.row.config,
-            lost.row.medianUs, inputs[lost.input]));
+        report.conflicts.push_back(
+            llvm::formatv("{0}: kept {1} ({2} us, {3}) over {4} ({5} us, {6})", kept.row.key.text(),
+                          kept.row.config, kept.row.medianUs, inputs[kept.input], lost.row.config,
+                          lost.row.medianUs, inputs[lost.input]));
       }
       if (replace)
         current = Winner{std::move(candidate.row), i};
@@ -210,23 +209,23 @@ llvm::Expected<ShipReport> mergeDbs(llvm::ArrayRef<std::string> inputs, llvm::St
   llvm::StringMap<std::string> written; // key -> content hash
   for (int pass = 0; pass < 2; ++pass) {
     for (size_t i = 0; i < sources.size(); ++i) {
-      llvm::Error error = rows::forEachBinary(
-          *sources[i], [&](rows::Checked<BinaryRow> &&binary) -> llvm::Error {
+      llvm::Error error =
+          rows::forEachBinary(*sources[i], [&](rows::Checked<BinaryRow> &&binary) -> llvm::Error {
             const std::string &key = binary.row.key;
             auto owner = winnerInput.find(key);
-            bool wanted = pass == 0 ? owner != winnerInput.end() && owner->second == i
-                                    : !written.count(key);
+            bool wanted =
+                pass == 0 ? owner != winnerInput.end() && owner->second == i : !written.count(key);
             if (pass == 1 && binary.valid && written.count(key) &&
                 written[key] != contentOf(binary.row))
-              report.conflicts.push_back(llvm::formatv(
-                  "binary {0} ({1}) differs between inputs; kept the first", key,
-                  binary.row.keyText));
+              report.conflicts.push_back(
+                  llvm::formatv("binary {0} ({1}) differs between inputs; kept the first", key,
+                                binary.row.keyText));
             if (!wanted)
               return llvm::Error::success();
             if (!binary.valid) {
               if (pass == 1)
-                report.notes.push_back(llvm::formatv(
-                    "{0}: binary {1} fails its checksum; skipped", inputs[i], key));
+                report.notes.push_back(
+                    llvm::formatv("{0}: binary {1} fails its checksum; skipped", inputs[i], key));
               return llvm::Error::success();
             }
             written[key] = contentOf(binary.row);
@@ -287,8 +286,8 @@ VerifyReport verifyDb(llvm::StringRef path) {
         ++report.binaries;
         binaryKeys.insert(b.row.key);
         if (!b.valid)
-          report.problems.push_back(llvm::formatv("binary {0} ({1}) fails its checksum",
-                                                  b.row.key, b.row.keyText));
+          report.problems.push_back(
+              llvm::formatv("binary {0} ({1}) fails its checksum", b.row.key, b.row.keyText));
         return llvm::Error::success();
       }))
     problem(std::move(error));

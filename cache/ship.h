@@ -12,9 +12,9 @@
 namespace flashjit::cache {
 
 struct ShipReport {
-  int tunings = 0, binaries = 0;       // rows written
-  std::vector<std::string> conflicts;  // same key, different winner or different bytes
-  std::vector<std::string> notes;      // rows skipped (bad checksum), winners with no binary
+  int tunings = 0, binaries = 0;      // rows written
+  std::vector<std::string> conflicts; // same key, different winner or different bytes
+  std::vector<std::string> notes;     // rows skipped (bad checksum), winners with no binary
 };
 
 // Writes `out` (replaced atomically): every tuning row for these device keys found in

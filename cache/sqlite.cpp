@@ -18,9 +18,7 @@ char SqliteError::ID = 0;
 
 void SqliteError::log(llvm::raw_ostream &os) const { os << message_; }
 
-std::error_code SqliteError::convertToErrorCode() const {
-  return makeErrorCode(ErrorCode::Cache);
-}
+std::error_code SqliteError::convertToErrorCode() const { return makeErrorCode(ErrorCode::Cache); }
 
 int sqliteCode(llvm::Error &error) {
   int code = 0;
@@ -52,8 +50,8 @@ Statement::~Statement() {
 }
 
 Statement &Statement::bind(int index, llvm::StringRef text) {
-  sqlite3_bind_text64(stmt_, index, text.data() ? text.data() : "", text.size(),
-                      SQLITE_TRANSIENT, SQLITE_UTF8);
+  sqlite3_bind_text64(stmt_, index, text.data() ? text.data() : "", text.size(), SQLITE_TRANSIENT,
+                      SQLITE_UTF8);
   return *this;
 }
 
@@ -196,9 +194,9 @@ llvm::Expected<std::string> Connection::queryText(llvm::StringRef sql) {
 
 llvm::Error retryWhileBusy(std::chrono::steady_clock::time_point deadline,
                            llvm::function_ref<llvm::Error()> attempt) {
-  thread_local std::minstd_rand random(static_cast<unsigned>(
-      getpid() ^ std::hash<std::thread::id>()(std::this_thread::get_id()) ^
-      std::chrono::steady_clock::now().time_since_epoch().count()));
+  thread_local std::minstd_rand random(
+      static_cast<unsigned>(getpid() ^ std::hash<std::thread::id>()(std::this_thread::get_id()) ^
+                            std::chrono::steady_clock::now().time_since_epoch().count()));
   auto delay = std::chrono::microseconds(500);
   while (true) {
     llvm::Error error = attempt();

@@ -27,7 +27,7 @@ class SqliteError : public llvm::ErrorInfo<SqliteError> {
 public:
   static char ID;
   SqliteError(int code, std::string message) : code_(code), message_(std::move(message)) {}
-  int code() const { return code_; }  // primary code: SQLITE_BUSY, SQLITE_CORRUPT, ...
+  int code() const { return code_; } // primary code: SQLITE_BUSY, SQLITE_CORRUPT, ...
   void log(llvm::raw_ostream &os) const override;
   std::error_code convertToErrorCode() const override;
 
@@ -48,7 +48,9 @@ class Connection;
 struct FileId {
   uint64_t dev = 0, ino = 0;
   bool known = false;
-  bool operator==(const FileId &o) const { return known && o.known && dev == o.dev && ino == o.ino; }
+  bool operator==(const FileId &o) const {
+    return known && o.known && dev == o.dev && ino == o.ino;
+  }
 };
 
 // A prepared statement borrowed from its connection's cache; reset when it goes away.
@@ -70,7 +72,7 @@ public:
   // Steps to the end, for statements that return no rows.
   llvm::Error run();
 
-  int64_t integer(int column) const;  // columns are 0-based
+  int64_t integer(int column) const; // columns are 0-based
   double real(int column) const;
   std::string text(int column) const; // text or blob bytes, exactly
   bool isNull(int column) const;
@@ -92,7 +94,7 @@ public:
 
   // Statements come from a per-connection cache keyed by their text.
   llvm::Expected<Statement> prepare(llvm::StringRef sql);
-  llvm::Error exec(llvm::StringRef sql);       // one or more statements, no rows wanted
+  llvm::Error exec(llvm::StringRef sql);                 // one or more statements, no rows wanted
   llvm::Expected<int64_t> queryInt(llvm::StringRef sql); // first column of the first row
   llvm::Expected<std::string> queryText(llvm::StringRef sql);
 

@@ -169,8 +169,8 @@ void Store::disable(const std::string &reason) {
 
 // ---- the pool -------------------------------------------------------------------------
 
-llvm::Expected<std::unique_ptr<sql::Connection>> Store::acquire(
-    std::chrono::steady_clock::time_point deadline) {
+llvm::Expected<std::unique_ptr<sql::Connection>>
+Store::acquire(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   if (pid_ != getpid()) {
     // A forked child: what the pool holds belongs to the parent. Connections leak
@@ -241,8 +241,8 @@ llvm::Error Store::run(sql::TxKind kind, llvm::function_ref<llvm::Error(sql::Con
     sql::FileId file;
     if (connection) {
       file = (*connection)->file;
-      error = sql::retryWhileBusy(
-          deadline, [&] { return sql::transaction(**connection, kind, body); });
+      error =
+          sql::retryWhileBusy(deadline, [&] { return sql::transaction(**connection, kind, body); });
       giveBack(std::move(*connection));
     } else {
       error = connection.takeError();
@@ -262,18 +262,21 @@ llvm::Error Store::run(sql::TxKind kind, llvm::function_ref<llvm::Error(sql::Con
 
 // ---- opening ------------------------------------------------------------------------------
 
-llvm::Expected<std::unique_ptr<sql::Connection>> Store::connect(
-    std::chrono::steady_clock::time_point deadline) {
+llvm::Expected<std::unique_ptr<sql::Connection>>
+Store::connect(std::chrono::steady_clock::time_point deadline) {
   switch (config_.kind) {
-  case StoreKind::User: return connectUser(deadline);
-  case StoreKind::Shipped: return connectShipped();
-  case StoreKind::Memory: return connectMemory();
+  case StoreKind::User:
+    return connectUser(deadline);
+  case StoreKind::Shipped:
+    return connectShipped();
+  case StoreKind::Memory:
+    return connectMemory();
   }
   return corruptError("unknown store kind");
 }
 
-llvm::Expected<std::unique_ptr<sql::Connection>> Store::connectUser(
-    std::chrono::steady_clock::time_point deadline) {
+llvm::Expected<std::unique_ptr<sql::Connection>>
+Store::connectUser(std::chrono::steady_clock::time_point deadline) {
   for (int attempt = 0;; ++attempt) {
     sql::FileId file;
     llvm::Expected<std::unique_ptr<sql::Connection>> connection = openUserFile(deadline, file);
@@ -286,8 +289,8 @@ llvm::Expected<std::unique_ptr<sql::Connection>> Store::connectUser(
   }
 }
 
-llvm::Expected<std::unique_ptr<sql::Connection>> Store::openUserFile(
-    std::chrono::steady_clock::time_point deadline, sql::FileId &file) {
+llvm::Expected<std::unique_ptr<sql::Connection>>
+Store::openUserFile(std::chrono::steady_clock::time_point deadline, sql::FileId &file) {
   const std::string &path = config_.path;
   llvm::StringRef parent = llvm::sys::path::parent_path(path);
   if (!parent.empty())
@@ -303,15 +306,16 @@ llvm::Expected<std::unique_ptr<sql::Connection>> Store::openUserFile(
     return corruptError(llvm::formatv("cache DB {0} is not a regular file", path).str());
   }
 
-  llvm::Expected<std::unique_ptr<sql::Connection>> opened = sql::Connection::open(
-      path, kOpenFlags | SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, path);
+  llvm::Expected<std::unique_ptr<sql::Connection>> opened =
+      sql::Connection::open(path, kOpenFlags | SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, path);
   if (!opened)
     return opened.takeError();
   std::unique_ptr<sql::Connection> connection = std::move(*opened);
   file = connection->file = statId(path); // under the lock: the file we opened
   sql::Connection &c = *connection;
 
-  sqlite3_busy_timeout(c.raw(), static_cast<int>(std::min<int64_t>(config_.busyTimeout.count(), 1000)));
+  sqlite3_busy_timeout(c.raw(),
+                       static_cast<int>(std::min<int64_t>(config_.busyTimeout.count(), 1000)));
   // Never delete -wal/-shm on close: SQLite deletes them by name, and after a corrupt DB
   // has been moved aside that name belongs to the rebuilt DB.
   int persistWal = 1;
@@ -405,8 +409,8 @@ llvm::Expected<std::unique_ptr<sql::Connection>> Store::connectShipped() {
     // Bytes 18-19 are 2 for WAL: reading a WAL file without write access needs -shm
     // files, so it is read as an immutable snapshot instead.
     bool wal = header[18] == 2 || header[19] == 2;
-    bool immutable = config_.immutable || wal || access(path.c_str(), W_OK) != 0 ||
-                     onReadOnlyFilesystem(path);
+    bool immutable =
+        config_.immutable || wal || access(path.c_str(), W_OK) != 0 || onReadOnlyFilesystem(path);
     if (wal) {
       std::string note = "in WAL mode, read as an immutable snapshot (ship files written by "
                          "`flashjit cache export`)";
@@ -416,8 +420,8 @@ llvm::Expected<std::unique_ptr<sql::Connection>> Store::connectShipped() {
     }
     shippedUri_ = sql::fileUri(path, immutable ? "mode=ro&immutable=1" : "mode=ro");
   }
-  llvm::Expected<std::unique_ptr<sql::Connection>> opened = sql::Connection::open(
-      shippedUri_, kOpenFlags | SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, path);
+  llvm::Expected<std::unique_ptr<sql::Connection>> opened =
+      sql::Connection::open(shippedUri_, kOpenFlags | SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, path);
   if (!opened)
     return opened.takeError();
   std::unique_ptr<sql::Connection> connection = std::move(*opened);

@@ -50,7 +50,7 @@ public:
   StoreKind kind() const { return config_.kind; }
   const std::string &path() const { return config_.path; } // ":memory:" for Memory
   bool usable() const { return usable_.load(); }
-  std::string note() const;  // why it is not usable, or a remark about how it is read
+  std::string note() const; // why it is not usable, or a remark about how it is read
   int schemaVersion() const { return schemaVersion_; }
 
   // Called around fork() for every live store (see store.cpp).
@@ -60,15 +60,15 @@ public:
 private:
   explicit Store(StoreConfig config);
   llvm::Error openFirst();
-  llvm::Expected<std::unique_ptr<sql::Connection>> acquire(
-      std::chrono::steady_clock::time_point deadline);
+  llvm::Expected<std::unique_ptr<sql::Connection>>
+  acquire(std::chrono::steady_clock::time_point deadline);
   void giveBack(std::unique_ptr<sql::Connection> connection);
-  llvm::Expected<std::unique_ptr<sql::Connection>> connect(
-      std::chrono::steady_clock::time_point deadline);
-  llvm::Expected<std::unique_ptr<sql::Connection>> connectUser(
-      std::chrono::steady_clock::time_point deadline);
-  llvm::Expected<std::unique_ptr<sql::Connection>> openUserFile(
-      std::chrono::steady_clock::time_point deadline, sql::FileId &file);
+  llvm::Expected<std::unique_ptr<sql::Connection>>
+  connect(std::chrono::steady_clock::time_point deadline);
+  llvm::Expected<std::unique_ptr<sql::Connection>>
+  connectUser(std::chrono::steady_clock::time_point deadline);
+  llvm::Expected<std::unique_ptr<sql::Connection>>
+  openUserFile(std::chrono::steady_clock::time_point deadline, sql::FileId &file);
   llvm::Expected<std::unique_ptr<sql::Connection>> connectShipped();
   llvm::Expected<std::unique_ptr<sql::Connection>> connectMemory();
   void moveAside(const std::string &reason, sql::FileId broken);
@@ -83,9 +83,9 @@ private:
   mutable std::mutex mu_;
   std::condition_variable returned_;
   std::vector<std::unique_ptr<sql::Connection>> idle_;
-  pid_t pid_;            // the process the pooled connections belong to
+  pid_t pid_;               // the process the pooled connections belong to
   uint64_t generation_ = 0; // bumped when the file is moved aside or the process forks
-  int memoryOut_ = 0;    // Memory: connections lent out (at most one exists)
+  int memoryOut_ = 0;       // Memory: connections lent out (at most one exists)
   std::string note_;
 };
 

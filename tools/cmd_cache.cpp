@@ -15,13 +15,14 @@ using namespace llvm;
 
 namespace {
 
-cl::SubCommand cacheCommand(
-    "cache", "Inspect and ship the kernel cache:\n"
-             "  ls                                list tuning rows (user DB, then --shipped)\n"
-             "  export --device-key K --out F     write a compact DB to ship\n"
-             "  merge A B... --out F              combine DBs, keeping the faster winner\n"
-             "  verify [DB...]                    check integrity, schema and checksums\n"
-             "  clear                             delete every row of the user DB");
+cl::SubCommand
+    cacheCommand("cache",
+                 "Inspect and ship the kernel cache:\n"
+                 "  ls                                list tuning rows (user DB, then --shipped)\n"
+                 "  export --device-key K --out F     write a compact DB to ship\n"
+                 "  merge A B... --out F              combine DBs, keeping the faster winner\n"
+                 "  verify [DB...]                    check integrity, schema and checksums\n"
+                 "  clear                             delete every row of the user DB");
 cl::list<std::string> arguments(cl::Positional, cl::desc("<ls|export|merge|verify|clear> [DB...]"),
                                 cl::sub(cacheCommand));
 cl::opt<std::string> userDb("user",
@@ -33,8 +34,7 @@ cl::list<std::string> shippedDbs("shipped", cl::desc("A shipped DB, searched aft
 cl::list<std::string> deviceKeys("device-key",
                                  cl::desc("export: a device key to include (repeat or "
                                           "separate with commas)"),
-                                 cl::value_desc("key"), cl::CommaSeparated,
-                                 cl::sub(cacheCommand));
+                                 cl::value_desc("key"), cl::CommaSeparated, cl::sub(cacheCommand));
 cl::opt<std::string> outPath("out", cl::desc("export, merge: the DB to write"),
                              cl::value_desc("file"), cl::sub(cacheCommand));
 
@@ -76,8 +76,8 @@ void printTable(const std::vector<std::vector<std::string>> &rows) {
     }
   for (const auto &row : rows) {
     for (size_t i = 0; i < row.size(); ++i)
-      outs() << (i ? "  " : "") << (i + 1 < row.size() ? left_justify(row[i], widths[i])
-                                                        : left_justify(row[i], 0));
+      outs() << (i ? "  " : "")
+             << (i + 1 < row.size() ? left_justify(row[i], widths[i]) : left_justify(row[i], 0));
     outs() << "\n";
   }
 }

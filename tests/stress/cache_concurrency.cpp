@@ -27,8 +27,8 @@ static int writer(const std::string &dir, int process) {
   std::unique_ptr<Cache> cache = openUser(dir + "/cache.sqlite");
   if (!cache)
     return 2;
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::milliseconds(int64_t(seconds * 1000));
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(seconds * 1000));
   std::mutex mutex;
   std::vector<std::pair<int, int>> acked;
   std::atomic<int> errors{0}, busy{0}, reads{0};

@@ -30,12 +30,23 @@ namespace {
 const int kRows = 12;
 
 enum Kind {
-  FlipBits, FlipHeaderBits, TruncateTo0, TruncateTo100, TruncateTo512, TruncateAnywhere,
-  RandomRange, ZeroHeader, Directory, AllRandom, CopyPage, kKinds
+  FlipBits,
+  FlipHeaderBits,
+  TruncateTo0,
+  TruncateTo100,
+  TruncateTo512,
+  TruncateAnywhere,
+  RandomRange,
+  ZeroHeader,
+  Directory,
+  AllRandom,
+  CopyPage,
+  kKinds
 };
-const char *kKindNames[] = {"flip bits", "flip header bits", "truncate to 0", "truncate to 100",
-                            "truncate to 512", "truncate anywhere", "random bytes",
-                            "zeroed header", "directory", "all random", "page copied"};
+const char *kKindNames[] = {"flip bits",       "flip header bits", "truncate to 0",
+                            "truncate to 100", "truncate to 512",  "truncate anywhere",
+                            "random bytes",    "zeroed header",    "directory",
+                            "all random",      "page copied"};
 
 // Mutated contents of `original` (nullopt: put a directory there instead).
 std::optional<std::string> mutate(const std::string &original, Kind kind, std::mt19937_64 &rng) {
@@ -49,19 +60,27 @@ std::optional<std::string> mutate(const std::string &original, Kind kind, std::m
       data[at(range)] ^= char(1 << (rng() % 8));
     return data;
   }
-  case TruncateTo0: return std::string();
-  case TruncateTo100: return data.substr(0, 100);
-  case TruncateTo512: return data.substr(0, 512);
-  case TruncateAnywhere: return data.substr(0, at(data.size()));
+  case TruncateTo0:
+    return std::string();
+  case TruncateTo100:
+    return data.substr(0, 100);
+  case TruncateTo512:
+    return data.substr(0, 512);
+  case TruncateAnywhere:
+    return data.substr(0, at(data.size()));
   case RandomRange: {
     size_t start = at(data.size()), length = 1 + rng() % 4096;
     for (size_t i = start; i < std::min(data.size(), start + length); ++i)
       data[i] = char(rng());
     return data;
   }
-  case ZeroHeader: std::fill(data.begin(), data.begin() + 100, '\0'); return data;
-  case Directory: return std::nullopt;
-  case AllRandom: return bytes(rng(), data.size());
+  case ZeroHeader:
+    std::fill(data.begin(), data.begin() + 100, '\0');
+    return data;
+  case Directory:
+    return std::nullopt;
+  case AllRandom:
+    return bytes(rng(), data.size());
   case CopyPage: {
     size_t pages = data.size() / 4096;
     size_t from = at(pages), to = at(pages);
@@ -69,7 +88,8 @@ std::optional<std::string> mutate(const std::string &original, Kind kind, std::m
               data.begin() + to * 4096);
     return data;
   }
-  case kKinds: break;
+  case kKinds:
+    break;
   }
   return data;
 }
@@ -197,11 +217,11 @@ int main(int argc, char **argv) {
         verdict.expect(check(**cache, fresh).empty(), what + " as user: " + check(**cache, fresh));
       cache->reset();
       bool aside = movedAside(dir);
-      bool mustMove = kind == ZeroHeader || kind == Directory || kind == AllRandom ||
-                      kind == TruncateTo100;
+      bool mustMove =
+          kind == ZeroHeader || kind == Directory || kind == AllRandom || kind == TruncateTo100;
       verdict.expect(aside || !mustMove, what + ": an unusable user DB was not moved aside");
       std::string health = integrity(path);
-      std::string outcome = aside ? "user: moved aside and rebuilt"
+      std::string outcome = aside            ? "user: moved aside and rebuilt"
                             : health == "ok" ? "user: used as is"
                                              : "user: damage in pages no call read";
       if (aside)

@@ -93,10 +93,9 @@ int main(int argc, char **argv) {
     if (!found)
       llvm::consumeError(found.takeError());
     else if (consistent)
-      llvm::outs() << llvm::formatv("round {0}: {1} processes, one row, won by process {2}\n",
-                                    round, int(processes),
-                                    publisherOf(round, (*found)->tuning.row,
-                                                (*found)->binary->row));
+      llvm::outs() << llvm::formatv(
+          "round {0}: {1} processes, one row, won by process {2}\n", round, int(processes),
+          publisherOf(round, (*found)->tuning.row, (*found)->binary->row));
   }
   std::string check = integrity(path);
   verdict.expect(check == "ok", "integrity_check: " + check);

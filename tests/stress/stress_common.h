@@ -38,8 +38,8 @@ inline Published rowFor(uint64_t a, uint64_t b, uint64_t c, size_t maxBlob = 163
   p.binary.registers = int(seed % 255);
   p.binary.compileMs = double(seed % 1000) / 8;
   p.binary.createdAt = 1700000000 + int64_t(c);
-  p.tuning.key = {"stress.p" + std::to_string(a), "t" + std::to_string(b) + ".s" + std::to_string(c),
-                  "STRESS.sm90.132sm", "fp", 1};
+  p.tuning.key = {"stress.p" + std::to_string(a),
+                  "t" + std::to_string(b) + ".s" + std::to_string(c), "STRESS.sm90.132sm", "fp", 1};
   p.tuning.config = "cfg" + id;
   p.tuning.binaryKey = p.binary.key;
   p.tuning.medianUs = 1 + double(seed % 100000) / 64;
@@ -67,7 +67,8 @@ inline std::string check(Cache &cache, const Published &p) {
   return "";
 }
 
-inline std::unique_ptr<Cache> openUser(const std::string &path, std::atomic<int> *warnings = nullptr) {
+inline std::unique_ptr<Cache> openUser(const std::string &path,
+                                       std::atomic<int> *warnings = nullptr) {
   CacheOptions options;
   options.userPath = path;
   options.warn = [warnings](llvm::StringRef line) {
@@ -79,6 +80,10 @@ inline std::unique_ptr<Cache> openUser(const std::string &path, std::atomic<int>
   if (!cache) {
     llvm::errs() << "[pid " << getpid() << "] open failed: " << llvm::toString(cache.takeError())
                  << "\n";
+    return nullptr;
+  }
+  if (!(*cache)->persistent()) { // fell back to memory: its writes would prove nothing
+    llvm::errs() << "[pid " << getpid() << "] the user DB could not be used\n";
     return nullptr;
   }
   return std::move(*cache);

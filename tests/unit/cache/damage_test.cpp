@@ -164,8 +164,8 @@ TEST(CacheDamage, BlobFailingItsChecksumIsAMissAndIsReplaced) {
   fill(path, 3);
   BinaryRow b = makeBinary(1);
   // One byte of the cubin changes, the checksum column does not: a flipped bit on disk.
-  RawDb(path).exec("UPDATE binaries SET cubin = x'5a' || substr(cubin, 2) WHERE key = '" +
-                   b.key + "'");
+  RawDb(path).exec("UPDATE binaries SET cubin = x'5a' || substr(cubin, 2) WHERE key = '" + b.key +
+                   "'");
   Warnings warnings;
   std::unique_ptr<Cache> cache = openCache(path, {}, warnings);
   auto found = cache->findBinary(b.key);

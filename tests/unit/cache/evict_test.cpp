@@ -45,8 +45,8 @@ TEST(CacheEvict, LeastRecentlyUsedUnreferencedBinariesGoFirst) {
     ASSERT_FALSE(cache.publish(&loose.back(), nullptr));
   }
 
-  int64_t used = std::stoll(raw.one("PRAGMA page_count")) -
-                 std::stoll(raw.one("PRAGMA freelist_count"));
+  int64_t used =
+      std::stoll(raw.one("PRAGMA page_count")) - std::stoll(raw.one("PRAGMA freelist_count"));
   EXPECT_LE(used * 4096, int64_t(limit)) << "the DB stays within its limit";
   for (const BinaryRow &b : referenced)
     EXPECT_TRUE(cache.findBinary(b.key)->has_value()) << "referenced binaries stay";

@@ -44,8 +44,7 @@ public:
   std::set<std::string> entries() const {
     std::set<std::string> names;
     std::error_code ec;
-    for (llvm::sys::fs::directory_iterator it(path_, ec), end; it != end && !ec;
-         it.increment(ec))
+    for (llvm::sys::fs::directory_iterator it(path_, ec), end; it != end && !ec; it.increment(ec))
       names.insert(std::string(llvm::sys::path::filename(it->path())));
     return names;
   }
@@ -64,8 +63,8 @@ inline std::string bytes(uint64_t seed, size_t size) {
 }
 
 // The binary key as the real caller computes it: source + options + NVRTC + target.
-inline std::string binaryKey(llvm::StringRef source, llvm::StringRef options,
-                             llvm::StringRef nvrtc, llvm::StringRef target) {
+inline std::string binaryKey(llvm::StringRef source, llvm::StringRef options, llvm::StringRef nvrtc,
+                             llvm::StringRef target) {
   return sha256Hex((source + "\n" + options + "\n" + nvrtc + "\n" + target).str());
 }
 
@@ -92,7 +91,8 @@ inline BinaryRow makeBinary(int i, size_t cubinBytes = 3000, const Versions &v =
   return b;
 }
 
-inline TuningKey makeKey(int i, const Versions &v = {}, llvm::StringRef device = "NVIDIA_H200.sm90.132sm") {
+inline TuningKey makeKey(int i, const Versions &v = {},
+                         llvm::StringRef device = "NVIDIA_H200.sm90.132sm") {
   TuningKey k;
   k.spec = llvm::formatv("fwd_mma.bf16.d{0}.dv{0}.causal.{1}", 64 + 8 * (i % 8), v.target);
   k.bucket = llvm::formatv("q{0}.k{0}.bh64", 128 * (1 + i / 8)); // unique per i
@@ -110,7 +110,8 @@ inline TuningRow makeTuning(const TuningKey &key, const BinaryRow &binary, doubl
   t.binaryKey = binary.key;
   t.medianUs = medianUs ? medianUs : 10.0 + binary.registers;
   t.tflops = 400.25;
-  t.candidatesJson = R"([{"config":"bm64.bn64.w4.s2","us":12.5},{"config":"bm256","rejected":"smem"}])";
+  t.candidatesJson =
+      R"([{"config":"bm64.bn64.w4.s2","us":12.5},{"config":"bm256","rejected":"smem"}])";
   t.clocksJson = R"({"sm_mhz":1980,"mem_mhz":2619})";
   return t;
 }
@@ -124,8 +125,8 @@ inline bool sameBinary(const BinaryRow &a, const BinaryRow &b) {
 
 inline bool sameTuning(const TuningRow &a, const TuningRow &b) {
   return a.key.text() == b.key.text() && a.config == b.config && a.binaryKey == b.binaryKey &&
-         a.medianUs == b.medianUs && a.tflops == b.tflops &&
-         a.candidatesJson == b.candidatesJson && a.clocksJson == b.clocksJson;
+         a.medianUs == b.medianUs && a.tflops == b.tflops && a.candidatesJson == b.candidatesJson &&
+         a.clocksJson == b.clocksJson;
 }
 
 // Collects warnings from a Cache (thread-safe).

@@ -32,23 +32,25 @@ std::string quote(const std::string &text) { return "x'" + llvm::toHex(text) + "
 void fabricate(const std::string &path, int version, const BinaryRow &b, const TuningRow &t) {
   RawDb raw(path);
   ASSERT_EQ(raw.exec(schema::createStatementsForVersion(version)), "");
-  ASSERT_EQ(raw.exec(llvm::formatv(
-                "INSERT INTO binaries VALUES('{0}', '{1}', '{2}', '{3}', {4}, {5}, {6}, {7}, "
-                "{8}, '{9}', {10}, {11})",
-                b.key, b.keyText, b.target, b.nvrtcVersion, b.registers, b.spillBytes,
-                b.sharedBytes, b.compileMs, b.createdAt, rows::checksum(b), quote(b.cubin),
-                quote(b.ptx))
-                .str()),
-            "");
-  ASSERT_EQ(raw.exec(llvm::formatv(
-                "INSERT INTO tunings VALUES('{0}', '{1}', '{2}', '{3}', '{4}', '{5}', {6}, "
-                "'{7}', '{8}', {9}, {10}, '{11}', '{12}', {13}, '{14}', '{15}')",
-                t.key.hash(), t.key.text(), t.key.spec, t.key.bucket, t.key.deviceKey,
-                t.key.generatorFingerprint, t.key.protocolVersion, t.config, t.binaryKey,
-                t.medianUs, t.tflops, t.candidatesJson, t.clocksJson, t.tunedAt,
-                t.flashjitVersion, rows::checksum(t))
-                .str()),
-            "");
+  ASSERT_EQ(
+      raw.exec(llvm::formatv(
+                   "INSERT INTO binaries VALUES('{0}', '{1}', '{2}', '{3}', {4}, {5}, {6}, {7}, "
+                   "{8}, '{9}', {10}, {11})",
+                   b.key, b.keyText, b.target, b.nvrtcVersion, b.registers, b.spillBytes,
+                   b.sharedBytes, b.compileMs, b.createdAt, rows::checksum(b), quote(b.cubin),
+                   quote(b.ptx))
+                   .str()),
+      "");
+  ASSERT_EQ(
+      raw.exec(
+          llvm::formatv("INSERT INTO tunings VALUES('{0}', '{1}', '{2}', '{3}', '{4}', '{5}', {6}, "
+                        "'{7}', '{8}', {9}, {10}, '{11}', '{12}', {13}, '{14}', '{15}')",
+                        t.key.hash(), t.key.text(), t.key.spec, t.key.bucket, t.key.deviceKey,
+                        t.key.generatorFingerprint, t.key.protocolVersion, t.config, t.binaryKey,
+                        t.medianUs, t.tflops, t.candidatesJson, t.clocksJson, t.tunedAt,
+                        t.flashjitVersion, rows::checksum(t))
+              .str()),
+      "");
 }
 
 struct Fixture {
