@@ -51,7 +51,7 @@ public:
   const std::string &path() const { return config_.path; } // ":memory:" for Memory
   bool usable() const { return usable_.load(); }
   std::string note() const; // why it is not usable, or a remark about how it is read
-  int schemaVersion() const { return schemaVersion_; }
+  int schemaVersion() const { return schemaVersion_.load(); }
 
   // Called around fork() for every live store (see store.cpp).
   void lockForFork();
@@ -78,7 +78,7 @@ private:
   StoreConfig config_;
   std::string shippedUri_;
   std::atomic<bool> usable_{true};
-  int schemaVersion_ = 0;
+  std::atomic<int> schemaVersion_{0}; // set by whichever thread connects
 
   mutable std::mutex mu_;
   std::condition_variable returned_;

@@ -217,3 +217,39 @@ TEST(CacheDamage, BadRowInAShippedDbFallsThroughToTheNext) {
   EXPECT_EQ((*found)->path, second);
   EXPECT_TRUE(sameBinary((*found)->row, makeBinary(1)));
 }
+
+TEST(CacheDamage, TwoUsersOfADamagedDbMoveItAsideOnce) {
+  TempDir dir;
+  std::string path = dir.file("cache.sqlite");
+  fill(path, 30);
+  Warnings warnings;
+  // Two caches: separate connections, as two processes would have.
+  std::unique_ptr<Cache> first = openCache(path, {}, warnings);
+  std::unique_ptr<Cache> second = openCache(path, {}, warnings);
+  ASSERT_TRUE(first && second);
+  ASSERT_TRUE(second->findTuning(makeKey(3))->has_value());
+  RawDb(path).exec("PRAGMA wal_checkpoint(TRUNCATE)");
+  std::string data = readFile(path);
+  for (size_t page = 4096; page < data.size(); page += 4096)
+    std::fill(data.begin() + page, data.begin() + page + 64, '\xee');
+  {
+    FILE *f = fopen(path.c_str(), "r+b");
+    ASSERT_TRUE(f);
+    fwrite(data.data(), 1, data.size(), f);
+    fclose(f);
+  }
+  for (int i = 0; i < 30; ++i)
+    ASSERT_TRUE(bool(first->findTuned(makeKey(i))));
+  ASSERT_EQ(movedAside(dir, "cache.sqlite").size(), 1u);
+  BinaryRow b = makeBinary(55);
+  TuningRow t = makeTuning(makeKey(55), b);
+  ASSERT_FALSE(first->publish(&b, &t)) << "the rebuilt DB takes writes";
+  // The second cache still reads the old, damaged file: it must find its way to the new
+  // one without moving that aside too.
+  for (int i = 0; i < 30; ++i)
+    ASSERT_TRUE(bool(second->findTuned(makeKey(i))));
+  auto found = second->findTuned(makeKey(55));
+  ASSERT_TRUE(bool(found) && found->has_value()) << "the second cache sees the new DB";
+  EXPECT_EQ(movedAside(dir, "cache.sqlite").size(), 1u) << "moved aside once";
+  EXPECT_EQ(RawDb(path).one("PRAGMA integrity_check"), "ok");
+}
