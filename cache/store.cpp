@@ -46,12 +46,12 @@ void prepareFork() {
 }
 void parentAfterFork() {
   for (Store *store : registry())
-    store->unlockAfterFork(true);
+    store->unlockAfterFork();
   registryMutex().unlock();
 }
 void childAfterFork() {
   for (Store *store : registry())
-    store->unlockAfterFork(false);
+    store->unlockAfterFork();
   registryMutex().unlock();
 }
 
@@ -226,7 +226,7 @@ void Store::lockForFork() {
     idle_.clear(); // the parent reopens lazily; the child inherits no SQLite file state
 }
 
-void Store::unlockAfterFork(bool inParent) { mu_.unlock(); }
+void Store::unlockAfterFork() { mu_.unlock(); }
 
 // ---- running a transaction ----------------------------------------------------------------
 

@@ -55,7 +55,7 @@ public:
 
   // Called around fork() for every live store (see store.cpp).
   void lockForFork();
-  void unlockAfterFork(bool inParent);
+  void unlockAfterFork();
 
 private:
   explicit Store(StoreConfig config);
