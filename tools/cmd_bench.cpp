@@ -191,8 +191,10 @@ int runBench() {
           auto problem = tuner::TimingProblem::create(*dtype, shape, props.l2Bytes);
           if (!problem)
             return fail(problem.takeError());
-          tuner::AttentionShape model{shape.batch, shape.headsQ, shape.headsKV, n, n, d, d,
-                                      causal, 2};
+          generator::KernelSpec modelSpec;
+          modelSpec.headDim = modelSpec.headDimV = d;
+          modelSpec.causal = causal;
+          tuner::AttentionShape model = tuner::attentionShapeOf(modelSpec, shape);
           llvm::json::Object perTile;
           double bestUs = 0;
           const Candidate *best = nullptr;

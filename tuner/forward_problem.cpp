@@ -19,6 +19,20 @@ float ForwardShape::scale() const {
   return softmaxScale > 0 ? softmaxScale : 1.0f / std::sqrt((float)headDim);
 }
 
+AttentionShape attentionShapeOf(const generator::KernelSpec &spec, const ForwardShape &shape) {
+  AttentionShape a;
+  a.batch = shape.batch;
+  a.headsQ = shape.headsQ;
+  a.headsKV = shape.headsKV;
+  a.seqQ = shape.seqQ;
+  a.seqK = shape.seqK;
+  a.headDim = spec.headDim;
+  a.headDimV = spec.headDimV;
+  a.causal = spec.causal;
+  a.elementBytes = 2;  // fp16 and bf16
+  return a;
+}
+
 Strides stridesFor(const ForwardShape &shape, int heads, int dim, int seq) {
   Strides s;
   long long rowElems = (long long)dim + shape.rowPadding;

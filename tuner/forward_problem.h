@@ -6,6 +6,7 @@
 #include "generator/spec.h"
 #include "runtime/driver.h"
 #include "templates/fj_params.h"
+#include "tuner/roofline.h"
 
 #include "llvm/Support/Error.h"
 
@@ -33,6 +34,9 @@ struct ForwardShape {
   long long totalK() const;
   float scale() const;
 };
+
+// The roofline model's view of a problem (FLOPs, bytes) for a spec.
+AttentionShape attentionShapeOf(const generator::KernelSpec &spec, const ForwardShape &shape);
 
 // Element strides of one tensor.
 struct Strides {

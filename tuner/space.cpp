@@ -26,20 +26,6 @@ constexpr int kSaturatingWarps = 8;
 
 int ceilDiv(long long a, long long b) { return (int)((a + b - 1) / b); }
 
-AttentionShape attentionShape(const generator::KernelSpec &spec, const ForwardShape &s) {
-  AttentionShape a;
-  a.batch = s.batch;
-  a.headsQ = s.headsQ;
-  a.headsKV = s.headsKV;
-  a.seqQ = s.seqQ;
-  a.seqK = s.seqK;
-  a.headDim = spec.headDim;
-  a.headDimV = spec.headDimV;
-  a.causal = spec.causal;
-  a.elementBytes = 2;
-  return a;
-}
-
 // Throughput of an SM holding `warps` resident warps, relative to a saturated one.
 double smThroughput(int warps) {
   return std::min(1.0, 0.5 + 0.5 * warps / kSaturatingWarps);
@@ -160,7 +146,7 @@ TileEstimate estimateTile(const generator::KernelSpec &spec, const generator::Ti
   }
   e.causalWaste = wastedWork(spec, tile, shape.seqQ, shape.seqK);
 
-  AttentionShape a = attentionShape(spec, shape);
+  AttentionShape a = attentionShapeOf(spec, shape);
   double flops = (double)attentionFlops(a);
   double bandwidth = device.gpu.hbmBytesPerSec > 0 ? device.gpu.hbmBytesPerSec : 1e12;
   double peak = device.gpu.peakFlops > 0 ? device.gpu.peakFlops : 1e14;

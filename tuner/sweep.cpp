@@ -32,19 +32,6 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-AttentionShape attentionShapeOf(const generator::KernelSpec &spec, const ForwardShape &s) {
-  AttentionShape a;
-  a.batch = s.batch;
-  a.headsQ = s.headsQ;
-  a.headsKV = s.headsKV;
-  a.seqQ = s.seqQ;
-  a.seqK = s.seqK;
-  a.headDim = spec.headDim;
-  a.headDimV = spec.headDimV;
-  a.causal = spec.causal;
-  return a;
-}
-
 } // namespace
 
 SweepConfig defaultSweep() {

@@ -29,16 +29,7 @@ struct Candidate {
 };
 
 double usefulTflops(const generator::KernelSpec &spec, const ForwardShape &s, double us) {
-  AttentionShape a;
-  a.batch = s.batch;
-  a.headsQ = s.headsQ;
-  a.headsKV = s.headsKV;
-  a.seqQ = s.seqQ;
-  a.seqK = s.seqK;
-  a.headDim = spec.headDim;
-  a.headDimV = spec.headDimV;
-  a.causal = spec.causal;
-  return us > 0 ? (double)attentionFlops(a) / (us * 1e-6) / 1e12 : 0;
+  return us > 0 ? (double)attentionFlops(attentionShapeOf(spec, s)) / (us * 1e-6) / 1e12 : 0;
 }
 
 } // namespace
