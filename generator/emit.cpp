@@ -1,6 +1,7 @@
 #include "generator/emit.h"
 
 #include "generator/templates.h"
+#include "generator/wgmma_wrappers.h"
 #include "support/env.h"
 #include "support/error.h"
 
@@ -41,6 +42,31 @@ std::string header(llvm::StringRef what) {
       .str();
 }
 
+int panelColumns(int headDim) {
+  int padded = (headDim + 31) / 32 * 32;
+  return padded % 64 == 0 ? 64 : 32;
+}
+
+std::string wgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
+  return llvm::formatv(
+             "// ---- configuration: {0} / {1} ----\n"
+             "typedef fj::FwdWgmmaConfig<{2}, {3}, {4}, {5}, {6}, {7}, {8}> FjConfig;\n"
+             "static_assert(FjConfig::kSmemBytes == {9}, \"host and device disagree on "
+             "shared memory\");\n\n"
+             "extern \"C\" __global__ void __launch_bounds__(FjConfig::kThreads, 1)\n"
+             "flashjit_fwd_wgmma(const FjForwardParams params,\n"
+             "                   const __grid_constant__ fj::TensorMap tm_q,\n"
+             "                   const __grid_constant__ fj::TensorMap tm_k,\n"
+             "                   const __grid_constant__ fj::TensorMap tm_v) {{\n"
+             "  extern __shared__ __align__(1024) unsigned char fj_smem[];\n"
+             "  fj::fwd_wgmma::run<FjConfig>(params, tm_q, tm_k, tm_v, fj_smem);\n"
+             "}\n",
+             spec.key(), tile.key(), elementType(spec.dtype), spec.headDim, spec.headDimV,
+             tile.blockN, tile.blockM / 64, tile.stages, spec.causal ? "true" : "false",
+             sharedBytes(spec, tile))
+      .str();
+}
+
 } // namespace
 
 llvm::Expected<std::string> emitConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
@@ -48,6 +74,8 @@ llvm::Expected<std::string> emitConfigBlock(const KernelSpec &spec, const TileCo
     return std::move(err);
   if (auto err = validateTile(spec, tile))
     return std::move(err);
+  if (spec.family == Family::FwdWgmma)
+    return wgmmaConfigBlock(spec, tile);
   return llvm::formatv(
              "// ---- configuration: {0} / {1} ----\n"
              "typedef fj::FwdMmaConfig<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}> FjConfig;\n"
@@ -68,12 +96,34 @@ llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConf
   auto config = emitConfigBlock(spec, tile);
   if (!config)
     return config.takeError();
-  auto body = inlineTemplates({"fj_params.h", "fj_common.cuh", "fj_smem.cuh", "fwd_mma.cuh"});
-  if (!body)
-    return body.takeError();
   EmittedKernel kernel;
-  kernel.source = header(spec.key() + " / " + tile.key()) + *body + *config;
-  kernel.entryName = "flashjit_fwd_mma";
+  if (spec.family == Family::FwdWgmma) {
+    auto common = inlineTemplates({"fj_params.h", "fj_common.cuh", "fj_hopper.cuh"});
+    if (!common)
+      return common.takeError();
+    auto schedule = inlineTemplates({"fwd_wgmma.cuh"});
+    if (!schedule)
+      return schedule.takeError();
+    int dvPad = (spec.headDimV + 31) / 32 * 32;
+    kernel.source = header(spec.key() + " / " + tile.key()) + *common +
+                    emitWgmmaWrappers(spec.dtype, tile.blockN, dvPad) + *schedule + *config;
+    kernel.entryName = "flashjit_fwd_wgmma";
+    kernel.tma.enabled = true;
+    kernel.tma.dtype = spec.dtype;
+    kernel.tma.headDim = spec.headDim;
+    kernel.tma.headDimV = spec.headDimV;
+    kernel.tma.qRows = tile.blockM;
+    kernel.tma.kvRows = tile.blockN;
+    kernel.tma.panelD = panelColumns(spec.headDim);
+    kernel.tma.panelDv = panelColumns(spec.headDimV);
+  } else {
+    auto body =
+        inlineTemplates({"fj_params.h", "fj_common.cuh", "fj_smem.cuh", "fwd_mma.cuh"});
+    if (!body)
+      return body.takeError();
+    kernel.source = header(spec.key() + " / " + tile.key()) + *body + *config;
+    kernel.entryName = "flashjit_fwd_mma";
+  }
   kernel.options = kCompileOptions;
   kernel.threads = tile.warps * 32;
   kernel.sharedBytes = sharedBytes(spec, tile);

@@ -13,6 +13,17 @@
 
 namespace flashjit::generator {
 
+// How the host describes Q, K and V to the copy engine for a kernel that loads them
+// with TMA (fwd_wgmma): one rank-4 tensor map each (column, row, head, batch), boxes of
+// panel columns x rows, swizzled by the panel's row bytes (64 columns: 128 B, 32: 64 B).
+struct TmaOperands {
+  bool enabled = false;
+  DType dtype = DType::BF16;
+  int headDim = 0, headDimV = 0;
+  int qRows = 0, kvRows = 0;    // box rows: block_m for Q, block_n for K and V
+  int panelD = 0, panelDv = 0;  // box columns for Q/K and for V
+};
+
 struct EmittedKernel {
   std::string source;
   std::string entryName;                 // the extern "C" kernel to look up
@@ -20,6 +31,7 @@ struct EmittedKernel {
   int threads = 0;                       // block size
   int sharedBytes = 0;                   // dynamic shared memory per block
   int blockM = 0;                        // query rows per block (grid.x = ceil(seqlen_q / blockM))
+  TmaOperands tma;                       // kernel parameters after FjForwardParams, if enabled
 };
 
 // The tuned forward kernel. Errors: NotSupported for an impossible spec,

@@ -12,6 +12,7 @@ llvm::StringRef dtypeName(DType dtype) { return dtype == DType::FP16 ? "fp16" : 
 llvm::StringRef familyName(Family family) {
   switch (family) {
   case Family::FwdMma: return "fwd_mma";
+  case Family::FwdWgmma: return "fwd_wgmma";
   }
   return "unknown";
 }
@@ -29,8 +30,10 @@ llvm::Expected<DType> parseDType(llvm::StringRef name) {
 llvm::Expected<Family> parseFamily(llvm::StringRef name) {
   if (name == "fwd_mma")
     return Family::FwdMma;
-  return makeError(ErrorCode::NotSupported, "unknown kernel family '{0}' (available: fwd_mma)",
-                   name);
+  if (name == "fwd_wgmma")
+    return Family::FwdWgmma;
+  return makeError(ErrorCode::NotSupported,
+                   "unknown kernel family '{0}' (available: fwd_mma, fwd_wgmma)", name);
 }
 
 std::string KernelSpec::key() const {
@@ -100,6 +103,11 @@ llvm::Error validateSpec(const KernelSpec &spec) {
   auto info = targetInfo(spec.target);
   if (!info)
     return info.takeError();
+  if (spec.family == Family::FwdWgmma && !(info->smVersion == 90 && info->archSpecific))
+    return makeError(ErrorCode::NotSupported,
+                     "fwd_wgmma needs target sm_90a (wgmma, TMA and setmaxnreg), not '{0}'; "
+                     "use fwd_mma there",
+                     spec.target);
   return llvm::Error::success();
 }
 
@@ -112,7 +120,52 @@ int tileBytes(int rows, int cols) {
 }
 } // namespace
 
+namespace {
+int roundUp(int x, int m) { return (x + m - 1) / m * m; }
+
+// fwd_wgmma (mirrors FwdWgmmaConfig): head dims padded to 32, Q + a K/V ring, one
+// mbarrier for Q and four per stage, 1024 bytes of alignment slack.
+int wgmmaSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
+  int d = roundUp(spec.headDim, 32), dv = roundUp(spec.headDimV, 32);
+  return 1024 + tile.blockM * d * 2 + tile.stages * tile.blockN * (d + dv) * 2 +
+         (1 + 4 * tile.stages) * 8;
+}
+
+// Consumer registers per thread after setmaxnreg (mirrors FwdWgmmaConfig).
+int wgmmaConsumerRegisters(int consumers) { return consumers == 3 ? 160 : 240; }
+
+llvm::Error validateWgmmaTile(const KernelSpec &spec, const TileConfig &tile) {
+  if (tile.blockM % 64 != 0 || tile.blockM < 64 || tile.blockM > 192)
+    return makeError(ErrorCode::InvalidValue,
+                     "tile {0}: fwd_wgmma block_m must be 64, 128 or 192 (64 rows per "
+                     "consumer warpgroup)",
+                     tile.key());
+  int consumers = tile.blockM / 64;
+  if (tile.warps != 4 * (consumers + 1))
+    return makeError(ErrorCode::InvalidValue,
+                     "tile {0}: fwd_wgmma with block_m {1} needs {2} warps ({3} consumer "
+                     "warpgroups and a producer)",
+                     tile.key(), tile.blockM, 4 * (consumers + 1), consumers);
+  if (tile.blockN % 16 != 0 || tile.blockN > 256)
+    return makeError(ErrorCode::InvalidValue,
+                     "tile {0}: fwd_wgmma block_n must be a multiple of 16 up to 256",
+                     tile.key());
+  // Live accumulators per consumer thread: S (block_n / 2) and O (head_dim_v / 2), plus
+  // about 32 for addresses and softmax state. More would spill.
+  int estimate = tile.blockN / 2 + roundUp(spec.headDimV, 32) / 2 + 32;
+  int budget = wgmmaConsumerRegisters(consumers);
+  if (estimate > budget)
+    return makeError(ErrorCode::InvalidValue,
+                     "tile {0}: needs about {1} registers per consumer thread, {2} consumer "
+                     "warpgroups get {3}",
+                     tile.key(), estimate, consumers, budget);
+  return llvm::Error::success();
+}
+} // namespace
+
 int sharedBytes(const KernelSpec &spec, const TileConfig &tile) {
+  if (spec.family == Family::FwdWgmma)
+    return wgmmaSharedBytes(spec, tile);
   int q = std::max(tileBytes(tile.blockM, spec.headDim), tileBytes(tile.blockM, spec.headDimV));
   int stage = tileBytes(tile.blockN, spec.headDim) + tileBytes(tile.blockN, spec.headDimV);
   return q + tile.stages * stage;
@@ -121,7 +174,10 @@ int sharedBytes(const KernelSpec &spec, const TileConfig &tile) {
 llvm::Error validateTile(const KernelSpec &spec, const TileConfig &tile) {
   if (tile.warps <= 0 || tile.blockM <= 0 || tile.blockN <= 0)
     return makeError(ErrorCode::InvalidValue, "tile {0}: sizes must be positive", tile.key());
-  if (tile.blockM % (16 * tile.warps) != 0)
+  if (spec.family == Family::FwdWgmma) {
+    if (auto err = validateWgmmaTile(spec, tile))
+      return err;
+  } else if (tile.blockM % (16 * tile.warps) != 0)
     return makeError(ErrorCode::InvalidValue,
                      "tile {0}: block_m must be a multiple of 16 x warps", tile.key());
   if (tile.blockN % 16 != 0)
@@ -147,6 +203,25 @@ llvm::Error validateTile(const KernelSpec &spec, const TileConfig &tile) {
 TileConfig defaultTile(const KernelSpec &spec) {
   int dmax = std::max(spec.headDim, spec.headDimV);
   TileConfig tile;
+  if (spec.family == Family::FwdWgmma) {
+    // FlashAttention-3's starting points, rounded to what this schedule allows.
+    if (dmax <= 64)
+      tile = {192, 128, 16, 2};
+    else if (dmax <= 128)
+      tile = {128, 128, 12, 2};
+    else if (dmax <= 192)
+      tile = {128, 96, 12, 2};
+    else
+      tile = {128, 80, 12, 2};
+    while (tile.blockN > 16) {
+      llvm::Error err = validateTile(spec, tile);
+      if (!err)
+        return tile;
+      llvm::consumeError(std::move(err));
+      tile.blockN -= 16;
+    }
+    return tile;
+  }
   if (dmax <= 128) {
     tile = {128, 64, 8, 2};
   } else {

@@ -10,10 +10,10 @@
 namespace flashjit::generator {
 
 enum class DType { FP16, BF16 };
-enum class Family { FwdMma };
+enum class Family { FwdMma, FwdWgmma };
 
 llvm::StringRef dtypeName(DType dtype);        // "fp16", "bf16"
-llvm::StringRef familyName(Family family);     // "fwd_mma"
+llvm::StringRef familyName(Family family);     // "fwd_mma", "fwd_wgmma"
 llvm::Expected<DType> parseDType(llvm::StringRef name);
 llvm::Expected<Family> parseFamily(llvm::StringRef name);
 
@@ -53,13 +53,16 @@ struct TargetInfo {
 };
 llvm::Expected<TargetInfo> targetInfo(llvm::StringRef target);
 
-// Checks the spec: head dims multiples of 8 in [8, 256], a supported target.
+// Checks the spec: head dims multiples of 8 in [8, 256], a supported target, and a
+// target the family runs on (fwd_wgmma: sm_90a only).
 llvm::Error validateSpec(const KernelSpec &spec);
 
 // Dynamic shared memory a tile needs for a spec, in bytes (mirrors templates/).
 int sharedBytes(const KernelSpec &spec, const TileConfig &tile);
 
-// Checks a tile against the spec and the target: divisibility, threads, shared memory.
+// Checks a tile against the spec and the target: divisibility, threads, shared memory
+// (and for fwd_wgmma: block_m = 64 per consumer warpgroup, warps = 4 per warpgroup
+// including the producer's, and an accumulator estimate within the register budget).
 llvm::Error validateTile(const KernelSpec &spec, const TileConfig &tile);
 
 // The hand-picked tile used when nothing has been tuned (fits the target).

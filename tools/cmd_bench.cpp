@@ -142,8 +142,7 @@ int runBench() {
     if (!c.rejected.empty())
       continue;
     auto loaded = tuner::ForwardKernel::load(binaries[i].cubin, emitted[i].entryName,
-                                             {emitted[i].threads, emitted[i].sharedBytes,
-                                              emitted[i].blockM});
+                                             tuner::LaunchGeometry::of(emitted[i]));
     if (!loaded) {
       c.rejected = llvm::toString(loaded.takeError());
       continue;

@@ -9,7 +9,18 @@ llvm::Expected<runtime::CompiledBinary> compileEmitted(const generator::EmittedK
   runtime::CompileOptions options;
   options.target = target;
   options.options = kernel.options;
-  return runtime::compile(kernel.source, options);
+  auto binary = runtime::compile(kernel.source, options);
+  if (!binary)
+    return binary.takeError();
+  // ptxas compiles these but the kernel would be slow or wrong in its resource plan:
+  // wgmma serialized (a pipeline the schedule relies on is gone) or setmaxnreg ignored
+  // (C7508/C7509: consumers would not get the registers the tile was sized for).
+  for (llvm::StringRef sign : {"wgmma.mma_async instructions are serialized", "C7508", "C7509",
+                               "C7510", "setmaxnreg ignored"})
+    if (llvm::StringRef(binary->log).contains(sign))
+      return makeError(ErrorCode::Compile, "rejected: ptxas says '{0}':\n{1}", sign,
+                       binary->log);
+  return binary;
 }
 
 llvm::Expected<std::unique_ptr<ForwardKernel>>
@@ -34,10 +45,80 @@ ForwardKernel::load(llvm::StringRef cubin, llvm::StringRef entryName, LaunchGeom
   return std::move(result);
 }
 
+llvm::Error checkTmaArguments(const FjForwardParams &params) {
+  if (params.cu_seqlens_q || params.cu_seqlens_k)
+    return makeError(ErrorCode::NotSupported,
+                     "TMA kernels do not take variable-length batches (cu_seqlens)");
+  auto aligned = [](const void *p) { return ((uintptr_t)p & 15) == 0; };
+  if (!aligned(params.q) || !aligned(params.k) || !aligned(params.v))
+    return makeError(ErrorCode::NotSupported,
+                     "TMA kernels need q, k and v aligned to 16 bytes");
+  // 16-bit elements: a stride in multiples of 8 elements is a multiple of 16 bytes.
+  const long long strides[] = {params.q_row_stride, params.q_head_stride, params.q_batch_stride,
+                               params.k_row_stride, params.k_head_stride, params.k_batch_stride,
+                               params.v_row_stride, params.v_head_stride, params.v_batch_stride};
+  for (long long stride : strides)
+    if (stride % 8 != 0 || stride < 0 || stride >= (1ll << 39))
+      return makeError(ErrorCode::NotSupported,
+                       "TMA kernels need row, head and batch strides that are multiples of "
+                       "8 elements (16 bytes); got {0}",
+                       stride);
+  return llvm::Error::success();
+}
+
+namespace {
+// Rank-4 tensor map over (column, row, head, batch) of one operand. Strides in elements.
+llvm::Error encodeOperand(CUtensorMap &map, const generator::TmaOperands &tma, const void *base,
+                          int columns, int rows, int heads, int batch, long long rowStride,
+                          long long headStride, long long batchStride, int boxColumns,
+                          int boxRows) {
+  uint64_t dims[4] = {(uint64_t)columns, (uint64_t)rows, (uint64_t)heads, (uint64_t)batch};
+  uint64_t strides[3] = {(uint64_t)rowStride * 2, (uint64_t)headStride * 2,
+                         (uint64_t)batchStride * 2};
+  // TMA rejects zero strides (broadcast views); with one head or one batch any
+  // multiple of 16 describes the same memory.
+  for (uint64_t &stride : strides)
+    if (stride == 0)
+      stride = 16;
+  unsigned box[4] = {(unsigned)boxColumns, (unsigned)boxRows, 1, 1};
+  unsigned elementStrides[4] = {1, 1, 1, 1};
+  auto dtype = tma.dtype == generator::DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                   : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  auto swizzle = boxColumns == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  return runtime::encodeTensorMapTiled(&map, dtype, 4, const_cast<void *>(base), dims, strides,
+                                       box, elementStrides, swizzle);
+}
+} // namespace
+
 llvm::Error ForwardKernel::launch(const FjForwardParams &params, CUstream stream) const {
   unsigned blocks = (unsigned)((params.seqlen_q + geometry_.blockM - 1) / geometry_.blockM);
   if (blocks == 0 || params.batch == 0 || params.heads_q == 0)
     return llvm::Error::success();  // nothing to compute
+  const generator::TmaOperands &tma = geometry_.tma;
+  if (tma.enabled) {
+    if (auto err = checkTmaArguments(params))
+      return err;
+    alignas(64) CUtensorMap maps[3];
+    if (auto err = encodeOperand(maps[0], tma, params.q, tma.headDim, params.seqlen_q,
+                                 params.heads_q, params.batch, params.q_row_stride,
+                                 params.q_head_stride, params.q_batch_stride, tma.panelD,
+                                 tma.qRows))
+      return err;
+    if (auto err = encodeOperand(maps[1], tma, params.k, tma.headDim, params.seqlen_k,
+                                 params.heads_kv, params.batch, params.k_row_stride,
+                                 params.k_head_stride, params.k_batch_stride, tma.panelD,
+                                 tma.kvRows))
+      return err;
+    if (auto err = encodeOperand(maps[2], tma, params.v, tma.headDimV, params.seqlen_k,
+                                 params.heads_kv, params.batch, params.v_row_stride,
+                                 params.v_head_stride, params.v_batch_stride, tma.panelDv,
+                                 tma.kvRows))
+      return err;
+    void *args[] = {const_cast<FjForwardParams *>(&params), &maps[0], &maps[1], &maps[2]};
+    return kernel_.launch(blocks, (unsigned)params.heads_q, (unsigned)params.batch,
+                          (unsigned)geometry_.threads, (unsigned)geometry_.sharedBytes, stream,
+                          args);
+  }
   void *args[] = {const_cast<FjForwardParams *>(&params)};
   return kernel_.launch(blocks, (unsigned)params.heads_q, (unsigned)params.batch,
                         (unsigned)geometry_.threads, (unsigned)geometry_.sharedBytes, stream,

@@ -19,14 +19,24 @@ llvm::Expected<runtime::CompiledBinary> compileEmitted(const generator::EmittedK
 
 struct LaunchGeometry {
   int threads = 0, sharedBytes = 0, blockM = 0;
+  generator::TmaOperands tma;  // tensor maps to encode per launch, when enabled
+  static LaunchGeometry of(const generator::EmittedKernel &kernel) {
+    return {kernel.threads, kernel.sharedBytes, kernel.blockM, kernel.tma};
+  }
 };
+
+// Whether a kernel that loads through TMA can take these arguments: no cu_seqlens,
+// 16-byte aligned q/k/v, and row, head and batch strides in multiples of 16 bytes. When
+// not, the message says why (the caller then uses a kernel without TMA).
+llvm::Error checkTmaArguments(const FjForwardParams &params);
 
 // A loaded forward kernel (any family): one CTA per (query block, head, batch).
 class ForwardKernel {
 public:
   static llvm::Expected<std::unique_ptr<ForwardKernel>>
   load(llvm::StringRef cubin, llvm::StringRef entryName, LaunchGeometry geometry);
-  // Asynchronous; checks nothing but the launch itself (the caller validated params).
+  // Asynchronous; checks nothing but the launch itself (the caller validated params),
+  // and for TMA kernels checkTmaArguments.
   llvm::Error launch(const FjForwardParams &params, CUstream stream) const;
   const LaunchGeometry &geometry() const { return geometry_; }
   int registers() const { return registers_; }

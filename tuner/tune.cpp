@@ -151,7 +151,7 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
   for (Candidate &a : alive) {
     const generator::EmittedKernel &e = a.variant->emitted;
     auto kernel = ForwardKernel::load(a.variant->binary->cubin, e.entryName,
-                                      {e.threads, e.sharedBytes, e.blockM});
+                                      LaunchGeometry::of(e));
     if (!kernel) {
       a.record->fate = CandidateFate::LoadFailed;
       a.record->reason = llvm::toString(kernel.takeError());

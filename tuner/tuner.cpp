@@ -96,7 +96,7 @@ llvm::Expected<std::shared_ptr<ForwardKernel>> Tuner::Impl::load(const Variant &
     return std::move(err);
   const generator::EmittedKernel &e = variant.emitted;
   auto loaded = ForwardKernel::load(variant.binary->cubin, e.entryName,
-                                    {e.threads, e.sharedBytes, e.blockM});
+                                    LaunchGeometry::of(e));
   if (!loaded) {
     kernels.erase(variant.key);
     return loaded.takeError();

@@ -1,6 +1,7 @@
-// NVRTC compiles every fwd_mma variant of the grid (no GPU needed): head dims x
-// dtypes x causal, for sm_80 and sm_90a, with the default tiles; no register spills
-// for head_dim <= 128. Prints the compile-time distribution.
+// NVRTC compiles every variant of the grid (no GPU needed): head dims x dtypes x
+// causal with the default tiles, fwd_mma for sm_80 and sm_90a (no register spills for
+// head_dim <= 128) and fwd_wgmma for sm_90a (no spills at any head dim, and no ptxas
+// warning that serializes wgmma or ignores setmaxnreg). Prints the compile times.
 #include "generator/emit.h"
 #include "tuner/loaded_kernel.h"
 
@@ -16,14 +17,22 @@ namespace {
 
 const int kHeadDims[] = {32, 40, 64, 72, 80, 96, 128, 160, 192, 224, 256};
 
+struct FamilyTarget {
+  generator::Family family;
+  const char *target;
+};
+
 class CompileGrid
-    : public ::testing::TestWithParam<std::tuple<const char *, DType, bool>> {};
+    : public ::testing::TestWithParam<std::tuple<FamilyTarget, DType, bool>> {};
 
 TEST_P(CompileGrid, EveryHeadDimCompiles) {
-  auto [target, dtype, causal] = GetParam();
+  auto [familyTarget, dtype, causal] = GetParam();
+  const char *target = familyTarget.target;
+  const bool wgmma = familyTarget.family == generator::Family::FwdWgmma;
   std::vector<double> times;
   for (int d : kHeadDims) {
     generator::KernelSpec spec;
+    spec.family = familyTarget.family;
     spec.dtype = dtype;
     spec.headDim = spec.headDimV = d;
     spec.causal = causal;
@@ -35,7 +44,7 @@ TEST_P(CompileGrid, EveryHeadDimCompiles) {
     ASSERT_TRUE(bool(binary)) << spec.key() << ": " << llvm::toString(binary.takeError());
     EXPECT_GT(binary->cubin.size(), 1000u);
     EXPECT_GT(binary->registers, 0) << spec.key();
-    if (d <= 128) {
+    if (d <= 128 || wgmma) {
       EXPECT_EQ(binary->spillStoreBytes, 0) << spec.key() << " " << tile.key();
       EXPECT_EQ(binary->spillLoadBytes, 0) << spec.key() << " " << tile.key();
     }
@@ -51,10 +60,13 @@ TEST_P(CompileGrid, EveryHeadDimCompiles) {
 
 INSTANTIATE_TEST_SUITE_P(
     Targets, CompileGrid,
-    ::testing::Combine(::testing::Values("sm_80", "sm_90a"),
+    ::testing::Combine(::testing::Values(FamilyTarget{generator::Family::FwdMma, "sm_80"},
+                                         FamilyTarget{generator::Family::FwdMma, "sm_90a"},
+                                         FamilyTarget{generator::Family::FwdWgmma, "sm_90a"}),
                        ::testing::Values(DType::FP16, DType::BF16), ::testing::Bool()),
     [](const auto &info) {
-      return std::string(std::get<0>(info.param)) +
+      const FamilyTarget &ft = std::get<0>(info.param);
+      return std::string(generator::familyName(ft.family)) + "_" + ft.target +
              (std::get<1>(info.param) == DType::BF16 ? "_bf16" : "_fp16") +
              (std::get<2>(info.param) ? "_causal" : "_full");
     });

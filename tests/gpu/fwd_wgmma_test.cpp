@@ -1,0 +1,172 @@
+// fwd_wgmma (sm_90a) against the reference on the GPU: the foundation grid (head dims
+// x fp16/bf16 x causal x sequence pairs x MHA/GQA/MQA), strided layouts, head_dim_v !=
+// head_dim, every tile shape the tuner may pick, 250 bitwise-identical reruns (races),
+// and a clear refusal of the arguments TMA cannot take. Skips off Hopper.
+#include "kernel_pool.h"
+
+#include <tuple>
+
+using namespace flashjit;
+using namespace flashjit::testing;
+
+namespace {
+
+constexpr generator::Family kWgmma = generator::Family::FwdWgmma;
+
+// Hopper only: skips the test elsewhere, with the reason.
+#define FLASHJIT_REQUIRE_SM90A()                                                          \
+  do {                                                                                    \
+    FLASHJIT_REQUIRE_GPU();                                                               \
+    if (openTestDevice()->properties().target() != "sm_90a")                              \
+      GTEST_SKIP() << "fwd_wgmma needs an sm_90a device, this one is "                   \
+                   << openTestDevice()->properties().target();                           \
+  } while (0)
+
+KernelSpec wgmmaSpec(int d, int dv, DType dtype, bool causal) {
+  return specFor(d, dv, dtype, causal, kWgmma);
+}
+
+tuner::ForwardShape shapeOf(int batch, int headsQ, int headsKV, int seqQ, int seqK) {
+  tuner::ForwardShape shape;
+  shape.batch = batch;
+  shape.headsQ = headsQ;
+  shape.headsKV = headsKV;
+  shape.seqQ = seqQ;
+  shape.seqK = seqK;
+  return shape;
+}
+
+class FwdWgmmaGrid : public ::testing::TestWithParam<std::tuple<int, DType, bool>> {
+protected:
+  static void SetUpTestSuite() {
+    if (!openTestDevice() || openTestDevice()->properties().target() != "sm_90a")
+      return;
+    std::vector<std::pair<KernelSpec, TileConfig>> all;
+    for (int d : kHeadDims)
+      for (DType dtype : {DType::FP16, DType::BF16})
+        for (bool causal : {false, true}) {
+          KernelSpec spec = wgmmaSpec(d, d, dtype, causal);
+          all.emplace_back(spec, generator::defaultTile(spec));
+        }
+    KernelPool::get().prepare(all);
+  }
+};
+
+TEST_P(FwdWgmmaGrid, MatchesReference) {
+  FLASHJIT_REQUIRE_SM90A();
+  auto [d, dtype, causal] = GetParam();
+  KernelSpec spec = wgmmaSpec(d, d, dtype, causal);
+  TileConfig tile = generator::defaultTile(spec);
+  int checked = 0;
+  for (auto [sq, sk] : kSeqPairs)
+    for (const Heads &heads : kHeads) {
+      std::string failure =
+          checkShape(spec, tile, shapeOf(2, heads.q, heads.kv, sq, sk), 1000 + sq * 7 + sk);
+      EXPECT_EQ(failure, "") << spec.key() << " " << tile.key() << " seq (" << sq << ", "
+                             << sk << ") " << heads.name;
+      ++checked;
+    }
+  EXPECT_EQ(checked, 21);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllHeadDims, FwdWgmmaGrid,
+    ::testing::Combine(::testing::ValuesIn(kHeadDims),
+                       ::testing::Values(DType::FP16, DType::BF16), ::testing::Bool()),
+    [](const auto &info) {
+      return "d" + std::to_string(std::get<0>(info.param)) +
+             (std::get<1>(info.param) == DType::BF16 ? "_bf16" : "_fp16") +
+             (std::get<2>(info.param) ? "_causal" : "_full");
+    });
+
+TEST(FwdWgmma, StridedLayouts) {
+  FLASHJIT_REQUIRE_SM90A();
+  for (tuner::Layout layout : {tuner::Layout::BSHD, tuner::Layout::BHSD})
+    for (int padding : {0, 24})
+      for (bool causal : {false, true}) {
+        KernelSpec spec = wgmmaSpec(96, 96, DType::FP16, causal);
+        tuner::ForwardShape shape = shapeOf(3, 8, 2, 333, 517);
+        shape.layout = layout;
+        shape.rowPadding = padding;
+        EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shape, 11), "")
+            << spec.key() << (layout == tuner::Layout::BSHD ? " BSHD" : " BHSD")
+            << " padding " << padding;
+      }
+}
+
+TEST(FwdWgmma, HeadDimVDiffers) {
+  FLASHJIT_REQUIRE_SM90A();
+  for (auto [d, dv] : {std::pair{128, 64}, std::pair{64, 128}, std::pair{40, 72},
+                       std::pair{192, 128}, std::pair{256, 96}})
+    for (bool causal : {false, true}) {
+      KernelSpec spec = wgmmaSpec(d, dv, DType::BF16, causal);
+      EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shapeOf(2, 4, 4, 257, 311), 5),
+                "")
+          << spec.key();
+    }
+}
+
+TEST(FwdWgmma, EveryTileShapeOfTheSpace) {
+  FLASHJIT_REQUIRE_SM90A();
+  // One, two and three consumer warpgroups; narrow and wide key tiles; deep rings.
+  const std::pair<int, TileConfig> cases[] = {
+      {64, {64, 64, 8, 2}},    {64, {192, 128, 16, 2}}, {64, {192, 192, 16, 2}},
+      {64, {128, 16, 12, 4}},  {128, {128, 176, 12, 2}}, {128, {128, 96, 12, 3}},
+      {128, {64, 128, 8, 2}},  {256, {128, 80, 12, 2}},  {256, {64, 64, 8, 3}}};
+  for (auto [d, tile] : cases)
+    for (bool causal : {false, true}) {
+      KernelSpec spec = wgmmaSpec(d, d, DType::FP16, causal);
+      EXPECT_EQ(checkShape(spec, tile, shapeOf(2, 2, 1, 301, 457), 3), "")
+          << spec.key() << " " << tile.key();
+    }
+}
+
+// Races show up as run-to-run differences: the same inputs must give the same bits.
+TEST(FwdWgmma, BitwiseIdenticalReruns) {
+  FLASHJIT_REQUIRE_SM90A();
+  for (bool causal : {false, true}) {
+    KernelSpec spec = wgmmaSpec(128, 128, DType::BF16, causal);
+    TileConfig tile = generator::defaultTile(spec);
+    std::string error;
+    const tuner::ForwardKernel *kernel = KernelPool::get().find(spec, tile, error);
+    ASSERT_NE(kernel, nullptr) << error;
+    auto checker = tuner::ForwardChecker::create(spec, shapeOf(1, 16, 16, 4000, 4000), 21,
+                                                 nullptr);
+    ASSERT_TRUE((bool)checker) << llvm::toString(checker.takeError());
+    auto first = (*checker)->run(*kernel, nullptr);
+    ASSERT_TRUE((bool)first) << llvm::toString(first.takeError());
+    int differing = 0;
+    for (int i = 1; i < 250; ++i) {
+      auto again = (*checker)->run(*kernel, nullptr);
+      ASSERT_TRUE((bool)again) << llvm::toString(again.takeError());
+      differing += *again != *first;
+    }
+    EXPECT_EQ(differing, 0) << spec.key() << ": runs differing from the first of 250";
+  }
+}
+
+// Small shapes of each head dim, for compute-sanitizer (memcheck, racecheck):
+//   compute-sanitizer --tool racecheck gpu_tests --gtest_filter=FwdWgmma.SanitizerShapes
+TEST(FwdWgmma, SanitizerShapes) {
+  FLASHJIT_REQUIRE_SM90A();
+  for (int d : {64, 96, 128, 192, 256})
+    for (bool causal : {false, true}) {
+      KernelSpec spec = wgmmaSpec(d, d, DType::BF16, causal);
+      EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shapeOf(1, 2, 1, 150, 200), 9),
+                "")
+          << spec.key();
+    }
+}
+
+// What TMA cannot take is refused with a reason, never run wrong.
+TEST(FwdWgmma, RefusesVariableLengthBatches) {
+  FLASHJIT_REQUIRE_SM90A();
+  KernelSpec spec = wgmmaSpec(64, 64, DType::BF16, false);
+  tuner::ForwardShape shape = shapeOf(2, 2, 2, 300, 300);
+  shape.seqlensQ = {100, 300};
+  shape.seqlensK = {200, 300};
+  std::string failure = checkShape(spec, generator::defaultTile(spec), shape, 1);
+  EXPECT_NE(failure.find("cu_seqlens"), std::string::npos) << failure;
+}
+
+} // namespace

@@ -1,0 +1,121 @@
+// Shared by the kernel GPU tests: kernels compiled once per test binary (in parallel)
+// and a one-call check of a kernel on a shape against the reference.
+#pragma once
+
+#include "gpu_skip.h"
+
+#include "generator/emit.h"
+#include "tuner/checker.h"
+#include "tuner/loaded_kernel.h"
+
+#include "llvm/Support/ThreadPool.h"
+
+#include <map>
+#include <mutex>
+
+namespace flashjit::testing {
+
+using generator::DType;
+using generator::KernelSpec;
+using generator::TileConfig;
+
+// The correctness grid of the foundation issue, shared by every family.
+inline const int kHeadDims[] = {32, 40, 64, 72, 80, 96, 128, 160, 192, 224, 256};
+inline const std::pair<int, int> kSeqPairs[] = {{1, 1},       {1, 147},     {113, 203},
+                                                {128, 128},   {1023, 1024}, {2048, 2048},
+                                                {4096, 1}};
+struct Heads {
+  int q, kv;
+  const char *name;
+};
+inline const Heads kHeads[] = {{4, 4, "MHA"}, {4, 2, "GQA"}, {4, 1, "MQA"}};
+
+inline KernelSpec specFor(int d, int dv, DType dtype, bool causal,
+                          generator::Family family = generator::Family::FwdMma) {
+  KernelSpec spec;
+  spec.family = family;
+  spec.dtype = dtype;
+  spec.headDim = d;
+  spec.headDimV = dv;
+  spec.causal = causal;
+  spec.target = flashjit::testing::openTestDevice()->properties().target();
+  return spec;
+}
+
+// Kernels compiled once per binary, in parallel, keyed by spec + tile.
+class KernelPool {
+public:
+  static KernelPool &get() {
+    static KernelPool pool;
+    return pool;
+  }
+  // Compiles every (spec, tile) not yet compiled, on all cores.
+  void prepare(const std::vector<std::pair<KernelSpec, TileConfig>> &wanted) {
+    llvm::ThreadPool threads;
+    std::mutex mutex;
+    std::map<std::string, runtime::CompiledBinary> binaries;
+    std::map<std::string, generator::EmittedKernel> emitted;
+    for (const auto &[spec, tile] : wanted) {
+      std::string key = spec.key() + "/" + tile.key();
+      if (kernels_.count(key) || errors_.count(key))
+        continue;
+      threads.async([&, spec = spec, tile = tile, key] {
+        auto kernel = generator::emitForward(spec, tile);
+        if (!kernel) {
+          std::lock_guard<std::mutex> lock(mutex);
+          errors_[key] = llvm::toString(kernel.takeError());
+          return;
+        }
+        auto binary = tuner::compileEmitted(*kernel, spec.target);
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!binary) {
+          errors_[key] = llvm::toString(binary.takeError());
+          return;
+        }
+        binaries[key] = std::move(*binary);
+        emitted[key] = std::move(*kernel);
+      });
+    }
+    threads.wait();
+    for (auto &[key, binary] : binaries) {
+      const generator::EmittedKernel &k = emitted[key];
+      auto loaded = tuner::ForwardKernel::load(binary.cubin, k.entryName,
+                                               tuner::LaunchGeometry::of(k));
+      if (!loaded)
+        errors_[key] = llvm::toString(loaded.takeError());
+      else
+        kernels_[key] = std::move(*loaded);
+    }
+  }
+  const tuner::ForwardKernel *find(const KernelSpec &spec, const TileConfig &tile,
+                                   std::string &error) {
+    prepare({{spec, tile}});
+    std::string key = spec.key() + "/" + tile.key();
+    if (errors_.count(key))
+      error = errors_[key];
+    auto it = kernels_.find(key);
+    return it == kernels_.end() ? nullptr : it->second.get();
+  }
+
+private:
+  std::map<std::string, std::unique_ptr<tuner::ForwardKernel>> kernels_;
+  std::map<std::string, std::string> errors_;
+};
+
+// Checks one kernel on one shape; returns "" or the failure.
+inline std::string checkShape(const KernelSpec &spec, const TileConfig &tile,
+                       const tuner::ForwardShape &shape, uint64_t seed) {
+  std::string error;
+  const tuner::ForwardKernel *kernel = KernelPool::get().find(spec, tile, error);
+  if (!kernel)
+    return "compile/load failed: " + error;
+  auto checker = tuner::ForwardChecker::create(spec, shape, seed, nullptr);
+  if (!checker)
+    return "reference failed: " + llvm::toString(checker.takeError());
+  auto report = (*checker)->check(*kernel, nullptr);
+  if (!report)
+    return "run failed: " + llvm::toString(report.takeError());
+  return report->passed ? "" : report->summary();
+}
+
+} // namespace flashjit::testing
