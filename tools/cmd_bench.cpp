@@ -1,4 +1,4 @@
-// `flashjit bench`: time fwd_mma over a set of hand-picked tiles on the peers' shapes
+// `flashjit bench`: time a kernel family over a set of hand-picked tiles on the peers' shapes
 // (batch * N = tokens, heads * head_dim = hidden), after checking each tile against
 // the reference, and report TFLOP/s and the fraction of the roofline. bench/ holds the
 // script that puts these numbers next to PyTorch's kernels from the same run.
@@ -25,7 +25,10 @@ namespace {
 namespace cl = llvm::cl;
 using namespace flashjit;
 
-cl::SubCommand benchCommand("bench", "Time fwd_mma on the peers' shapes over hand-picked tiles");
+cl::SubCommand benchCommand("bench",
+                            "Time a kernel family on the peers' shapes over hand-picked tiles");
+cl::opt<std::string> familyOpt("family", cl::desc("fwd_mma or fwd_wgmma (sm_90a)"),
+                               cl::init("fwd_mma"), cl::sub(benchCommand));
 cl::list<int> headDims("head-dims", cl::desc("Head dims"), cl::CommaSeparated,
                        cl::sub(benchCommand));
 cl::list<std::string> dtypes("dtypes", cl::desc("bf16,fp16"), cl::CommaSeparated,
@@ -44,10 +47,16 @@ cl::opt<std::string> jsonOut("json", cl::desc("Write the results as JSON to this
 cl::opt<int> device("device", cl::desc("CUDA device ordinal"), cl::init(0),
                     cl::sub(benchCommand));
 
-const char *kDefaultTiles[] = {
+const char *kDefaultMmaTiles[] = {
     "bm128.bn64.w8.s2", "bm128.bn128.w8.s2", "bm128.bn128.w8.s3", "bm64.bn64.w4.s2",
     "bm64.bn128.w4.s2", "bm128.bn64.w4.s2", "bm128.bn64.w4.s3", "bm128.bn32.w4.s2",
     "bm256.bn64.w8.s2", "bm256.bn32.w8.s2", "bm128.bn128.w4.s2", "bm64.bn32.w4.s3"};
+// FlashAttention-3's starting points and their neighbours; those that do not fit a
+// head dim are skipped with the reason.
+const char *kDefaultWgmmaTiles[] = {
+    "bm128.bn64.w12.s2",  "bm128.bn80.w12.s2",  "bm128.bn96.w12.s2",  "bm128.bn112.w12.s2",
+    "bm128.bn128.w12.s2", "bm128.bn144.w12.s2", "bm128.bn176.w12.s2", "bm128.bn64.w12.s3",
+    "bm192.bn128.w16.s2", "bm192.bn160.w16.s2", "bm192.bn192.w16.s2", "bm64.bn128.w8.s2"};
 
 int fail(llvm::Error error) {
   llvm::errs() << "flashjit bench: " << llvm::toString(std::move(error)) << "\n";
@@ -83,9 +92,16 @@ int runBench() {
   std::vector<int> ns(seqlens.begin(), seqlens.end());
   if (ns.empty())
     ns = {512, 1024, 2048, 4096, 8192, 16384};
+  auto family = generator::parseFamily(familyOpt);
+  if (!family)
+    return fail(family.takeError());
   std::vector<std::string> tileKeys(tiles.begin(), tiles.end());
-  if (tileKeys.empty())
-    tileKeys.assign(std::begin(kDefaultTiles), std::end(kDefaultTiles));
+  if (tileKeys.empty()) {
+    if (*family == generator::Family::FwdWgmma)
+      tileKeys.assign(std::begin(kDefaultWgmmaTiles), std::end(kDefaultWgmmaTiles));
+    else
+      tileKeys.assign(std::begin(kDefaultMmaTiles), std::end(kDefaultMmaTiles));
+  }
 
   // Every (spec, tile) that fits, compiled in parallel.
   std::vector<Candidate> candidates;
@@ -100,12 +116,15 @@ int runBench() {
           if (!tile)
             return fail(tile.takeError());
           Candidate c;
+          c.spec.family = *family;
           c.spec.dtype = *dtype;
           c.spec.headDim = c.spec.headDimV = d;
           c.spec.causal = causal;
           c.spec.target = props.target();
           c.tile = *tile;
-          if (llvm::Error err = generator::validateTile(c.spec, c.tile))
+          if (llvm::Error err = generator::validateSpec(c.spec))
+            c.rejected = llvm::toString(std::move(err));
+          else if (llvm::Error err = generator::validateTile(c.spec, c.tile))
             c.rejected = llvm::toString(std::move(err));
           candidates.push_back(std::move(c));
         }
@@ -191,6 +210,7 @@ int runBench() {
           if (!problem)
             return fail(problem.takeError());
           generator::KernelSpec modelSpec;
+          modelSpec.family = *family;
           modelSpec.headDim = modelSpec.headDimV = d;
           modelSpec.causal = causal;
           tuner::AttentionShape model = tuner::attentionShapeOf(modelSpec, shape);
@@ -249,6 +269,7 @@ int runBench() {
       return fail(llvm::createStringError(ec, "cannot write " + jsonOut));
     file << llvm::formatv("{0:2}", llvm::json::Value(llvm::json::Object{
                                        {"device", props.name},
+                                       {"family", familyOpt.getValue()},
                                        {"protocol", tuner::kMeasurementProtocolVersion},
                                        {"rows", std::move(rows)}}));
   }
