@@ -32,6 +32,9 @@ struct EmittedKernel {
   int sharedBytes = 0;                   // dynamic shared memory per block
   int blockM = 0;                        // query rows per block (grid.x = ceil(seqlen_q / blockM))
   TmaOperands tma;                       // kernel parameters after FjForwardParams, if enabled
+  // One CTA per multiprocessor walking the work tiles (grid.x = min(tiles, SMs),
+  // grid.y = grid.z = 1) instead of one CTA per (query block, head, batch).
+  bool persistent = false;
 };
 
 // The tuned forward kernel. Errors: NotSupported for an impossible spec,

@@ -123,12 +123,12 @@ int tileBytes(int rows, int cols) {
 namespace {
 int roundUp(int x, int m) { return (x + m - 1) / m * m; }
 
-// fwd_wgmma (mirrors FwdWgmmaConfig): head dims padded to 32, Q + a K/V ring, one
-// mbarrier for Q and four per stage, 1024 bytes of alignment slack.
+// fwd_wgmma (mirrors FwdWgmmaConfig): head dims padded to 32, Q + a K/V ring, two
+// mbarriers for Q and four per stage, 1024 bytes of alignment slack.
 int wgmmaSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
   int d = roundUp(spec.headDim, 32), dv = roundUp(spec.headDimV, 32);
   return 1024 + tile.blockM * d * 2 + tile.stages * tile.blockN * (d + dv) * 2 +
-         (1 + 4 * tile.stages) * 8;
+         (2 + 4 * tile.stages) * 8;
 }
 
 // Consumer registers per thread after setmaxnreg (mirrors FwdWgmmaConfig).

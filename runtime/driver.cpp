@@ -270,6 +270,17 @@ llvm::Error checkContext() {
                          "cuStreamQuery (context check)");
 }
 
+llvm::Expected<int> currentDeviceSmCount() {
+  CUdevice device;
+  if (llvm::Error error = FLASHJIT_CU(cuCtxGetDevice)(&device))
+    return std::move(error);
+  int count = 0;
+  if (llvm::Error error = FLASHJIT_CU(cuDeviceGetAttribute)(
+          &count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device))
+    return std::move(error);
+  return count;
+}
+
 llvm::Error encodeTensorMapTiled(CUtensorMap *map, CUtensorMapDataType dtype,
                                  unsigned rank, void *globalAddress,
                                  const uint64_t *globalDim, const uint64_t *globalStrides,

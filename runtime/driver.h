@@ -148,6 +148,10 @@ llvm::Error synchronizeStream(CUstream stream);
 // launched earlier). Does not block: work still running is not an error.
 llvm::Error checkContext();
 
+// Multiprocessors of the current context's device (persistent kernels size their grid
+// by it).
+llvm::Expected<int> currentDeviceSmCount();
+
 // cuTensorMapEncodeTiled through the loaded driver (for TMA-based kernels).
 llvm::Error encodeTensorMapTiled(CUtensorMap *map, CUtensorMapDataType dtype,
                                  unsigned rank, void *globalAddress,

@@ -19,7 +19,7 @@ namespace flashjit::runtime::detail {
   X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)                   \
   X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute)           \
   X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)            \
-  X(cuCtxSetCurrent) X(cuCtxSynchronize)                                                  \
+  X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuCtxGetDevice)                                                  \
   X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8)                \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)                            \
   X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernel)                           \

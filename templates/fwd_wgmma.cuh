@@ -1,15 +1,18 @@
 // Family fwd_wgmma: the FlashAttention-3 forward schedule for Hopper (sm_90a).
 //
-// One CTA computes kBlockM = 64 * kConsumers query rows of one (batch, head) with
-// 128 * (kConsumers + 1) threads in warpgroups of 4 warps:
-// - warpgroup 0 is the producer: one thread issues TMA loads of the Q block and of the
-//   K and V tiles into a kStages-deep ring, each completing on an mbarrier; it gives
-//   most of its registers to the consumers (setmaxnreg).
-// - each consumer warpgroup owns 64 query rows. S = Q K^T is one chain of
+// CTAs walk work tiles of kBlockM = 64 * kConsumers query rows of one (batch, head) (a
+// persistent grid of one CTA per SM unless causal), with 128 * (kConsumers + 1) threads
+// in warpgroups:
+// - warpgroup 0 is the producer: one thread issues TMA loads of Q and of the K and V
+//   tiles into a kStages-deep ring, each completing on an mbarrier, and runs ahead into
+//   the next work tile while the consumers finish the current one. It gives most of its
+//   registers to the consumers (setmaxnreg).
+// - each consumer warpgroup owns 64 query rows. S = Q K^T is a chain of
 //   wgmma.mma_async with both operands in shared memory; P is converted in registers
 //   (the S accumulator layout is the A-fragment layout) and O += P V is a second chain
-//   with A from registers and V read N-major. Each consumer releases a K or V slot as
-//   soon as its product is complete.
+//   with A from registers and V read N-major. A K or V slot is released as soon as its
+//   product completes. Two consumers take turns issuing (ping-pong), and within one,
+//   the softmax of key tile i overlaps the tensor cores' P(i-1) V(i-1).
 // Head dims are padded up to the swizzle panel (32 or 64 elements) by TMA's zero fill,
 // so any multiple of 8 is exact. The softmax is online, in base 2, with the scale folded
 // into one FMA; causal is aligned bottom-right and iterates the key tiles from the last
@@ -46,7 +49,7 @@ struct FwdWgmmaConfig {
   static constexpr int kQBytes = kBlockM * kDPad * 2;
   static constexpr int kKBytes = kBlockN * kDPad * 2;
   static constexpr int kVBytes = kBlockN * kDvPad * 2;
-  static constexpr int kBarriers = 1 + 4 * kStages;  // Q, then full/empty for K and V
+  static constexpr int kBarriers = 2 + 4 * kStages;  // Q full/empty, then K and V
   // 1024 bytes of slack to align the operands to the 128-byte swizzle's period.
   static constexpr int kSmemBytes =
       1024 + kQBytes + kStages * (kKBytes + kVBytes) + kBarriers * 8;
@@ -54,6 +57,11 @@ struct FwdWgmmaConfig {
   // Registers per thread after setmaxnreg: the producer keeps the minimum.
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 240;
+  // Overlapping a tile's softmax with the previous tile's P V keeps S, P and O live
+  // at once; only when they fit the consumers' registers.
+  static constexpr bool kOverlap = kBlockN / 2 + kBlockN / 4 + kDvPad / 2 + 56 <= kConsumerRegs;
+  // Two consumer warpgroups take turns issuing their products.
+  static constexpr bool kPingPong = kConsumers == 2;
 
   static_assert(kHeadDim % 8 == 0 && kHeadDim >= 8 && kHeadDim <= 256, "head_dim");
   static_assert(kHeadDimV % 8 == 0 && kHeadDimV >= 8 && kHeadDimV <= 256, "head_dim_v");
@@ -81,29 +89,43 @@ template <typename Cfg> struct SmemLayout {
     v = k + Cfg::kStages * Cfg::kKBytes;
     bar = v + Cfg::kStages * Cfg::kVBytes;
   }
-  __device__ u32 bar_q() const { return bar; }
-  __device__ u32 full_k(int s) const { return bar + 8 * (1 + s); }
-  __device__ u32 full_v(int s) const { return bar + 8 * (1 + Cfg::kStages + s); }
-  __device__ u32 empty_k(int s) const { return bar + 8 * (1 + 2 * Cfg::kStages + s); }
-  __device__ u32 empty_v(int s) const { return bar + 8 * (1 + 3 * Cfg::kStages + s); }
+  __device__ u32 q_full() const { return bar; }
+  __device__ u32 q_empty() const { return bar + 8; }
+  __device__ u32 full_k(int s) const { return bar + 8 * (2 + s); }
+  __device__ u32 full_v(int s) const { return bar + 8 * (2 + Cfg::kStages + s); }
+  __device__ u32 empty_k(int s) const { return bar + 8 * (2 + 2 * Cfg::kStages + s); }
+  __device__ u32 empty_v(int s) const { return bar + 8 * (2 + 3 * Cfg::kStages + s); }
 };
 
-// What one CTA computes: its rows and the key tiles they see.
+// One work tile: a block of kBlockM query rows of one (batch, head), and the key tiles
+// its rows see.
 struct Work {
-  int m_block, h, h_kv, b;
+  int h, h_kv, b;
   int q0;        // first query row
   int n_blocks;  // key tiles 0 .. n_blocks - 1 (causal stops at the diagonal)
   int diag;      // query i sees keys j <= i + diag
 };
 
-template <typename Cfg> __device__ __forceinline__ Work cta_work(const FjForwardParams &p) {
+// Tiles are numbered with the query blocks of one (batch, head) as neighbours, so CTAs
+// running together share K and V in L2. Without a mask the grid is persistent: CTA c
+// takes tiles c, c + gridDim.x, ... and its producer loads the next tile while the
+// consumers finish the last one. Causal tiles differ in work (the last query blocks see
+// the most keys), which a static assignment balances badly: there every tile is its own
+// CTA, heaviest first within each head, and the hardware's block scheduler balances.
+template <typename Cfg> __device__ __forceinline__ int tile_count(const FjForwardParams &p) {
+  return (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM * p.heads_q * p.batch;
+}
+
+template <typename Cfg>
+__device__ __forceinline__ Work work_of(const FjForwardParams &p, int tile) {
+  const int m_blocks = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  const int bh = tile / m_blocks;
+  const int m_block = Cfg::kCausal ? m_blocks - 1 - tile % m_blocks : tile % m_blocks;
   Work w;
-  // Causal: the last query blocks see the most keys; launch them first.
-  w.m_block = Cfg::kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  w.h = blockIdx.y;
-  w.b = blockIdx.z;
+  w.h = bh % p.heads_q;
+  w.b = bh / p.heads_q;
   w.h_kv = w.h / (p.heads_q / p.heads_kv);
-  w.q0 = w.m_block * Cfg::kBlockM;
+  w.q0 = m_block * Cfg::kBlockM;
   w.diag = p.seqlen_k - p.seqlen_q;
   w.n_blocks = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
   if (Cfg::kCausal) {
@@ -114,41 +136,49 @@ template <typename Cfg> __device__ __forceinline__ Work cta_work(const FjForward
   return w;
 }
 
-// Warpgroup 0, one thread: Q once, then K and V of every tile (last tile first).
+// Warpgroup 0, one thread: for each work tile, Q (once the consumers are done with the
+// previous one), then K and V of every key tile, last tile first, into the ring.
 template <typename Cfg>
-__device__ __forceinline__ void produce(const SmemLayout<Cfg> &sm, const Work &w,
+__device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayout<Cfg> &sm,
                                         const TensorMap &tm_q, const TensorMap &tm_k,
                                         const TensorMap &tm_v) {
   constexpr int kPanelsD = Cfg::kDPad / Cfg::kPanelD;
   constexpr int kPanelsDv = Cfg::kDvPad / Cfg::kPanelDv;
-  if (w.n_blocks == 0)
-    return;
   tma_prefetch_map(tm_q);
   tma_prefetch_map(tm_k);
   tma_prefetch_map(tm_v);
-  mbar_arrive_expect_tx(sm.bar_q(), Cfg::kQBytes);
+  int q_round = 0, kv_iter = 0;
+  const int tiles = tile_count<Cfg>(p);
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const Work w = work_of<Cfg>(p, tile);
+    if (w.n_blocks == 0)
+      continue;
+    mbar_wait(sm.q_empty(), (q_round & 1) ^ 1);
+    mbar_arrive_expect_tx(sm.q_full(), Cfg::kQBytes);
 #pragma unroll
-  for (int p = 0; p < kPanelsD; ++p)
-    tma_load_4d(sm.q + p * Cfg::kBlockM * Cfg::kSwizzleD, tm_q, sm.bar_q(), p * Cfg::kPanelD,
-                w.q0, w.h, w.b);
-  for (int it = 0; it < w.n_blocks; ++it) {
-    const int n = w.n_blocks - 1 - it, s = it % Cfg::kStages;
-    const u32 free_parity = ((it / Cfg::kStages) & 1) ^ 1;
-    const int key0 = n * Cfg::kBlockN;
-    mbar_wait(sm.empty_k(s), free_parity);
-    mbar_arrive_expect_tx(sm.full_k(s), Cfg::kKBytes);
-    const u32 k_dst = sm.k + s * Cfg::kKBytes;
+    for (int pn = 0; pn < kPanelsD; ++pn)
+      tma_load_4d(sm.q + pn * Cfg::kBlockM * Cfg::kSwizzleD, tm_q, sm.q_full(),
+                  pn * Cfg::kPanelD, w.q0, w.h, w.b);
+    ++q_round;
+    for (int i = 0; i < w.n_blocks; ++i, ++kv_iter) {
+      const int key0 = (w.n_blocks - 1 - i) * Cfg::kBlockN;
+      const int s = kv_iter % Cfg::kStages;
+      const u32 free_parity = ((kv_iter / Cfg::kStages) & 1) ^ 1;
+      mbar_wait(sm.empty_k(s), free_parity);
+      mbar_arrive_expect_tx(sm.full_k(s), Cfg::kKBytes);
+      const u32 k_dst = sm.k + s * Cfg::kKBytes;
 #pragma unroll
-    for (int p = 0; p < kPanelsD; ++p)
-      tma_load_4d(k_dst + p * Cfg::kBlockN * Cfg::kSwizzleD, tm_k, sm.full_k(s),
-                  p * Cfg::kPanelD, key0, w.h_kv, w.b);
-    mbar_wait(sm.empty_v(s), free_parity);
-    mbar_arrive_expect_tx(sm.full_v(s), Cfg::kVBytes);
-    const u32 v_dst = sm.v + s * Cfg::kVBytes;
+      for (int pn = 0; pn < kPanelsD; ++pn)
+        tma_load_4d(k_dst + pn * Cfg::kBlockN * Cfg::kSwizzleD, tm_k, sm.full_k(s),
+                    pn * Cfg::kPanelD, key0, w.h_kv, w.b);
+      mbar_wait(sm.empty_v(s), free_parity);
+      mbar_arrive_expect_tx(sm.full_v(s), Cfg::kVBytes);
+      const u32 v_dst = sm.v + s * Cfg::kVBytes;
 #pragma unroll
-    for (int p = 0; p < kPanelsDv; ++p)
-      tma_load_4d(v_dst + p * Cfg::kBlockN * Cfg::kSwizzleDv, tm_v, sm.full_v(s),
-                  p * Cfg::kPanelDv, key0, w.h_kv, w.b);
+      for (int pn = 0; pn < kPanelsDv; ++pn)
+        tma_load_4d(v_dst + pn * Cfg::kBlockN * Cfg::kSwizzleDv, tm_v, sm.full_v(s),
+                    pn * Cfg::kPanelDv, key0, w.h_kv, w.b);
+    }
   }
 }
 
@@ -184,124 +214,115 @@ __device__ __forceinline__ void pv_product(float (&acc_o)[Cfg::kDvPad / 2],
   }
 }
 
-// Consumer warpgroup `wg` (1-based in the CTA): rows q0 + 64 * (wg - 1) .. + 63.
+// A consumer warpgroup's state for one work tile: the two rows each thread holds
+// (accumulator rows g and g + 8 of its warp) and their online-softmax statistics.
+template <typename Cfg> struct RowState {
+  float acc_o[Cfg::kDvPad / 2];
+  float row_max[2], row_sum[2];
+  float correction[2];
+  bool rescale;
+};
+
+// Masks keys past the sequence end and, when causal, past the diagonal; only tiles
+// that cross either boundary pay for it.
 template <typename Cfg>
-__device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayout<Cfg> &sm,
-                                        const Work &w, int wg) {
-  typedef typename Cfg::Element T;
-  constexpr int NT = Cfg::kBlockN / 8;  // 8-key column groups of S
-  constexpr int OT = Cfg::kDvPad / 8;   // 8-column groups of O
-  const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
-  const int g = lane >> 2, t = lane & 3;
-  const int wg_row0 = (wg - 1) * 64;
-  // The two rows this thread holds (accumulator rows g and g + 8 of its warp).
-  const int row[2] = {w.q0 + wg_row0 + warp_in_wg * 16 + g,
-                      w.q0 + wg_row0 + warp_in_wg * 16 + g + 8};
-
-  float acc_o[OT * 4];
+__device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2],
+                                          const FjForwardParams &p, const Work &w, int key0,
+                                          int wg_row0, const int (&row)[2], int t) {
+  const bool crosses_end = key0 + Cfg::kBlockN > p.seqlen_k;
+  const bool crosses_diag =
+      Cfg::kCausal && key0 + Cfg::kBlockN - 1 > w.q0 + wg_row0 + w.diag;
+  if (!crosses_end && !crosses_diag)
+    return;
 #pragma unroll
-  for (int i = 0; i < OT * 4; ++i)
-    acc_o[i] = 0.f;
-  float row_max[2] = {neg_inf(), neg_inf()};
-  float row_sum[2] = {0.f, 0.f};
-
-  const u32 q_rows = sm.q + wg_row0 * Cfg::kSwizzleD;
-  if (w.n_blocks > 0)
-    mbar_wait(sm.bar_q(), 0);
-
-  for (int it = 0; it < w.n_blocks; ++it) {
-    const int n = w.n_blocks - 1 - it, s = it % Cfg::kStages;
-    const u32 full_parity = (it / Cfg::kStages) & 1;
-    const int key0 = n * Cfg::kBlockN;
-
-    float acc_s[NT * 4];
-    mbar_wait(sm.full_k(s), full_parity);
-    wgmma_fence();
-    qk_product<Cfg>(acc_s, q_rows, sm.k + s * Cfg::kKBytes);
-    wgmma_commit();
-    wgmma_wait<0>();
-    pin_registers(acc_s);
-    if (lane == 0)
-      mbar_arrive(sm.empty_k(s));
-
-    // Mask keys past the sequence end and, when causal, past the diagonal; only tiles
-    // that cross either boundary pay for it.
-    const bool crosses_end = key0 + Cfg::kBlockN > p.seqlen_k;
-    const bool crosses_diag = Cfg::kCausal && key0 + Cfg::kBlockN - 1 > w.q0 + wg_row0 + w.diag;
-    if (crosses_end || crosses_diag) {
+  for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = key0 + nt * 8 + 2 * t + (e & 1);
-          if (col >= p.seqlen_k || (Cfg::kCausal && col > row[e >> 1] + w.diag))
-            acc_s[nt * 4 + e] = neg_inf();
-        }
+    for (int e = 0; e < 4; ++e) {
+      const int col = key0 + nt * 8 + 2 * t + (e & 1);
+      if (col >= p.seqlen_k || (Cfg::kCausal && col > row[e >> 1] + w.diag))
+        acc_s[nt * 4 + e] = neg_inf();
     }
+}
 
-    // Online softmax: each row lives in one quad of lanes.
-    float correction[2];
-    bool rescale = false;
+// Online softmax of one tile: S -> P (in place, fp32), new row max and sum, and the
+// factor O must be scaled by before this tile's P V is added. Each row lives in one
+// quad of lanes.
+template <typename Cfg>
+__device__ __forceinline__ void softmax_tile(float (&acc_s)[Cfg::kBlockN / 2],
+                                             RowState<Cfg> &st, float scale_log2) {
+  constexpr int NT = Cfg::kBlockN / 8;
+  st.rescale = false;
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      float mx = neg_inf();
+  for (int hf = 0; hf < 2; ++hf) {
+    float mx = neg_inf();
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-        mx = fmaxf(mx, fmaxf(acc_s[nt * 4 + 2 * hf], acc_s[nt * 4 + 2 * hf + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-      const float old_max = row_max[hf];
-      const float tile_max = mx * p.scale_log2;
-      const bool moved = tile_max > old_max + kRescaleSlack;
-      const float new_max = moved ? tile_max : old_max;
-      rescale |= moved;
-      // A row that has seen no key yet keeps max -inf; subtract 0 so exp2 gives 0.
-      const float base = new_max == neg_inf() ? 0.f : new_max;
-      correction[hf] = moved ? fast_exp2(old_max - base) : 1.f;
-      row_max[hf] = new_max;
-      float sum = 0.f;
+    for (int nt = 0; nt < NT; ++nt)
+      mx = fmaxf(mx, fmaxf(acc_s[nt * 4 + 2 * hf], acc_s[nt * 4 + 2 * hf + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+    const float old_max = st.row_max[hf];
+    const float tile_max = mx * scale_log2;
+    const bool moved = tile_max > old_max + kRescaleSlack;
+    const float new_max = moved ? tile_max : old_max;
+    st.rescale |= moved;
+    // A row that has seen no key yet keeps max -inf; subtract 0 so exp2 gives 0.
+    const float base = new_max == neg_inf() ? 0.f : new_max;
+    st.correction[hf] = moved ? fast_exp2(old_max - base) : 1.f;
+    st.row_max[hf] = new_max;
+    float sum = 0.f;
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
-          const float pv = fast_exp2(acc_s[nt * 4 + e] * p.scale_log2 - base);
-          acc_s[nt * 4 + e] = pv;
-          sum += pv;
-        }
-      row_sum[hf] = row_sum[hf] * correction[hf] + sum;
-    }
-    if (__any_sync(0xffffffff, rescale)) {
-#pragma unroll
-      for (int i = 0; i < OT * 4; ++i)
-        acc_o[i] *= correction[(i >> 1) & 1];
-    }
-
-    // P in the A-fragment layout: 16 keys = two 8-key column groups of S.
-    u32 p_frag[NT / 2][4];
-#pragma unroll
-    for (int kk = 0; kk < NT / 2; ++kk) {
-      p_frag[kk][0] = pack2<T>(acc_s[8 * kk + 0], acc_s[8 * kk + 1]);
-      p_frag[kk][1] = pack2<T>(acc_s[8 * kk + 2], acc_s[8 * kk + 3]);
-      p_frag[kk][2] = pack2<T>(acc_s[8 * kk + 4], acc_s[8 * kk + 5]);
-      p_frag[kk][3] = pack2<T>(acc_s[8 * kk + 6], acc_s[8 * kk + 7]);
-    }
-
-    mbar_wait(sm.full_v(s), full_parity);
-    wgmma_fence();
-    pv_product<Cfg>(acc_o, p_frag, sm.v + s * Cfg::kVBytes);
-    wgmma_commit();
-    wgmma_wait<0>();
-    pin_registers(acc_o);
-    if (lane == 0)
-      mbar_arrive(sm.empty_v(s));
+      for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
+        const float pv = fast_exp2(acc_s[nt * 4 + e] * scale_log2 - base);
+        acc_s[nt * 4 + e] = pv;
+        sum += pv;
+      }
+    st.row_sum[hf] = st.row_sum[hf] * st.correction[hf] + sum;
   }
+}
 
-  // Epilogue: normalise and store this thread's rows (4-byte stores: a quad writes 16
-  // contiguous bytes per 8-column group), and the log-sum-exp.
+template <typename Cfg> __device__ __forceinline__ void rescale_o(RowState<Cfg> &st) {
+  if (__any_sync(0xffffffff, st.rescale)) {
+#pragma unroll
+    for (int i = 0; i < Cfg::kDvPad / 2; ++i)
+      st.acc_o[i] *= st.correction[(i >> 1) & 1];
+  }
+}
+
+// P in the A-fragment layout: 16 keys = two 8-key column groups of S.
+template <typename Cfg>
+__device__ __forceinline__ void pack_p(u32 (&p_frag)[Cfg::kBlockN / 16][4],
+                                       const float (&acc_s)[Cfg::kBlockN / 2]) {
+  typedef typename Cfg::Element T;
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      p_frag[kk][r] = pack2<T>(acc_s[8 * kk + 2 * r], acc_s[8 * kk + 2 * r + 1]);
+}
+
+// Ping-pong between two consumer warpgroups: each issues its products only in its
+// turn, so one warpgroup's GEMMs run while the other does its softmax.
+template <typename Cfg> __device__ __forceinline__ void wait_turn(int consumer) {
+  if (Cfg::kPingPong)
+    named_sync(1 + consumer, 256);
+}
+template <typename Cfg> __device__ __forceinline__ void pass_turn(int consumer) {
+  if (Cfg::kPingPong)
+    named_arrive(1 + (consumer ^ 1), 256);
+}
+
+// Normalises and stores this thread's rows (4-byte stores: a quad writes 16 contiguous
+// bytes per 8-column group), and the log-sum-exp.
+template <typename Cfg>
+__device__ __forceinline__ void store_rows(const FjForwardParams &p, const Work &w,
+                                           RowState<Cfg> &st, const int (&row)[2], int t) {
+  typedef typename Cfg::Element T;
   u16 *o = (u16 *)p.o + (long long)w.b * p.o_batch_stride + (long long)w.h * p.o_head_stride;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    float sum = row_sum[hf];
+    float sum = st.row_sum[hf];
     sum += __shfl_xor_sync(0xffffffff, sum, 1);
     sum += __shfl_xor_sync(0xffffffff, sum, 2);
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
@@ -309,20 +330,149 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
       continue;
     u16 *o_row = o + (long long)row[hf] * p.o_row_stride;
 #pragma unroll
-    for (int ot = 0; ot < OT; ++ot) {
+    for (int ot = 0; ot < Cfg::kDvPad / 8; ++ot) {
       if (ot * 8 < Cfg::kHeadDimV) {
         const u32 packed =
-            pack2<T>(acc_o[ot * 4 + 2 * hf] * inv, acc_o[ot * 4 + 2 * hf + 1] * inv);
+            pack2<T>(st.acc_o[ot * 4 + 2 * hf] * inv, st.acc_o[ot * 4 + 2 * hf + 1] * inv);
         *(u32 *)(o_row + ot * 8 + 2 * t) = packed;
       }
     }
     if (p.lse && t == 0) {
       // max is in base 2 of the scaled scores: ln-sum-exp = max * ln 2 + ln(sum).
       const float lse =
-          sum > 0.f ? row_max[hf] * 0.69314718055994531f + __logf(sum) : neg_inf();
+          sum > 0.f ? st.row_max[hf] * 0.69314718055994531f + __logf(sum) : neg_inf();
       p.lse[(long long)w.b * p.lse_batch_stride + (long long)w.h * p.lse_head_stride +
             row[hf]] = lse;
     }
+  }
+}
+
+// Consumer warpgroup `consumer` (0-based): rows q0 + 64 * consumer .. + 63 of each work
+// tile. With kOverlap, the softmax of key tile i runs while the tensor cores add
+// P(i-1) V(i-1): S(i) and P(i-1)V(i) are issued together and only S(i) is awaited.
+template <typename Cfg>
+__device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayout<Cfg> &sm,
+                                        int consumer) {
+  constexpr int NT = Cfg::kBlockN / 8;
+  const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
+  const int g = lane >> 2, t = lane & 3;
+  const int wg_row0 = consumer * 64;
+  const u32 q_rows = sm.q + wg_row0 * Cfg::kSwizzleD;
+  auto release = [&](u32 bar) {
+    if (lane == 0)
+      mbar_arrive(bar);
+  };
+
+  // The first consumer takes the first turn.
+  if (Cfg::kPingPong && consumer == 1)
+    named_arrive(1, 256);
+
+  int q_round = 0, kv_iter = 0;
+  const int tiles = tile_count<Cfg>(p);
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const Work w = work_of<Cfg>(p, tile);
+    const int row[2] = {w.q0 + wg_row0 + warp_in_wg * 16 + g,
+                        w.q0 + wg_row0 + warp_in_wg * 16 + g + 8};
+    RowState<Cfg> st;
+#pragma unroll
+    for (int i = 0; i < Cfg::kDvPad / 2; ++i)
+      st.acc_o[i] = 0.f;
+    st.row_max[0] = st.row_max[1] = neg_inf();
+    st.row_sum[0] = st.row_sum[1] = 0.f;
+    if (w.n_blocks == 0) {  // rows that see no key: O = 0, LSE = -inf
+      store_rows<Cfg>(p, w, st, row, t);
+      continue;
+    }
+    mbar_wait(sm.q_full(), q_round & 1);
+    ++q_round;
+
+    float acc_s[NT * 4];
+    u32 p_frag[NT / 2][4];
+    if (Cfg::kOverlap) {
+      // Prologue: S of the first key tile alone.
+      int s = kv_iter % Cfg::kStages;
+      mbar_wait(sm.full_k(s), (kv_iter / Cfg::kStages) & 1);
+      wait_turn<Cfg>(consumer);
+      wgmma_fence();
+      qk_product<Cfg>(acc_s, q_rows, sm.k + s * Cfg::kKBytes);
+      wgmma_commit();
+      pass_turn<Cfg>(consumer);
+      wgmma_wait<0>();
+      pin_registers(acc_s);
+      release(sm.empty_k(s));
+      if (w.n_blocks == 1)
+        release(sm.q_empty());
+      mask_tile<Cfg>(acc_s, p, w, (w.n_blocks - 1) * Cfg::kBlockN, wg_row0, row, t);
+      softmax_tile<Cfg>(acc_s, st, p.scale_log2);
+      for (int i = 1; i < w.n_blocks; ++i) {
+        const int it = kv_iter + i, sp = s;
+        s = it % Cfg::kStages;
+        pack_p<Cfg>(p_frag, acc_s);
+        mbar_wait(sm.full_k(s), (it / Cfg::kStages) & 1);
+        mbar_wait(sm.full_v(sp), ((it - 1) / Cfg::kStages) & 1);
+        wait_turn<Cfg>(consumer);
+        wgmma_fence();
+        qk_product<Cfg>(acc_s, q_rows, sm.k + s * Cfg::kKBytes);
+        wgmma_commit();
+        pv_product<Cfg>(st.acc_o, p_frag, sm.v + sp * Cfg::kVBytes);
+        wgmma_commit();
+        pass_turn<Cfg>(consumer);
+        wgmma_wait<1>();  // S(i) is complete; P(i-1) V(i-1) may still run
+        pin_registers(acc_s);
+        release(sm.empty_k(s));
+        if (i == w.n_blocks - 1)
+          release(sm.q_empty());
+        mask_tile<Cfg>(acc_s, p, w, (w.n_blocks - 1 - i) * Cfg::kBlockN, wg_row0, row, t);
+        softmax_tile<Cfg>(acc_s, st, p.scale_log2);
+        wgmma_wait<0>();
+        pin_registers(st.acc_o);
+        release(sm.empty_v(sp));
+        rescale_o<Cfg>(st);
+      }
+      // Epilogue of the ring: the last P V.
+      pack_p<Cfg>(p_frag, acc_s);
+      mbar_wait(sm.full_v(s), ((kv_iter + w.n_blocks - 1) / Cfg::kStages) & 1);
+      wait_turn<Cfg>(consumer);
+      wgmma_fence();
+      pv_product<Cfg>(st.acc_o, p_frag, sm.v + s * Cfg::kVBytes);
+      wgmma_commit();
+      pass_turn<Cfg>(consumer);
+      wgmma_wait<0>();
+      pin_registers(st.acc_o);
+      release(sm.empty_v(s));
+    } else {
+      // Registers too tight to hold S and P at once: one key tile at a time.
+      for (int i = 0; i < w.n_blocks; ++i) {
+        const int it = kv_iter + i, s = it % Cfg::kStages;
+        const u32 parity = (it / Cfg::kStages) & 1;
+        mbar_wait(sm.full_k(s), parity);
+        wait_turn<Cfg>(consumer);
+        wgmma_fence();
+        qk_product<Cfg>(acc_s, q_rows, sm.k + s * Cfg::kKBytes);
+        wgmma_commit();
+        pass_turn<Cfg>(consumer);
+        wgmma_wait<0>();
+        pin_registers(acc_s);
+        release(sm.empty_k(s));
+        if (i == w.n_blocks - 1)
+          release(sm.q_empty());
+        mask_tile<Cfg>(acc_s, p, w, (w.n_blocks - 1 - i) * Cfg::kBlockN, wg_row0, row, t);
+        softmax_tile<Cfg>(acc_s, st, p.scale_log2);
+        rescale_o<Cfg>(st);
+        pack_p<Cfg>(p_frag, acc_s);
+        mbar_wait(sm.full_v(s), parity);
+        wait_turn<Cfg>(consumer);
+        wgmma_fence();
+        pv_product<Cfg>(st.acc_o, p_frag, sm.v + s * Cfg::kVBytes);
+        wgmma_commit();
+        pass_turn<Cfg>(consumer);
+        wgmma_wait<0>();
+        pin_registers(st.acc_o);
+        release(sm.empty_v(s));
+      }
+    }
+    kv_iter += w.n_blocks;
+    store_rows<Cfg>(p, w, st, row, t);
   }
 }
 
@@ -331,15 +481,15 @@ __device__ __forceinline__ void run(const FjForwardParams &p, const TensorMap &t
                                     const TensorMap &tm_k, const TensorMap &tm_v,
                                     unsigned char *smem) {
   const SmemLayout<Cfg> sm((smem_addr(smem) + 1023) & ~1023u);
-  const Work w = cta_work<Cfg>(p);
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
-    mbar_init(sm.bar_q(), 1);
+    mbar_init(sm.q_full(), 1);
+    mbar_init(sm.q_empty(), 4 * Cfg::kConsumers);  // one arrival per consumer warp
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbar_init(sm.full_k(s), 1);
       mbar_init(sm.full_v(s), 1);
-      mbar_init(sm.empty_k(s), 4 * Cfg::kConsumers);  // one arrival per consumer warp
+      mbar_init(sm.empty_k(s), 4 * Cfg::kConsumers);
       mbar_init(sm.empty_v(s), 4 * Cfg::kConsumers);
     }
     mbar_fence_init();
@@ -351,10 +501,10 @@ __device__ __forceinline__ void run(const FjForwardParams &p, const TensorMap &t
   if (wg == 0) {
     regs_lower<Cfg::kProducerRegs>();
     if (threadIdx.x == 0)
-      produce<Cfg>(sm, w, tm_q, tm_k, tm_v);
+      produce<Cfg>(p, sm, tm_q, tm_k, tm_v);
   } else {
     regs_raise<Cfg::kConsumerRegs>();
-    consume<Cfg>(p, sm, w, wg);
+    consume<Cfg>(p, sm, wg - 1);
   }
 }
 

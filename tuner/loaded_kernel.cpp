@@ -2,6 +2,8 @@
 
 #include "support/error.h"
 
+#include <algorithm>
+
 namespace flashjit::tuner {
 
 llvm::Expected<runtime::CompiledBinary> compileEmitted(const generator::EmittedKernel &kernel,
@@ -39,31 +41,48 @@ ForwardKernel::load(llvm::StringRef cubin, llvm::StringRef entryName, LaunchGeom
   if (!regs)
     return regs.takeError();
   result->registers_ = *regs;
+  if (geometry.persistent) {
+    auto sms = runtime::currentDeviceSmCount();
+    if (!sms)
+      return sms.takeError();
+    result->smCount_ = *sms;
+  }
   result->module_ = std::move(*module);
   result->kernel_ = *kernel;
   result->geometry_ = geometry;
   return std::move(result);
 }
 
-llvm::Error checkTmaArguments(const FjForwardParams &params) {
+const char *tmaArgumentProblem(const FjForwardParams &params, long long *badStride) {
   if (params.cu_seqlens_q || params.cu_seqlens_k)
-    return makeError(ErrorCode::NotSupported,
-                     "TMA kernels do not take variable-length batches (cu_seqlens)");
+    return "TMA kernels do not take variable-length batches (cu_seqlens)";
+  if (params.seqlen_k <= 0)
+    return "TMA kernels need at least one key (a tensor map cannot describe an empty K/V)";
   auto aligned = [](const void *p) { return ((uintptr_t)p & 15) == 0; };
   if (!aligned(params.q) || !aligned(params.k) || !aligned(params.v))
-    return makeError(ErrorCode::NotSupported,
-                     "TMA kernels need q, k and v aligned to 16 bytes");
+    return "TMA kernels need q, k and v aligned to 16 bytes";
   // 16-bit elements: a stride in multiples of 8 elements is a multiple of 16 bytes.
   const long long strides[] = {params.q_row_stride, params.q_head_stride, params.q_batch_stride,
                                params.k_row_stride, params.k_head_stride, params.k_batch_stride,
                                params.v_row_stride, params.v_head_stride, params.v_batch_stride};
   for (long long stride : strides)
-    if (stride % 8 != 0 || stride < 0 || stride >= (1ll << 39))
-      return makeError(ErrorCode::NotSupported,
-                       "TMA kernels need row, head and batch strides that are multiples of "
-                       "8 elements (16 bytes); got {0}",
-                       stride);
-  return llvm::Error::success();
+    if (stride % 8 != 0 || stride < 0 || stride >= (1ll << 39)) {
+      if (badStride)
+        *badStride = stride;
+      return "TMA kernels need row, head and batch strides that are multiples of 8 elements "
+             "(16 bytes) and below 2^39";
+    }
+  return nullptr;
+}
+
+llvm::Error checkTmaArguments(const FjForwardParams &params) {
+  long long stride = 0;
+  const char *problem = tmaArgumentProblem(params, &stride);
+  if (!problem)
+    return llvm::Error::success();
+  if (llvm::StringRef(problem).contains("strides"))
+    return makeError(ErrorCode::NotSupported, "{0}; got {1}", problem, stride);
+  return makeError(ErrorCode::NotSupported, "{0}", problem);
 }
 
 namespace {
@@ -115,9 +134,12 @@ llvm::Error ForwardKernel::launch(const FjForwardParams &params, CUstream stream
                                  tma.kvRows))
       return err;
     void *args[] = {const_cast<FjForwardParams *>(&params), &maps[0], &maps[1], &maps[2]};
-    return kernel_.launch(blocks, (unsigned)params.heads_q, (unsigned)params.batch,
-                          (unsigned)geometry_.threads, (unsigned)geometry_.sharedBytes, stream,
-                          args);
+    // TMA kernels number their work tiles on a 1-D grid: persistent, or one CTA each.
+    long long tiles = (long long)blocks * params.heads_q * params.batch;
+    unsigned grid = (unsigned)(geometry_.persistent ? std::min<long long>(tiles, smCount_)
+                                                    : tiles);
+    return kernel_.launch(grid, 1, 1, (unsigned)geometry_.threads,
+                          (unsigned)geometry_.sharedBytes, stream, args);
   }
   void *args[] = {const_cast<FjForwardParams *>(&params)};
   return kernel_.launch(blocks, (unsigned)params.heads_q, (unsigned)params.batch,

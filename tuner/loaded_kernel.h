@@ -20,17 +20,24 @@ llvm::Expected<runtime::CompiledBinary> compileEmitted(const generator::EmittedK
 struct LaunchGeometry {
   int threads = 0, sharedBytes = 0, blockM = 0;
   generator::TmaOperands tma;  // tensor maps to encode per launch, when enabled
+  bool persistent = false;     // grid of min(work tiles, multiprocessors) CTAs
   static LaunchGeometry of(const generator::EmittedKernel &kernel) {
-    return {kernel.threads, kernel.sharedBytes, kernel.blockM, kernel.tma};
+    return {kernel.threads, kernel.sharedBytes, kernel.blockM, kernel.tma, kernel.persistent};
   }
 };
 
 // Whether a kernel that loads through TMA can take these arguments: no cu_seqlens,
-// 16-byte aligned q/k/v, and row, head and batch strides in multiples of 16 bytes. When
-// not, the message says why (the caller then uses a kernel without TMA).
+// at least one key (a tensor map cannot describe an empty K/V), 16-byte aligned q/k/v,
+// and row, head and batch strides in multiples of 16 bytes. When not, the message says
+// why (the caller then uses a kernel without TMA).
 llvm::Error checkTmaArguments(const FjForwardParams &params);
+// The same test without building an error: null when a TMA kernel can take `params`,
+// else a constant description of the first problem (`badStride`, when given, receives
+// the offending stride). Allocates nothing, for fj_forward's hot path.
+const char *tmaArgumentProblem(const FjForwardParams &params, long long *badStride = nullptr);
 
-// A loaded forward kernel (any family): one CTA per (query block, head, batch).
+// A loaded forward kernel (any family): one CTA per (query block, head, batch), or a
+// persistent grid of one CTA per multiprocessor.
 class ForwardKernel {
 public:
   static llvm::Expected<std::unique_ptr<ForwardKernel>>
@@ -46,6 +53,7 @@ private:
   runtime::Kernel kernel_;
   LaunchGeometry geometry_;
   int registers_ = 0;
+  int smCount_ = 0;  // of the device it was loaded on, for persistent grids
 };
 
 // The naive reference (fp32, or emulating the dtype's rounding).
