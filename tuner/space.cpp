@@ -24,11 +24,41 @@ constexpr int kReservedSharedPerBlock = 1024;
 // An SM keeps its tensor cores busy with mma.sync from about 8 resident warps.
 constexpr int kSaturatingWarps = 8;
 
-int ceilDiv(long long a, long long b) { return (int)((a + b - 1) / b); }
+// fwd_wgmma (mirrors FwdWgmmaConfig in templates/fwd_wgmma.cuh): registers per thread
+// after setmaxnreg, for the producer warpgroup and for each consumer one.
+constexpr int kWgmmaProducerRegisters = 24;
+int wgmmaConsumerRegisters(int consumers) { return consumers == 3 ? 160 : 240; }
 
-// Throughput of an SM holding `warps` resident warps, relative to a saturated one.
-double smThroughput(int warps) {
-  return std::min(1.0, 0.5 + 0.5 * warps / kSaturatingWarps);
+// fwd_wgmma priors, not measurements (the tuner's timings decide; these only order and
+// prune before compiling):
+// - one consumer warpgroup hides its softmax only under its own P V (no second
+//   warpgroup's GEMMs to overlap, and one CTA per SM), so it is taken to run at this
+//   fraction of a CTA with two or three (docs/PERF.md, fwd_wgmma v1 and v2);
+constexpr double kWgmmaSingleConsumerThroughput = 0.75;
+// - each key tile costs a fixed amount beyond its GEMMs (mbarrier waits, the row max and
+//   sum across the quad, the rescale test, releasing the slots), taken as worth this
+//   many keys of MMA work, so wider key tiles amortize it.
+constexpr int kWgmmaTileOverheadKeys = 16;
+
+int ceilDiv(long long a, long long b) { return (int)((a + b - 1) / b); }
+int roundUp(int x, int m) { return (x + m - 1) / m * m; }
+
+bool isWgmma(const generator::KernelSpec &spec) {
+  return spec.family == generator::Family::FwdWgmma;
+}
+
+// Throughput of an SM holding `ctas` resident CTAs of `tile`, relative to a saturated
+// one.
+double smThroughput(const generator::KernelSpec &spec, const generator::TileConfig &tile,
+                    int ctas) {
+  if (isWgmma(spec)) {
+    // The wgmma schedule does not rely on other CTAs for overlap: its consumer
+    // warpgroups (64 rows each) ping-pong GEMMs and softmax within the CTA.
+    int consumers = std::max(1, tile.blockM / 64);
+    double overlap = consumers * ctas >= 2 ? 1.0 : kWgmmaSingleConsumerThroughput;
+    return overlap * tile.blockN / (double)(tile.blockN + kWgmmaTileOverheadKeys);
+  }
+  return std::min(1.0, 0.5 + 0.5 * ctas * std::max(1, tile.warps) / kSaturatingWarps);
 }
 
 // Work the kernel does (query x key pairs computed, masked or not) over the pairs
@@ -53,7 +83,11 @@ double wastedWork(const generator::KernelSpec &spec, const generator::TileConfig
   return visible > 0 ? std::max(0.0, computed / visible - 1) : 0;
 }
 
-bool rowsPerWarpAllowed(const generator::TileConfig &tile) {
+// fwd_mma: each warp owns 16 or 32 query rows. fwd_wgmma's warps are fixed by
+// block_m (validateTile checks them).
+bool rowsPerWarpAllowed(const generator::KernelSpec &spec, const generator::TileConfig &tile) {
+  if (isWgmma(spec))
+    return true;
   if (tile.warps <= 0 || tile.blockM % tile.warps)
     return false;
   int rows = tile.blockM / tile.warps;
@@ -115,16 +149,31 @@ TileEstimate estimateTile(const generator::KernelSpec &spec, const generator::Ti
   TileEstimate e;
   e.sharedBytes = generator::sharedBytes(spec, tile);
   int warps = std::max(1, tile.warps);
-  int mTiles = std::max(1, tile.blockM / warps / 16);
-  // Per thread: O is mTiles x (dv/8) MMA tiles of 4 floats, S is mTiles x (bn/8) of 4,
-  // and Q's A fragments (4 registers per 16x16) when the template keeps them.
-  e.accumulatorRegisters = mTiles * spec.headDimV / 2 + mTiles * tile.blockN / 2 +
-                           (mTiles * spec.headDim <= 128 ? mTiles * spec.headDim / 4 : 0);
-  e.registers = std::min(kMaxRegistersPerThread,
-                         e.accumulatorRegisters + kTypicalOverheadRegisters);
+  int launchRegisters = 0;  // per thread, as the CTA is launched
+  if (isWgmma(spec)) {
+    // Per consumer thread: S (64 x bn over 128 threads) and O (64 x dv padded to 32);
+    // Q, K and V stay in shared memory. Each consumer gets its setmaxnreg budget (whether
+    // the tile fits it is validateTile's register rule), the producer keeps the minimum,
+    // and the launch reserves their average for every thread.
+    int consumers = std::max(1, tile.blockM / 64);
+    e.accumulatorRegisters = tile.blockN / 2 + roundUp(spec.headDimV, 32) / 2;
+    e.registers = wgmmaConsumerRegisters(consumers);
+    launchRegisters = roundUp(
+        ceilDiv(kWgmmaProducerRegisters + (long long)consumers * e.registers, consumers + 1),
+        8);
+  } else {
+    int mTiles = std::max(1, tile.blockM / warps / 16);
+    // Per thread: O is mTiles x (dv/8) MMA tiles of 4 floats, S is mTiles x (bn/8) of 4,
+    // and Q's A fragments (4 registers per 16x16) when the template keeps them.
+    e.accumulatorRegisters = mTiles * spec.headDimV / 2 + mTiles * tile.blockN / 2 +
+                             (mTiles * spec.headDim <= 128 ? mTiles * spec.headDim / 4 : 0);
+    e.registers = std::min(kMaxRegistersPerThread,
+                           e.accumulatorRegisters + kTypicalOverheadRegisters);
+    launchRegisters = e.registers;
+  }
 
   // Occupancy: registers are allocated per warp in units of 256.
-  int registersPerWarp = ceilDiv((long long)e.registers * 32, 256) * 256;
+  int registersPerWarp = ceilDiv((long long)launchRegisters * 32, 256) * 256;
   int byRegisters = device.registersPerSM / (registersPerWarp * warps);
   int byShared = device.sharedPerSM / (e.sharedBytes + kReservedSharedPerBlock);
   int byThreads = device.maxThreadsPerSM / (warps * 32);
@@ -134,14 +183,14 @@ TileEstimate estimateTile(const generator::KernelSpec &spec, const generator::Ti
   ForwardShape shape = timingShape(spec, bucket);
   e.ctas = (long long)ceilDiv(shape.seqQ, std::max(1, tile.blockM)) * shape.batch * shape.headsQ;
   // The busiest SM runs ceil(ctas / SMs) CTAs, blocksPerSM at a time; a round with
-  // k resident CTAs runs at smThroughput(k x warps). Efficiency: the ideal (every SM
+  // k resident CTAs runs at smThroughput(k). Efficiency: the ideal (every SM
   // saturated, work spread evenly) over that.
   if (e.blocksPerSM > 0 && e.ctas > 0) {
     long long busiest = (e.ctas + device.smCount - 1) / device.smCount;
     long long full = busiest / e.blocksPerSM, rest = busiest % e.blocksPerSM;
-    double units = full * (e.blocksPerSM / smThroughput(e.blocksPerSM * warps));
+    double units = full * (e.blocksPerSM / smThroughput(spec, tile, e.blocksPerSM));
     if (rest)
-      units += rest / smThroughput((int)rest * warps);
+      units += rest / smThroughput(spec, tile, (int)rest);
     e.waveEfficiency = ((double)e.ctas / device.smCount) / units;
   }
   e.causalWaste = wastedWork(spec, tile, shape.seqQ, shape.seqK);
@@ -160,14 +209,23 @@ TileEstimate estimateTile(const generator::KernelSpec &spec, const generator::Ti
   return e;
 }
 
-std::vector<generator::TileConfig> enumerateTiles(const generator::KernelSpec &) {
+std::vector<generator::TileConfig> enumerateTiles(const generator::KernelSpec &spec) {
   std::vector<generator::TileConfig> tiles;
+  if (isWgmma(spec)) {
+    // block_n: wgmma's N in steps of 16 (the register rule caps it per head dim),
+    // FlashAttention-3's 176 and 80 included.
+    for (int blockM : {64, 128, 192})
+      for (int blockN : {64, 80, 96, 112, 128, 144, 160, 176, 192, 224, 256})
+        for (int stages : {2, 3})
+          tiles.push_back({blockM, blockN, 4 * (blockM / 64 + 1), stages});
+    return tiles;
+  }
   for (int blockM : {64, 128, 256})
     for (int warps : {4, 8})
       for (int blockN : {32, 64, 128})
         for (int stages : {2, 3}) {
           generator::TileConfig tile{blockM, blockN, warps, stages};
-          if (rowsPerWarpAllowed(tile))
+          if (rowsPerWarpAllowed(spec, tile))
             tiles.push_back(tile);
         }
   return tiles;
@@ -197,7 +255,11 @@ std::vector<SpaceEntry> buildSpace(const generator::KernelSpec &spec, const Buck
       continue;
     }
     entry.estimate = estimateTile(spec, tile, bucket, device);
-    if (!rowsPerWarpAllowed(tile)) {
+    // fwd_wgmma's accumulators were held to the setmaxnreg budget by validateTile.
+    bool spills = !isWgmma(spec) && entry.estimate.accumulatorRegisters +
+                                            kMinimalOverheadRegisters >
+                                        kMaxRegistersPerThread;
+    if (!rowsPerWarpAllowed(spec, tile)) {
       entry.verdict = Verdict::PrunedFit;
       entry.reason = "rows per warp must be 16 or 32";
     } else if (entry.estimate.sharedBytes > device.sharedPerBlock) {
@@ -207,9 +269,7 @@ std::vector<SpaceEntry> buildSpace(const generator::KernelSpec &spec, const Buck
     } else if (entry.estimate.blocksPerSM == 0) {
       entry.verdict = Verdict::PrunedFit;
       entry.reason = "not even one block fits on an SM";
-    } else if (options.pruneByModel &&
-               entry.estimate.accumulatorRegisters + kMinimalOverheadRegisters >
-                   kMaxRegistersPerThread) {
+    } else if (options.pruneByModel && spills) {
       entry.verdict = Verdict::PrunedModel;
       entry.reason = llvm::formatv("its accumulators alone need {0} registers per thread "
                                    "(+{1} overhead > {2}): it would spill",

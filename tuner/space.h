@@ -2,10 +2,12 @@
 // before anything is compiled (docs/TUNING.md, "Space and pruning").
 //
 //   fit    (always):    the tile must be valid for the family and fit the target:
-//                       shared memory per block, threads, 16 or 32 rows per warp.
+//                       shared memory per block, threads, 16 or 32 rows per warp
+//                       (fwd_mma), 64 rows per consumer warpgroup and the setmaxnreg
+//                       register budget (fwd_wgmma).
 //   model  (not in exhaustive mode):
-//     registers:  the accumulators the tile keeps per thread (O, S, and Q when it
-//                 stays in registers) plus a minimal overhead exceed the 255
+//     registers:  (fwd_mma) the accumulators the tile keeps per thread (O, S, and Q
+//                 when it stays in registers) plus a minimal overhead exceed the 255
 //                 registers a thread may have: it would spill.
 //     roofline:   the model's time for the bucket is more than twice the best
 //                 tile's. The model is max(compute, HBM, L2) where compute is the
@@ -13,6 +15,11 @@
 //                 peak, scaled by the fraction of SM slots the CTAs' waves keep busy
 //                 (occupancy from shared memory, registers and threads); HBM moves
 //                 each tensor once; L2 serves K and V once per query tile.
+//                 fwd_mma's SM throughput grows with resident warps (other CTAs hide
+//                 a CTA's softmax); fwd_wgmma's runs one CTA per SM (setmaxnreg takes
+//                 the register file) whose consumer warpgroups overlap each other's
+//                 softmax, so one consumer runs slower, and a fixed cost per key tile
+//                 favours wider block_n (priors for ordering; the timings decide).
 #pragma once
 
 #include "generator/spec.h"
@@ -64,8 +71,11 @@ TileEstimate estimateTile(const generator::KernelSpec &spec, const generator::Ti
                           const Bucket &bucket, const DeviceModel &device);
 
 // Every tile of the family's space, valid or not, in a stable order:
-// blockM {64, 128, 256} x warps {4, 8} (16 or 32 rows per warp) x blockN {32, 64, 128}
-// x stages {2, 3}.
+//   fwd_mma:   blockM {64, 128, 256} x warps {4, 8} (16 or 32 rows per warp) x
+//              blockN {32, 64, 128} x stages {2, 3} (24 tiles);
+//   fwd_wgmma: blockM {64, 128, 192} with warps 4 x (blockM / 64 + 1) (consumer
+//              warpgroups and the producer) x blockN {64, 80, ..., 192 in steps of 16,
+//              224, 256} x stages {2, 3} (66 tiles).
 std::vector<generator::TileConfig> enumerateTiles(const generator::KernelSpec &spec);
 
 enum class Verdict { Candidate, PrunedFit, PrunedModel };

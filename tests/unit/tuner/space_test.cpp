@@ -1,6 +1,6 @@
 // The candidate space and its pruning (no GPU): enumeration, fit, the register and
 // roofline models, exhaustive mode, the test-only candidate list, and the model's
-// heuristic choice.
+// heuristic choice; for fwd_mma and for fwd_wgmma.
 #include "tuner/space.h"
 
 #include <gtest/gtest.h>
@@ -24,6 +24,12 @@ KernelSpec spec(int d, bool causal = false, const char *target = "sm_90a") {
   s.headDim = s.headDimV = d;
   s.causal = causal;
   s.target = target;
+  return s;
+}
+
+KernelSpec wgmma(int d, bool causal = false) {
+  KernelSpec s = spec(d, causal);
+  s.family = generator::Family::FwdWgmma;
   return s;
 }
 
@@ -184,6 +190,128 @@ TEST(Space, ModelCountsCausalWasteAndOccupancy) {
   EXPECT_EQ(full.ctas, 8 * 32);
   EXPECT_GT(full.waveEfficiency, 0.9);
   EXPECT_LE(full.waveEfficiency, 1.0);
+}
+
+// ---- fwd_wgmma ------------------------------------------------------------------------
+
+TEST(WgmmaSpace, EnumeratesWarpgroupTilesInAStableOrder) {
+  std::vector<TileConfig> tiles = tuner::enumerateTiles(wgmma(128));
+  // block_m {64, 128, 192} x 11 block_n x 2 stages.
+  EXPECT_EQ(tiles.size(), 66u);
+  std::set<std::string> keys;
+  std::set<int> blockNs;
+  for (const TileConfig &t : tiles) {
+    EXPECT_TRUE(t.blockM == 64 || t.blockM == 128 || t.blockM == 192) << t.key();
+    EXPECT_EQ(t.warps, 4 * (t.blockM / 64 + 1)) << t.key();
+    EXPECT_EQ(t.blockN % 16, 0) << t.key();
+    EXPECT_TRUE(t.stages == 2 || t.stages == 3) << t.key();
+    blockNs.insert(t.blockN);
+    keys.insert(t.key());
+  }
+  EXPECT_EQ(keys.size(), tiles.size()) << "duplicates";
+  EXPECT_EQ(blockNs, (std::set<int>{64, 80, 96, 112, 128, 144, 160, 176, 192, 224, 256}));
+  EXPECT_TRUE(keys.count("bm128.bn176.w12.s2"));  // FlashAttention-3's d128 tile
+  EXPECT_TRUE(keys.count("bm192.bn128.w16.s2"));  // and its d64 one
+  // Deterministic: the same list every time, and fwd_mma's space is untouched.
+  EXPECT_EQ(tuner::enumerateTiles(wgmma(128)), tiles);
+  EXPECT_EQ(tuner::enumerateTiles(wgmma(64)), tiles);
+  EXPECT_EQ(tuner::enumerateTiles(spec(128)).size(), 24u);
+}
+
+TEST(WgmmaSpace, CandidatesAreValidTilesInModelOrder) {
+  for (int d : {64, 96, 128, 192, 256})
+    for (bool causal : {false, true}) {
+      KernelSpec s = wgmma(d, causal);
+      auto space = tuner::buildSpace(s, Bucket::forShape(4096, 4096, 32), h100());
+      SCOPED_TRACE(s.key());
+      EXPECT_EQ(space.size(), 66u);
+      int candidates = count(space, Verdict::Candidate);
+      EXPECT_GE(candidates, 2);
+      bool pruned = false;
+      double last = 0;
+      for (const SpaceEntry &e : space) {
+        if (e.verdict != Verdict::Candidate) {
+          pruned = true;
+          EXPECT_FALSE(e.reason.empty()) << e.tile.key();
+          continue;
+        }
+        EXPECT_FALSE(pruned) << e.tile.key() << " after a pruned tile";
+        llvm::Error valid = generator::validateTile(s, e.tile);
+        EXPECT_FALSE(bool(valid)) << e.tile.key() << ": " << llvm::toString(std::move(valid));
+        EXPECT_LE(e.estimate.sharedBytes, 227 * 1024) << e.tile.key();
+        EXPECT_EQ(e.estimate.blocksPerSM, 1) << e.tile.key() << ": setmaxnreg takes the "
+                                                                "register file";
+        EXPECT_GE(e.estimate.modelSeconds, last) << e.tile.key();
+        last = e.estimate.modelSeconds;
+      }
+      // Every tile validateTile accepts and the model keeps is a candidate: no fwd_mma
+      // rule (rows per warp, 255 registers) prunes a warpgroup tile.
+      for (const SpaceEntry &e : space) {
+        if (e.verdict != Verdict::PrunedFit)
+          continue;
+        llvm::Error invalid = generator::validateTile(s, e.tile);
+        EXPECT_TRUE(bool(invalid) || e.estimate.sharedBytes > h100().sharedPerBlock)
+            << e.tile.key() << ": " << e.reason;
+        llvm::consumeError(std::move(invalid));
+      }
+      // The same order every time (ties broken by footprint, then key).
+      auto again = tuner::buildSpace(s, Bucket::forShape(4096, 4096, 32), h100());
+      ASSERT_EQ(again.size(), space.size());
+      for (size_t i = 0; i < space.size(); ++i)
+        EXPECT_EQ(again[i].tile, space[i].tile) << i;
+    }
+}
+
+TEST(WgmmaSpace, PrunesByTheRegisterBudgetAndSharedMemory) {
+  auto space = tuner::buildSpace(wgmma(256), Bucket::forShape(4096, 4096, 32), h100());
+  print(space);
+  // 3 consumer warpgroups get 160 registers: S and O of d256 do not fit.
+  const SpaceEntry *three = find(space, "bm192.bn64.w16.s2");
+  ASSERT_NE(three, nullptr);
+  EXPECT_EQ(three->verdict, Verdict::PrunedFit);
+  EXPECT_NE(three->reason.find("registers"), std::string::npos) << three->reason;
+  // Two consumers at d256: Q plus three stages of 128-key K and V exceed 227 KB.
+  const SpaceEntry *big = find(space, "bm128.bn128.w12.s3");
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(big->verdict, Verdict::PrunedFit);
+  EXPECT_NE(big->reason.find("shared memory"), std::string::npos) << big->reason;
+  // FlashAttention-3's d256 tile stays.
+  const SpaceEntry *fa3 = find(space, "bm128.bn80.w12.s2");
+  ASSERT_NE(fa3, nullptr);
+  EXPECT_EQ(fa3->verdict, Verdict::Candidate) << fa3->reason;
+}
+
+TEST(WgmmaSpace, ModelPrefersTwoConsumersAndWideKeyTiles) {
+  tuner::DeviceModel gpu = h100();
+  Bucket b = Bucket::forShape(8192, 8192, 32);
+  KernelSpec s = wgmma(128);
+  auto one = tuner::estimateTile(s, {64, 128, 8, 2}, b, gpu);
+  auto two = tuner::estimateTile(s, {128, 128, 12, 2}, b, gpu);
+  auto narrow = tuner::estimateTile(s, {128, 64, 12, 2}, b, gpu);
+  EXPECT_LT(two.modelSeconds, one.modelSeconds) << "one consumer cannot hide its softmax";
+  EXPECT_LT(two.modelSeconds, narrow.modelSeconds) << "a fixed cost per key tile";
+  EXPECT_EQ(two.registers, 240);
+  EXPECT_EQ(tuner::estimateTile(s, {192, 128, 16, 2}, b, gpu).registers, 160);
+  EXPECT_EQ(two.accumulatorRegisters, 128 / 2 + 128 / 2);
+  EXPECT_EQ(two.ctas, 8192 / 128 * 32);
+  // A small bucket: 64-row tiles give the SMs more CTAs to share.
+  Bucket small = Bucket::forShape(512, 512, 4);
+  auto smallOne = tuner::estimateTile(s, {64, 128, 8, 2}, small, gpu);
+  auto smallThree = tuner::estimateTile(s, {192, 128, 16, 2}, small, gpu);
+  EXPECT_GT(smallOne.ctas, smallThree.ctas);
+  EXPECT_LT(smallOne.modelSeconds, smallThree.modelSeconds);
+}
+
+TEST(WgmmaSpace, HeuristicChoiceIsAValidCandidate) {
+  for (int d : {64, 128, 256}) {
+    KernelSpec s = wgmma(d, true);
+    auto space = tuner::buildSpace(s, Bucket::forShape(16384, 16384, 32), h100());
+    const SpaceEntry *choice = tuner::heuristicChoice(space, s);
+    ASSERT_NE(choice, nullptr) << s.key();
+    EXPECT_EQ(choice->verdict, Verdict::Candidate) << s.key();
+    EXPECT_EQ(choice->tile.warps, 4 * (choice->tile.blockM / 64 + 1)) << s.key();
+    EXPECT_LE(choice->estimate.modelSeconds, space.front().estimate.modelSeconds * 1.01);
+  }
 }
 
 } // namespace
