@@ -128,6 +128,12 @@ llvm::Expected<fj_context_s *> createContext(const fj_context_options *in) {
   context->deviceName = props.name;
   context->target = props.target();
   context->deviceKey = props.deviceKey();
+  auto families = tuner::familyPlanFromEnv(context->target);
+  if (!families)
+    return families.takeError();
+  context->families = *families;
+  if (families->forced)
+    context->log(FJ_LOG_INFO, "kernel families from $FLASHJIT_FAMILY: " + families->describe());
 
   auto cache = cache::Cache::open(std::move(*cacheOptions));
   if (!cache)

@@ -8,6 +8,7 @@
 
 #include "cache/cache.h"
 #include "runtime/driver.h"
+#include "tuner/family.h"
 #include "tuner/tuner.h"
 
 #include "llvm/Support/Error.h"
@@ -34,6 +35,8 @@ struct fj_context_s {
   fj_tune_mode mode = FJ_TUNE_DEFAULT;
   int ordinal = 0;
   std::string deviceName, target, deviceKey, userCachePath;
+  // The kernel families for this device ($FLASHJIT_FAMILY, else by target), resolved once.
+  flashjit::tuner::FamilyPlan families;
   // Declared in dependency order: destroyed tuner first, device last.
   std::unique_ptr<flashjit::runtime::Device> device;
   std::unique_ptr<flashjit::cache::Cache> cache;
@@ -48,11 +51,15 @@ struct fj_kernel_s {
   fj_context_s *context = nullptr;  // outlives the kernel (destroy refuses otherwise)
   flashjit::api::AttentionDesc desc;
   // Immutable once the handle is given out, so launches read them without locks.
+  // The primary family's variants are [0, familyVariants); the fallback family's (for
+  // the arguments the primary cannot take, e.g. cu_seqlens with fwd_wgmma) follow.
   std::vector<flashjit::tuner::Selection> variants;
   std::vector<flashjit::tuner::Bucket> buckets;  // variants[i].bucket, for dispatch
+  int familyVariants = 0;
   int primary = 0;                  // the variant for the hinted bucket
   std::vector<std::string> bucketKeys, tileKeys;  // per variant, for fj_variant_info
-  std::string family, specKey;
+  std::string family, specKey;      // of the primary family
+  std::string fallbackFamily;       // "" when there is none
   int compiledNow = 0;
   double getMs = 0;
 };
@@ -65,6 +72,12 @@ void adoptKernel(fj_context_s &context, fj_kernel_s *kernel);
 // Whether `context` is a live context handle; the error names `what` otherwise.
 llvm::Error checkLiveContext(const fj_context_s *context);
 llvm::Error checkLiveKernel(const fj_kernel_s *kernel);
+
+// The specs a kernel for `desc` loads on `target` under `plan`: the primary family's,
+// then the fallback's. Pure (no device), so the unit tests check the choice.
+std::vector<generator::KernelSpec> kernelSpecsFor(const AttentionDesc &desc,
+                                                  llvm::StringRef target,
+                                                  const tuner::FamilyPlan &plan);
 
 // The C entry points' bodies (api/c_api.cpp wraps each in guard()).
 llvm::Expected<fj_context_s *> createContext(const fj_context_options *options);

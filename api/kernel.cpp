@@ -5,6 +5,8 @@
 #include "generator/spec.h"
 #include "support/error.h"
 
+#include "llvm/Support/FormatVariadic.h"
+
 #include <algorithm>
 #include <chrono>
 
@@ -28,14 +30,15 @@ fj_origin publicOrigin(tuner::Origin origin) {
   return FJ_ORIGIN_COMPILED_NOW;
 }
 
-generator::KernelSpec specFor(const AttentionDesc &desc, const std::string &target) {
+generator::KernelSpec specFor(const AttentionDesc &desc, llvm::StringRef target,
+                              generator::Family family) {
   generator::KernelSpec spec;
-  spec.family = generator::Family::FwdMma;
+  spec.family = family;
   spec.dtype = desc.dtype == FJ_DTYPE_FP16 ? generator::DType::FP16 : generator::DType::BF16;
   spec.headDim = desc.headDim;
   spec.headDimV = desc.headDimV;
   spec.causal = desc.causal;
-  spec.target = target;
+  spec.target = target.str();
   return spec;
 }
 
@@ -56,6 +59,15 @@ llvm::Error checkVariantIndex(const fj_kernel_s *kernel, int index) {
 }
 
 } // namespace
+
+std::vector<generator::KernelSpec> kernelSpecsFor(const AttentionDesc &desc,
+                                                  llvm::StringRef target,
+                                                  const tuner::FamilyPlan &plan) {
+  std::vector<generator::KernelSpec> specs;
+  for (generator::Family family : plan.families())
+    specs.push_back(specFor(desc, target, family));
+  return specs;
+}
 
 llvm::Error checkLiveKernel(const fj_kernel_s *kernel) {
   if (!kernel)
@@ -129,28 +141,69 @@ llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attentio
     return desc.takeError();
   if (!context->device || !context->tuner)
     return makeError(ErrorCode::Internal, "context {0} has no device", (const void *)context);
-  generator::KernelSpec spec = specFor(*desc, context->target);
-  if (llvm::Error error = generator::validateSpec(spec))
-    return std::move(error);
+  std::vector<generator::KernelSpec> specs =
+      kernelSpecsFor(*desc, context->target, context->families);
+  for (const generator::KernelSpec &spec : specs)
+    if (llvm::Error error = generator::validateSpec(spec))
+      return std::move(error);
   if (llvm::Error error = context->device->makeCurrent())
     return std::move(error);
 
   tuner::Bucket hinted = bucketFor(desc->seqQHint, desc->seqKHint,
                                    (int64_t)desc->batchHint * desc->headsQ);
-  auto variants = selectVariants(*context, spec, hinted);
+  auto variants = selectVariants(*context, specs[0], hinted);
+  if (!variants && specs.size() > 1) {
+    // The primary family has no kernel to give (in cached mode: a cache prepared
+    // before it existed; else no tile of it compiled and passed): the fallback family,
+    // which takes every argument, serves the handle alone.
+    ErrorReport failed = takeErrorReport(variants.takeError());
+    context->log(failed.code == ErrorCode::NotFound ? FJ_LOG_INFO : FJ_LOG_WARNING,
+                 llvm::formatv("{0}: {1}; using {2} instead", specs[0].key(), failed.message,
+                               generator::familyName(specs[1].family))
+                     .str());
+    specs.erase(specs.begin());
+    variants = selectVariants(*context, specs[0], hinted);
+    if (!variants) {
+      ErrorReport also = takeErrorReport(variants.takeError());
+      return makeError(also.code, "{0}; nor from {1}: {2}", failed.message, specs[0].key(),
+                       also.message);
+    }
+  }
   if (!variants)
     return variants.takeError();
+  const generator::KernelSpec &spec = specs[0];
 
   auto kernel = std::make_unique<fj_kernel_s>();
   kernel->desc = *desc;
   kernel->family = generator::familyName(spec.family).str();
   kernel->specKey = spec.key();
   kernel->variants = std::move(*variants);
+  kernel->familyVariants = (int)kernel->variants.size();
   kernel->primary = 0;
+  if (specs.size() > 1) {
+    // Chosen now rather than at the first call that needs it: fj_forward never compiles,
+    // tunes or blocks (CUDA graphs capture it), so the handle carries both families.
+    auto fallback = selectVariants(*context, specs[1], hinted);
+    if (!fallback) {
+      ErrorReport failed = takeErrorReport(fallback.takeError());
+      return makeError(failed.code,
+                       "{0} is ready, but not the {1} kernel that takes the calls it cannot "
+                       "(cu_seqlens, strides that are not multiples of 16 bytes, no keys): "
+                       "{2}",
+                       spec.key(), specs[1].key(), failed.message);
+    }
+    kernel->fallbackFamily = generator::familyName(specs[1].family).str();
+    for (tuner::Selection &selection : *fallback) {
+      selection.note += "; fallback for the calls " + kernel->family +
+                        " cannot take (cu_seqlens, strides that are not multiples of 16 "
+                        "bytes, no keys)";
+      kernel->variants.push_back(std::move(selection));
+    }
+  }
   for (const tuner::Selection &selection : kernel->variants) {
     if (!selection.kernel)
       return makeError(ErrorCode::Internal, "the tuner returned variant {0}/{1} unloaded",
-                       spec.key(), selection.bucket.key());
+                       selection.spec.key(), selection.bucket.key());
     kernel->buckets.push_back(selection.bucket);
     kernel->bucketKeys.push_back(selection.bucket.key());
     kernel->tileKeys.push_back(selection.tile.key());
@@ -197,15 +250,25 @@ llvm::Error forward(const fj_kernel_s *kernel, const fj_forward_args *args, void
     return error;
   if (noWork)
     return llvm::Error::success();
-  // tuner::nearestBucket over the handle's buckets: what Tuner::dispatch decides,
+  // tuner::nearestBucket over the family's buckets: what Tuner::dispatch decides,
   // without the vector it builds.
-  int index = tuner::nearestBucket(
-      kernel->buckets,
-      bucketFor(params.seqlen_q, params.seqlen_k, (int64_t)params.batch * params.heads_q));
+  const tuner::Bucket wanted =
+      bucketFor(params.seqlen_q, params.seqlen_k, (int64_t)params.batch * params.heads_q);
+  llvm::ArrayRef<tuner::Bucket> buckets(kernel->buckets);
+  int index = tuner::nearestBucket(buckets.take_front(kernel->familyVariants), wanted);
   if (index < 0)
     return makeError(ErrorCode::Internal, "kernel {0} has no variant to dispatch to",
                      kernel->specKey);
   const tuner::Selection *variant = &kernel->variants[index];
+  // Arguments a TMA kernel cannot take go to the fallback family's variants.
+  if (variant->kernel->geometry().tma.enabled && tuner::tmaArgumentProblem(params)) {
+    int fallback = tuner::nearestBucket(buckets.drop_front(kernel->familyVariants), wanted);
+    if (fallback < 0)
+      return makeError(ErrorCode::NotSupported, "kernel {0} ({1}, no fallback family): {2}",
+                       kernel->specKey, kernel->family,
+                       llvm::toString(tuner::checkTmaArguments(params)));
+    variant = &kernel->variants[kernel->familyVariants + fallback];
+  }
   if (llvm::Error error = kernel->context->device->makeCurrent())
     return error;
   return variant->kernel->launch(params, static_cast<CUstream>(stream));

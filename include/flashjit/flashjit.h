@@ -218,7 +218,17 @@ FJ_API fj_status fj_validate_attention_desc(const fj_attention_desc *desc);
  * they have it (no compilation), else tuned or compiled as the context's tune mode
  * says. It also loads every other shape bucket already tuned for this description, so
  * that fj_forward can pick the variant tuned for the sizes it is given. The handle
- * keeps a copy of `desc`. On failure *kernel is set to NULL. */
+ * keeps a copy of `desc`. On failure *kernel is set to NULL.
+ *
+ * Kernel family: on an sm_90a device (H100, H200) the kernel is fwd_wgmma (TMA, wgmma,
+ * warp specialization), and the handle also carries an fwd_mma kernel for the same
+ * description, chosen by the same tune mode, for the calls fwd_wgmma cannot take
+ * (cu_seqlens, strides that are not multiples of 8 elements on a dimension of one
+ * element, seqlen_k == 0); fj_forward picks it by itself. Should no fwd_wgmma kernel
+ * be available (e.g. FJ_TUNE_CACHED with a cache prepared without one), fwd_mma alone
+ * serves the handle. Elsewhere the kernel is fwd_mma. $FLASHJIT_FAMILY (auto, fwd_mma,
+ * fwd_wgmma), read by fj_context_create, overrides the choice; fj_kernel_info says
+ * which family a handle uses. */
 FJ_API fj_status fj_kernel_get(fj_context context, const fj_attention_desc *desc,
                                fj_kernel *kernel);
 
@@ -283,7 +293,8 @@ FJ_API fj_status fj_validate_forward_args(const fj_attention_desc *desc,
  * Launches on `stream` (a CUstream; NULL: the legacy default stream) and returns
  * without waiting. It never compiles, tunes, allocates or synchronizes, so it may be
  * captured in a CUDA graph. It picks the variant tuned for the nearest shape bucket
- * of (seqlen_q, seqlen_k, batch * num_heads_q). A kernel released before the call is
+ * of (seqlen_q, seqlen_k, batch * num_heads_q), among the fallback family's variants
+ * when the arguments are ones the primary family cannot take (see fj_kernel_get). A kernel released before the call is
  * detected on a best-effort basis only (a check of the handle's magic word). Errors
  * from the kernel itself appear later, on the stream, as with any CUDA launch. */
 FJ_API fj_status fj_forward(fj_kernel kernel, const fj_forward_args *args, void *stream);
@@ -296,12 +307,15 @@ FJ_API fj_status fj_forward(fj_kernel kernel, const fj_forward_args *args, void 
 struct fj_kernel_info {
   size_t struct_size;       /* set by the caller: sizeof(struct fj_kernel_info) */
   /* Strings owned by the kernel, valid until it is released. */
-  const char *family;       /* "fwd_mma" */
-  const char *spec_key;     /* "fwd_mma.bf16.d128.dv128.causal.sm90a" */
+  const char *family;       /* the primary family: "fwd_wgmma" or "fwd_mma" */
+  const char *spec_key;     /* "fwd_wgmma.bf16.d128.dv128.causal.sm90a" */
   const char *device_key;   /* the tuning cache's device key */
-  int32_t num_variants;     /* >= 1 */
+  /* >= 1: the primary family's variants, then the fallback family's (fj_kernel_get;
+   * their binary_key_text names the family, their note says "fallback"). */
+  int32_t num_variants;
   int32_t primary_variant;  /* index of the variant for the description's hinted bucket */
-  /* Variants that fj_kernel_get compiled or tuned (0: everything came from the caches). */
+  /* Variants that fj_kernel_get compiled or tuned, fallback included (0: everything
+   * came from the caches). */
   int32_t compiled_now;
   /* The primary variant, for convenience (fj_kernel_variant_info has them all). */
   int32_t origin;           /* an fj_origin */

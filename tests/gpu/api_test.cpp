@@ -1,8 +1,10 @@
 // The C API on a GPU, used as a service would use it (fj_* calls only for the kernels;
 // the harness computes the references): random specs and shapes against the
 // correctness bar, 8 threads getting and launching on one context, one tune for
-// concurrent requests of one spec, CUDA-graph capture and replay of fj_forward, and a
-// second process that gets its handles from the cache with no compilation in <= 5 ms.
+// concurrent requests of one spec, CUDA-graph capture and replay of fj_forward, a
+// second process that gets its handles from the cache with no compilation in <= 5 ms,
+// and the kernel families: fwd_wgmma on sm_90a with fj_forward sending what TMA cannot
+// take (cu_seqlens, odd strides, no keys) to its fwd_mma fallback, and $FLASHJIT_FAMILY.
 #include "api_harness.h"
 #include "gpu_skip.h"
 
@@ -49,6 +51,12 @@ namespace {
   ASSERT_TRUE((bool)var) << llvm::toString(var.takeError())
 
 std::string target() { return flashjit::testing::openTestDevice()->properties().target(); }
+
+// The family fj_kernel_get gives by default on the test device, and how many families a
+// kernel loads (fwd_wgmma comes with its fwd_mma fallback).
+bool hopper() { return target() == "sm_90a"; }
+const char *defaultFamily() { return hopper() ? "fwd_wgmma" : "fwd_mma"; }
+int familiesPerKernel() { return hopper() ? 2 : 1; }
 
 // A directory for this process's caches, removed at exit.
 const std::string &scratchDir() {
@@ -259,13 +267,15 @@ TEST(ApiGpu, InfoAndSourceDescribeTheKernel) {
   FJ_ASSERT_OK(fj_kernel_get(context.get(), &desc, &kernel));
   EXPECT_EQ(context.info().kernels_outstanding, 1);
   struct fj_kernel_info info = kernelInfo(kernel);
-  EXPECT_STREQ(info.family, "fwd_mma");
+  EXPECT_STREQ(info.family, defaultFamily());
+  EXPECT_EQ(std::string(info.spec_key).rfind(std::string(defaultFamily()) + ".", 0), 0u)
+      << info.spec_key;
   EXPECT_NE(std::string(info.spec_key).find("bf16.d128.dv128.causal"), std::string::npos)
       << info.spec_key;
   EXPECT_STREQ(info.device_key, ci.device_key);
-  EXPECT_GE(info.num_variants, 1);
+  EXPECT_GE(info.num_variants, familiesPerKernel());
   EXPECT_EQ(info.origin, FJ_ORIGIN_COMPILED_NOW);  // a fresh in-memory cache
-  EXPECT_EQ(info.compiled_now, 1);
+  EXPECT_EQ(info.compiled_now, familiesPerKernel());
   EXPECT_GT(info.registers, 0);
   EXPECT_GT(info.shared_bytes, 0);
   EXPECT_GT(info.block_m, 0);
@@ -457,8 +467,9 @@ TEST(ApiGpuTune, ConcurrentRequestsForOneSpecAreTunedOnce) {
     tiles.insert(v.tile);
   }
   struct fj_context_info ci = context.info();
-  EXPECT_EQ(ci.tunes, 1) << "8 concurrent requests for one spec were tuned " << ci.tunes
-                         << " times";
+  // Once per family the kernel loads (on sm_90a fwd_wgmma and its fwd_mma fallback).
+  EXPECT_EQ(ci.tunes, familiesPerKernel())
+      << "8 concurrent requests for one spec were tuned " << ci.tunes << " times";
   EXPECT_EQ(tiles.size(), 1u);
   Stream stream;
   ASSERT_NE(stream.handle, nullptr) << stream.error;
@@ -559,6 +570,166 @@ TEST(ApiGpu, GraphCaptureAndReplayGivesTheSameOutput) {
   graph.execDestroy(exec);
   graph.destroy(captured);
   FJ_EXPECT_OK(fj_kernel_release(kernel));
+}
+
+// ---- kernel families ------------------------------------------------------------------
+
+// Sets an environment variable for one scope (fj_context_create reads it), restoring
+// what was there.
+class ScopedEnv {
+public:
+  ScopedEnv(const char *name, const char *value) : name_(name) {
+    if (const char *old = std::getenv(name))
+      old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_, old_.c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+private:
+  const char *name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+// Poisons the outputs, runs fj_forward with `args` (the problem's, edited) and judges.
+llvm::Expected<ApiReport> runEdited(ApiProblem &problem, fj_kernel kernel,
+                                    const fj_forward_args &args, CUstream stream) {
+  if (llvm::Error e = problem.poison())
+    return std::move(e);
+  fj_status status = fj_forward(kernel, &args, stream);
+  if (status != FJ_SUCCESS)
+    return llvm::createStringError(std::errc::invalid_argument, "fj_forward: %s: %s",
+                                   fj_status_string(status), fj_last_error_message());
+  if (llvm::Error e = runtime::synchronizeStream(stream))
+    return std::move(e);
+  return problem.judge();
+}
+
+TEST(ApiGpuFamilies, WgmmaOnHopperFallsBackForWhatTmaCannotTake) {
+  FLASHJIT_REQUIRE_GPU();
+  if (!hopper())
+    GTEST_SKIP() << "fwd_wgmma needs an sm_90a device, this one is " << target();
+  Context context(FJ_TUNE_HEURISTIC, "");
+  ASSERT_TRUE(context.ok()) << context.error();
+  fj_attention_desc desc = makeDesc(FJ_DTYPE_BF16, 128, 0, false, 4, 4);
+  fj_kernel kernel = nullptr;
+  FJ_ASSERT_OK(fj_kernel_get(context.get(), &desc, &kernel));
+  struct fj_kernel_info info = kernelInfo(kernel);
+  EXPECT_STREQ(info.family, "fwd_wgmma");
+  EXPECT_EQ(std::string(info.spec_key), "fwd_wgmma.bf16.d128.dv128.nocausal.sm90a");
+  EXPECT_EQ(info.warps, 4 * (info.block_m / 64 + 1)) << "a warpgroup tile";
+  // The primary variant is fwd_wgmma; the fwd_mma fallback's variants follow.
+  int fallbacks = 0;
+  for (int i = 0; i < info.num_variants; ++i) {
+    fj_variant_info v;
+    v.struct_size = sizeof(v);
+    FJ_ASSERT_OK(fj_kernel_variant_info(kernel, i, &v));
+    std::string text = v.binary_key_text;
+    if (text.rfind("fwd_mma.", 0) == 0) {
+      ++fallbacks;
+      EXPECT_NE(std::string(v.note).find("fallback"), std::string::npos) << v.note;
+    } else {
+      EXPECT_EQ(fallbacks, 0) << "variant " << i << " (" << text << ") after a fallback";
+      EXPECT_EQ(text.rfind("fwd_wgmma.", 0), 0u) << text;
+    }
+  }
+  EXPECT_GE(fallbacks, 1);
+  EXPECT_EQ(info.compiled_now, 2);
+
+  Stream stream;
+  ASSERT_NE(stream.handle, nullptr) << stream.error;
+  // An ordinary call (fwd_wgmma itself).
+  auto plain = ApiProblem::create(desc, smallShape(2, 200, 300), 21, target(), stream.handle);
+  ASSERT_TRUE((bool)plain) << llvm::toString(plain.takeError());
+  auto report = (*plain)->run(kernel, stream.handle);
+  ASSERT_TRUE((bool)report) << llvm::toString(report.takeError());
+  EXPECT_TRUE(report->passed) << "plain: " << report->summary();
+
+  // A variable-length batch (TMA takes no cu_seqlens): the fwd_mma fallback.
+  tuner::ForwardShape varlen = smallShape(3, 250, 310);
+  varlen.seqlensQ = {17, 250, 130};
+  varlen.seqlensK = {310, 41, 200};
+  varlen.withLse = true;
+  auto packed = ApiProblem::create(desc, varlen, 22, target(), stream.handle);
+  ASSERT_TRUE((bool)packed) << llvm::toString(packed.takeError());
+  report = (*packed)->run(kernel, stream.handle);
+  ASSERT_TRUE((bool)report) << llvm::toString(report.takeError());
+  EXPECT_TRUE(report->passed) << (*packed)->describe() << ": " << report->summary();
+
+  // Batch 1 with batch strides that are not multiples of 8: valid for the C API (that
+  // dimension has one element) but not encodable in a tensor map.
+  tuner::ForwardShape one = smallShape(1, 190, 260);
+  one.withLse = true;
+  auto single = ApiProblem::create(desc, one, 23, target(), stream.handle);
+  ASSERT_TRUE((bool)single) << llvm::toString(single.takeError());
+  fj_forward_args odd = (*single)->args();
+  odd.q_batch_stride = 12345;
+  odd.k_batch_stride = 3;
+  odd.v_batch_stride = 7;
+  odd.o_batch_stride = 1;
+  report = runEdited(**single, kernel, odd, stream.handle);
+  ASSERT_TRUE((bool)report) << llvm::toString(report.takeError());
+  EXPECT_TRUE(report->passed) << "odd batch strides: " << report->summary();
+
+  // No keys at all (k and v never read): launches and completes without a CUDA error.
+  fj_forward_args empty = (*single)->args();
+  empty.seqlen_k = 0;
+  empty.k = empty.v = nullptr;
+  FJ_EXPECT_OK(fj_forward(kernel, &empty, stream.handle));
+  EXPECT_FALSE((bool)runtime::synchronizeStream(stream.handle));
+  FJ_EXPECT_OK(fj_kernel_release(kernel));
+}
+
+TEST(ApiGpuFamilies, EnvironmentVariableChoosesTheFamily) {
+  FLASHJIT_REQUIRE_GPU();
+  fj_attention_desc desc = makeDesc(FJ_DTYPE_FP16, 64, 0, true, 4, 2);
+  {
+    ScopedEnv env("FLASHJIT_FAMILY", "fwd_mma");
+    Context context(FJ_TUNE_HEURISTIC, "");
+    ASSERT_TRUE(context.ok()) << context.error();
+    fj_kernel kernel = nullptr;
+    FJ_ASSERT_OK(fj_kernel_get(context.get(), &desc, &kernel));
+    struct fj_kernel_info info = kernelInfo(kernel);
+    EXPECT_STREQ(info.family, "fwd_mma");
+    EXPECT_EQ(info.compiled_now, 1) << "fwd_mma needs no fallback";
+    Stream stream;
+    ASSERT_NE(stream.handle, nullptr) << stream.error;
+    auto problem = ApiProblem::create(desc, smallShape(2, 130, 170), 31, target(),
+                                      stream.handle);
+    ASSERT_TRUE((bool)problem) << llvm::toString(problem.takeError());
+    auto report = (*problem)->run(kernel, stream.handle);
+    ASSERT_TRUE((bool)report) << llvm::toString(report.takeError());
+    EXPECT_TRUE(report->passed) << report->summary();
+    FJ_EXPECT_OK(fj_kernel_release(kernel));
+  }
+  {
+    ScopedEnv env("FLASHJIT_FAMILY", "fwd_wgmma");
+    fj_context_options options;
+    fj_context_options_init(&options);
+    options.tune_mode = FJ_TUNE_HEURISTIC;
+    options.user_cache_path = "";
+    fj_context context = nullptr;
+    fj_status status = fj_context_create(&options, &context);
+    if (hopper()) {
+      ASSERT_EQ(status, FJ_SUCCESS) << fj_last_error_message();
+      fj_kernel kernel = nullptr;
+      FJ_ASSERT_OK(fj_kernel_get(context, &desc, &kernel));
+      EXPECT_STREQ(kernelInfo(kernel).family, "fwd_wgmma");
+      FJ_EXPECT_OK(fj_kernel_release(kernel));
+      FJ_EXPECT_OK(fj_context_destroy(context));
+    } else {
+      EXPECT_EQ(status, FJ_ERROR_NOT_SUPPORTED);
+      EXPECT_EQ(context, nullptr);
+      EXPECT_NE(std::string(fj_last_error_message()).find("$FLASHJIT_FAMILY"),
+                std::string::npos)
+          << fj_last_error_message();
+    }
+  }
 }
 
 // ---- a second process with the same cache ------------------------------------------
