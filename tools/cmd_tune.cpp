@@ -48,8 +48,11 @@ cl::list<unsigned> seqlens("seqlens",
 cl::list<unsigned> batchHeads("batch-heads",
                               cl::desc("batch x heads of the buckets (default: 32)"),
                               cl::CommaSeparated, cl::sub(sub), cl::cat(sweepCat));
-cl::opt<std::string> family("family", cl::desc("Kernel family"), cl::init("fwd_mma"),
-                            cl::sub(sub), cl::cat(sweepCat));
+cl::opt<std::string> family("family",
+                            cl::desc("Kernel family: auto (what the C API loads on each "
+                                     "target: fwd_wgmma and its fwd_mma fallback on sm_90a, "
+                                     "fwd_mma elsewhere), fwd_mma or fwd_wgmma"),
+                            cl::init("auto"), cl::sub(sub), cl::cat(sweepCat));
 cl::opt<bool> defaultSweepFlag("default-sweep",
                                cl::desc("The default sweep (what plain `flashjit tune` runs)"),
                                cl::sub(sub), cl::cat(sweepCat));
@@ -101,10 +104,15 @@ bool anySpecOption() {
 // The sweep: the default one, with any option given replacing its part.
 llvm::Expected<SweepConfig> sweepConfig() {
   SweepConfig c = defaultSweep();
-  llvm::Expected<generator::Family> fam = generator::parseFamily(family);
-  if (!fam)
-    return fam.takeError();
-  c.family = *fam;
+  if (!llvm::StringRef(family).trim().equals_insensitive("auto")) {
+    llvm::Expected<generator::Family> fam = generator::parseFamily(family);
+    if (!fam) {
+      llvm::consumeError(fam.takeError());
+      return makeError(ErrorCode::InvalidValue,
+                       "--family '{0}': expected auto, fwd_mma or fwd_wgmma", family);
+    }
+    c.families = {*fam};
+  }
   if (headDims.getNumOccurrences())
     c.headDims.assign(headDims.begin(), headDims.end());
   if (dtypes.getNumOccurrences()) {
@@ -201,7 +209,8 @@ int finish(const Plan &p, const SweepOutcome &outcome, bool tuning) {
       // A worker tunes for its own device's target: find the result under its label.
       for (const SweepResult &r : outcome.results)
         if (r.item.bucket == item.bucket && r.item.spec.headDim == item.spec.headDim &&
-            r.item.spec.dtype == item.spec.dtype && r.item.spec.causal == item.spec.causal)
+            r.item.spec.dtype == item.spec.dtype && r.item.spec.causal == item.spec.causal &&
+            r.item.spec.family == item.spec.family)
           ordered.push_back(r);
       continue;
     }
@@ -269,13 +278,22 @@ int runCompileOnly(const SweepConfig &config, bool announce, const std::string &
   if (seqlens.getNumOccurrences() || batchHeads.getNumOccurrences())
     llvm::errs() << "flashjit tune: note: --compile-only compiles one tile per spec; "
                     "--seqlens and --batch-heads do not change it\n";
+  std::vector<SweepItem> items = compileItems(config, list);
+  for (const std::string &t : list)
+    if (sweepFamilies(config, t).empty())
+      llvm::errs() << "flashjit tune: note: " << t << " is left out: "
+                   << generator::familyName(config.families.front()) << " does not run there\n";
+  if (items.empty())
+    return fail(makeError(ErrorCode::InvalidValue,
+                          "the sweep is empty: --family {0} runs on none of the targets ({1})",
+                          family.getValue(), llvm::join(list, ", ")));
   auto cache = openCache();
   if (!cache)
     return fail(cache.takeError());
   llvm::Expected<std::string> nvrtc = runtime::nvrtcVersion();
   if (!nvrtc)
     return fail(nvrtc.takeError());
-  llvm::Expected<Plan> p = plan(**cache, compileItems(config, list), "", nullptr);
+  llvm::Expected<Plan> p = plan(**cache, std::move(items), "", nullptr);
   if (!p)
     return fail(p.takeError());
   llvm::errs() << llvm::formatv("flashjit tune: {0} specs x targets{1}: {2} in the cache, {3} "
@@ -308,10 +326,16 @@ int runTuneSweep(const SweepConfig &config) {
     return fail(first.takeError());
   const runtime::DeviceProperties props = (*first)->properties();
   GpuSpec gpu = gpuSpecFromDevice(props);
+  std::vector<SweepItem> items = tuneItems(config, props.target());
+  if (items.empty())
+    return fail(makeError(ErrorCode::NotSupported,
+                          "the sweep is empty: --family {0} does not run on {1} ({2}); use "
+                          "--family auto or fwd_mma",
+                          family.getValue(), props.name, props.target()));
   auto cache = openCache();
   if (!cache)
     return fail(cache.takeError());
-  llvm::Expected<Plan> p = plan(**cache, tuneItems(config, props.target()), props.deviceKey(), &gpu);
+  llvm::Expected<Plan> p = plan(**cache, std::move(items), props.deviceKey(), &gpu);
   if (!p)
     return fail(p.takeError());
   llvm::errs() << llvm::formatv(

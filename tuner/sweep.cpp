@@ -2,6 +2,7 @@
 
 #include "generator/templates.h"
 #include "support/error.h"
+#include "tuner/family.h"
 #include "tuner/roofline.h"
 #include "tuner/space.h"
 #include "tuner/variants.h"
@@ -61,28 +62,53 @@ std::string SweepItem::label() const {
   return bucket ? spec.key() + " " + bucket->key() : spec.key();
 }
 
+std::vector<generator::Family> sweepFamilies(const SweepConfig &config, llvm::StringRef target) {
+  if (config.families.empty()) {
+    llvm::Expected<FamilyPlan> plan = familyPlan(target);
+    if (!plan) {  // a target the generator does not know: validateSpec will say so
+      llvm::consumeError(plan.takeError());
+      return {generator::Family::FwdMma};
+    }
+    return plan->families();
+  }
+  std::vector<generator::Family> families;
+  for (generator::Family family : unique(config.families)) {
+    generator::KernelSpec probe;
+    probe.family = family;
+    probe.target = target.str();
+    if (llvm::Error err = generator::validateSpec(probe))
+      llvm::consumeError(std::move(err));
+    else
+      families.push_back(family);
+  }
+  return families;
+}
+
 namespace {
-// Specs of the cross product, in the documented order.
-std::vector<generator::KernelSpec> specsOf(const SweepConfig &c, llvm::StringRef target) {
+// Specs of the cross product, in the documented order, for each target.
+std::vector<generator::KernelSpec> specsOf(const SweepConfig &c,
+                                           llvm::ArrayRef<std::string> targets) {
   std::vector<generator::KernelSpec> specs;
   for (generator::DType dtype : unique(c.dtypes))
     for (int d : unique(c.headDims))
-      for (bool causal : unique(c.causal)) {
-        generator::KernelSpec spec;
-        spec.family = c.family;
-        spec.dtype = dtype;
-        spec.headDim = spec.headDimV = d;
-        spec.causal = causal;
-        spec.target = target.str();
-        specs.push_back(spec);
-      }
+      for (bool causal : unique(c.causal))
+        for (const std::string &target : unique(targets.vec()))
+          for (generator::Family family : sweepFamilies(c, target)) {
+            generator::KernelSpec spec;
+            spec.family = family;
+            spec.dtype = dtype;
+            spec.headDim = spec.headDimV = d;
+            spec.causal = causal;
+            spec.target = target;
+            specs.push_back(spec);
+          }
   return specs;
 }
 } // namespace
 
 std::vector<SweepItem> tuneItems(const SweepConfig &config, llvm::StringRef target) {
   std::vector<SweepItem> items;
-  for (const generator::KernelSpec &spec : specsOf(config, target)) {
+  for (const generator::KernelSpec &spec : specsOf(config, {target.str()})) {
     std::vector<Bucket> buckets;
     for (int s : unique(config.seqlens))
       for (int bh : unique(config.batchHeads)) {
@@ -99,17 +125,11 @@ std::vector<SweepItem> tuneItems(const SweepConfig &config, llvm::StringRef targ
 std::vector<SweepItem> compileItems(const SweepConfig &config,
                                     llvm::ArrayRef<std::string> targets) {
   std::vector<SweepItem> items;
-  std::vector<std::string> unique;
-  for (const std::string &t : targets)
-    if (!llvm::is_contained(unique, t))
-      unique.push_back(t);
-  for (const generator::KernelSpec &base : specsOf(config, ""))
-    for (const std::string &target : unique) {
-      SweepItem item;
-      item.spec = base;
-      item.spec.target = target;
-      items.push_back(item);
-    }
+  for (const generator::KernelSpec &spec : specsOf(config, targets)) {
+    SweepItem item;
+    item.spec = spec;
+    items.push_back(item);
+  }
   return items;
 }
 

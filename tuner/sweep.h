@@ -20,7 +20,11 @@
 namespace flashjit::tuner {
 
 struct SweepConfig {
-  generator::Family family = generator::Family::FwdMma;
+  // Kernel families. Empty (the default, `--family auto`): on each target, the families
+  // the C API loads there (tuner/family.h), so that the cache holds what fj_kernel_get
+  // asks for: fwd_wgmma and its fwd_mma fallback on sm_90a, fwd_mma elsewhere. A family
+  // is left out on targets it cannot run on (sweepFamilies).
+  std::vector<generator::Family> families;
   std::vector<int> headDims;
   std::vector<generator::DType> dtypes;
   std::vector<bool> causal;  // {false, true}: both
@@ -44,11 +48,16 @@ struct SweepItem {
   std::string label() const;    // "spec bucket" or "spec"
 };
 
+// The families the sweep covers on `target`, in order (the API's primary first): the
+// configured ones that run there, or the API's plan for it.
+std::vector<generator::Family> sweepFamilies(const SweepConfig &config, llvm::StringRef target);
+
 // Tuning items for one device target, in a stable order with the buckets of one spec
-// adjacent (they share compiled candidates): dtype, head dim, causal, then seqlen,
-// batch x heads. Duplicated values are dropped.
+// adjacent (they share compiled candidates): dtype, head dim, causal, family, then
+// seqlen, batch x heads. Duplicated values are dropped.
 std::vector<SweepItem> tuneItems(const SweepConfig &config, llvm::StringRef target);
-// Compile-only items: one per (spec, target), in the same order, targets innermost.
+// Compile-only items: one per (spec, target), in the same order, targets then families
+// innermost.
 std::vector<SweepItem> compileItems(const SweepConfig &config,
                                     llvm::ArrayRef<std::string> targets);
 

@@ -1,5 +1,5 @@
-// Offline sweeps without a GPU: the cross product and its stable order, shards and
-// per-device parts, resume from the cache, the progress line and the summary, and a
+// Offline sweeps without a GPU: the cross product and its stable order, the kernel
+// families per target, shards and per-device parts, resume from the cache, the progress line and the summary, and a
 // --compile-only sweep that fills a cache which a second process then reads with zero
 // compilations.
 #include "tuner/sweep.h"
@@ -27,6 +27,7 @@ namespace {
 
 SweepConfig smallConfig() {
   SweepConfig c;
+  c.families = {generator::Family::FwdMma};
   c.headDims = {64, 128};
   c.dtypes = {generator::DType::BF16};
   c.causal = {false, true};
@@ -55,8 +56,58 @@ TEST(Sweep, CrossProductInAStableSpecMajorOrder) {
   dup.seqlens = {1000, 1024, 8192, 8192};
   dup.headDims = {64, 64, 128};
   EXPECT_EQ(tuner::tuneItems(dup, "sm_90a").size(), 8u);
-  // Default sweep: 3 head dims x 2 dtypes x 2 causal x 3 lengths.
-  EXPECT_EQ(tuner::tuneItems(tuner::defaultSweep(), "sm_90a").size(), 36u);
+  // Default sweep: 3 head dims x 2 dtypes x 2 causal x 3 lengths, for each family the C
+  // API loads there (sm_90a: fwd_wgmma and its fwd_mma fallback).
+  EXPECT_EQ(tuner::tuneItems(tuner::defaultSweep(), "sm_80").size(), 36u);
+  EXPECT_EQ(tuner::tuneItems(tuner::defaultSweep(), "sm_90a").size(), 72u);
+}
+
+TEST(Sweep, AutoFamiliesAreWhatTheApiLoads) {
+  SweepConfig c = smallConfig();
+  c.families.clear();  // auto
+  EXPECT_EQ(tuner::sweepFamilies(c, "sm_90a"),
+            (std::vector<generator::Family>{generator::Family::FwdWgmma,
+                                            generator::Family::FwdMma}));
+  EXPECT_EQ(tuner::sweepFamilies(c, "sm_86"),
+            std::vector<generator::Family>{generator::Family::FwdMma});
+  auto items = tuner::tuneItems(c, "sm_90a");
+  ASSERT_EQ(items.size(), 16u);
+  // A spec's families adjacent, the API's primary first, each family's buckets together.
+  EXPECT_EQ(items[0].label(), "fwd_wgmma.bf16.d64.dv64.nocausal.sm90a q1024.k1024.bh32");
+  EXPECT_EQ(items[1].label(), "fwd_wgmma.bf16.d64.dv64.nocausal.sm90a q8192.k8192.bh32");
+  EXPECT_EQ(items[2].label(), "fwd_mma.bf16.d64.dv64.nocausal.sm90a q1024.k1024.bh32");
+  EXPECT_EQ(items[15].label(), "fwd_mma.bf16.d128.dv128.causal.sm90a q8192.k8192.bh32");
+  EXPECT_EQ(tuner::tuneItems(c, "sm_80").size(), 8u);
+
+  auto compile = tuner::compileItems(c, {"sm_80", "sm_90a"});
+  ASSERT_EQ(compile.size(), 12u);  // 4 specs x (sm_80: fwd_mma; sm_90a: both)
+  EXPECT_EQ(compile[0].label(), "fwd_mma.bf16.d64.dv64.nocausal.sm80");
+  EXPECT_EQ(compile[1].label(), "fwd_wgmma.bf16.d64.dv64.nocausal.sm90a");
+  EXPECT_EQ(compile[2].label(), "fwd_mma.bf16.d64.dv64.nocausal.sm90a");
+  for (const SweepItem &item : compile)
+    EXPECT_FALSE(bool(generator::validateSpec(item.spec))) << item.label();
+}
+
+TEST(Sweep, AnExplicitFamilySkipsTargetsItCannotRunOn) {
+  SweepConfig c = smallConfig();
+  c.families = {generator::Family::FwdWgmma};
+  EXPECT_TRUE(tuner::sweepFamilies(c, "sm_80").empty());
+  EXPECT_TRUE(tuner::tuneItems(c, "sm_80").empty());
+  EXPECT_EQ(tuner::tuneItems(c, "sm_90a").size(), 8u);
+  auto compile = tuner::compileItems(c, {"sm_80", "sm_90a", "sm_89"});
+  ASSERT_EQ(compile.size(), 4u);
+  for (const SweepItem &item : compile) {
+    EXPECT_EQ(item.spec.family, generator::Family::FwdWgmma);
+    EXPECT_EQ(item.spec.target, "sm_90a");
+  }
+  // Both named: each where it runs, in the order given.
+  c.families = {generator::Family::FwdMma, generator::Family::FwdWgmma,
+                generator::Family::FwdMma};
+  EXPECT_EQ(tuner::sweepFamilies(c, "sm_90a"),
+            (std::vector<generator::Family>{generator::Family::FwdMma,
+                                            generator::Family::FwdWgmma}));
+  EXPECT_EQ(tuner::sweepFamilies(c, "sm_80"),
+            std::vector<generator::Family>{generator::Family::FwdMma});
 }
 
 TEST(Sweep, CompileItemsArePerSpecAndTarget) {
