@@ -1,5 +1,6 @@
 // The tuner on a GPU (issue 4's acceptance): a sweep over head_dim {64, 128} x bf16 x
-// {causal, not} x seqlen {1024, 8192} whose every winner passes the correctness bar
+// {causal, not} x seqlen {1024, 8192} (for each family the C API loads on the device:
+// fwd_wgmma too on sm_90a) whose every winner passes the correctness bar
 // (checked again here, on other shapes) and whose re-run performs 0 compilations and
 // 0 timings; a planted wrong candidate rejected and recorded, never selected; two
 // independent tunes that agree (same winner, or winners within 2%); heuristic and
@@ -37,8 +38,10 @@ namespace {
 
 std::string target() { return flashjit::testing::openTestDevice()->properties().target(); }
 
-KernelSpec specFor(int d, bool causal) {
+KernelSpec specFor(int d, bool causal,
+                   generator::Family family = generator::Family::FwdMma) {
   KernelSpec s;
+  s.family = family;
   s.dtype = DType::BF16;
   s.headDim = s.headDimV = d;
   s.causal = causal;
@@ -146,8 +149,11 @@ TEST(TunerGpu, SweepWinnersPassTheBarAndRerunIsFree) {
   config.causal = {false, true};
   config.seqlens = {1024, 8192};
   config.batchHeads = {32};
+  // The families the C API loads here: fwd_wgmma and fwd_mma on sm_90a, else fwd_mma.
+  const std::vector<generator::Family> families = tuner::sweepFamilies(config, target());
+  const int perFamily = 8;
   std::vector<SweepItem> items = tuner::tuneItems(config, target());
-  ASSERT_EQ(items.size(), 8u);
+  ASSERT_EQ(items.size(), perFamily * families.size());
 
   tuner::TuneSweepOptions options;
   options.devices = {0};
@@ -176,9 +182,9 @@ TEST(TunerGpu, SweepWinnersPassTheBarAndRerunIsFree) {
       if (r.compiled > 0)
         coldSeconds.push_back(r.seconds);
     }
-    EXPECT_EQ(outcome->counters.tunes, 8);
+    EXPECT_EQ(outcome->counters.tunes, (int)items.size());
     EXPECT_GT(outcome->counters.compilations, 0);
-    EXPECT_GT(outcome->counters.timings, 8);
+    EXPECT_GT(outcome->counters.timings, (int)items.size());
     std::printf("  first run: %d compilations, %d checks, %d timings\n",
                 outcome->counters.compilations, outcome->counters.checks,
                 outcome->counters.timings);
@@ -202,23 +208,25 @@ TEST(TunerGpu, SweepWinnersPassTheBarAndRerunIsFree) {
     Stream stream;
     std::printf("  winners on batch 2, heads 4/2, seqlen 1000 x 1500:\n");
     int loaded = 0;
-    for (int d : {64, 128})
-      for (bool causal : {false, true}) {
-        auto tuned = tuner.loadTuned(specFor(d, causal));
-        ASSERT_TRUE(bool(tuned)) << llvm::toString(tuned.takeError());
-        ASSERT_EQ(tuned->size(), 2u);
-        for (const tuner::Selection &s : *tuned) {
-          expectCorrect(s, stream.stream);
-          ++loaded;
+    for (generator::Family family : families) {
+      for (int d : {64, 128})
+        for (bool causal : {false, true}) {
+          auto tuned = tuner.loadTuned(specFor(d, causal, family));
+          ASSERT_TRUE(bool(tuned)) << llvm::toString(tuned.takeError());
+          ASSERT_EQ(tuned->size(), 2u);
+          for (const tuner::Selection &s : *tuned) {
+            expectCorrect(s, stream.stream);
+            ++loaded;
+          }
+          // A bucket between the two tuned ones dispatches to the nearest, and says so.
+          const tuner::Selection *near = Tuner::dispatch(*tuned, {2048, 2048, 32});
+          ASSERT_NE(near, nullptr);
+          EXPECT_EQ(near->bucket, (Bucket{1024, 1024, 32}));
+          EXPECT_NE(Tuner::dispatchNote(*near, {2048, 2048, 32}).find("never tuned"),
+                    std::string::npos);
         }
-        // A bucket between the two tuned ones dispatches to the nearest, and says so.
-        const tuner::Selection *near = Tuner::dispatch(*tuned, {2048, 2048, 32});
-        ASSERT_NE(near, nullptr);
-        EXPECT_EQ(near->bucket, (Bucket{1024, 1024, 32}));
-        EXPECT_NE(Tuner::dispatchNote(*near, {2048, 2048, 32}).find("never tuned"),
-                  std::string::npos);
-      }
-    EXPECT_EQ(loaded, 8);
+    }
+    EXPECT_EQ(loaded, perFamily * (int)families.size());
     EXPECT_EQ(tuner.counters().compilations, 0);
     auto row = publishedRow(*cache, tuner, specFor(128, true), {8192, 8192, 32});
     ASSERT_TRUE(row.has_value());
