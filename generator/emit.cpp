@@ -108,7 +108,7 @@ llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConf
     kernel.source = header(spec.key() + " / " + tile.key()) + *common +
                     emitWgmmaWrappers(spec.dtype, tile.blockN, dvPad) + *schedule + *config;
     kernel.entryName = "flashjit_fwd_wgmma";
-    kernel.persistent = !spec.causal;  // see templates/fwd_wgmma.cuh, work tiles
+    kernel.persistent = true;
     kernel.tma.enabled = true;
     kernel.tma.dtype = spec.dtype;
     kernel.tma.headDim = spec.headDim;

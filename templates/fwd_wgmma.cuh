@@ -1,8 +1,7 @@
 // Family fwd_wgmma: the FlashAttention-3 forward schedule for Hopper (sm_90a).
 //
-// CTAs walk work tiles of kBlockM = 64 * kConsumers query rows of one (batch, head) (a
-// persistent grid of one CTA per SM unless causal), with 128 * (kConsumers + 1) threads
-// in warpgroups:
+// A persistent grid (one CTA per SM) walks work tiles of kBlockM = 64 * kConsumers query
+// rows of one (batch, head), with 128 * (kConsumers + 1) threads in warpgroups:
 // - warpgroup 0 is the producer: one thread issues TMA loads of Q and of the K and V
 //   tiles into a kStages-deep ring, each completing on an mbarrier, and runs ahead into
 //   the next work tile while the consumers finish the current one. It gives most of its
@@ -106,21 +105,9 @@ struct Work {
   int diag;      // query i sees keys j <= i + diag
 };
 
-// Tiles are numbered with the query blocks of one (batch, head) as neighbours, so CTAs
-// running together share K and V in L2. Without a mask the grid is persistent: CTA c
-// takes tiles c, c + gridDim.x, ... and its producer loads the next tile while the
-// consumers finish the last one. Causal tiles differ in work (the last query blocks see
-// the most keys), which a static assignment balances badly: there every tile is its own
-// CTA, heaviest first within each head, and the hardware's block scheduler balances.
-template <typename Cfg> __device__ __forceinline__ int tile_count(const FjForwardParams &p) {
-  return (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM * p.heads_q * p.batch;
-}
-
+// The work tile of query block m_block of (batch, head) bh.
 template <typename Cfg>
-__device__ __forceinline__ Work work_of(const FjForwardParams &p, int tile) {
-  const int m_blocks = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
-  const int bh = tile / m_blocks;
-  const int m_block = Cfg::kCausal ? m_blocks - 1 - tile % m_blocks : tile % m_blocks;
+__device__ __forceinline__ Work work_at(const FjForwardParams &p, int bh, int m_block) {
   Work w;
   w.h = bh % p.heads_q;
   w.b = bh / p.heads_q;
@@ -136,6 +123,41 @@ __device__ __forceinline__ Work work_of(const FjForwardParams &p, int tile) {
   return w;
 }
 
+// The work tiles of this CTA, in order. The grid is persistent (one CTA per SM): CTA c
+// takes units c, c + gridDim.x, ..., so its producer loads the next tile while the
+// consumers finish the last. Units of one (batch, head) are neighbours, so CTAs running
+// together share K and V in L2. Without a mask a unit is one query block. Causal query
+// blocks differ in work (block m sees ~m + 1 key tiles), so a causal unit is the pair of
+// blocks M-1-i and i of one head (heaviest first): every pair costs the same, and a
+// static assignment of pairs is as balanced as the non-causal one.
+template <typename Cfg> struct TileWalk {
+  int m_blocks, per_head, units, unit;
+  bool second_half = false;
+  __device__ explicit TileWalk(const FjForwardParams &p) {
+    m_blocks = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+    per_head = Cfg::kCausal ? (m_blocks + 1) / 2 : m_blocks;
+    units = per_head * p.heads_q * p.batch;
+    unit = blockIdx.x;
+  }
+  // The next work tile into w; false when this CTA is done.
+  __device__ bool next(const FjForwardParams &p, Work &w) {
+    if (unit >= units)
+      return false;
+    const int bh = unit / per_head, i = unit % per_head;
+    int m_block = i;
+    if (Cfg::kCausal && !second_half) {
+      m_block = m_blocks - 1 - i;
+      second_half = m_block != i;  // the middle block of an odd count has no partner
+    } else {
+      second_half = false;
+    }
+    if (!second_half)
+      unit += gridDim.x;
+    w = work_at<Cfg>(p, bh, m_block);
+    return true;
+  }
+};
+
 // Warpgroup 0, one thread: for each work tile, Q (once the consumers are done with the
 // previous one), then K and V of every key tile, last tile first, into the ring.
 template <typename Cfg>
@@ -148,9 +170,9 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
   tma_prefetch_map(tm_k);
   tma_prefetch_map(tm_v);
   int q_round = 0, kv_iter = 0;
-  const int tiles = tile_count<Cfg>(p);
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const Work w = work_of<Cfg>(p, tile);
+  TileWalk<Cfg> walk(p);
+  Work w;
+  while (walk.next(p, w)) {
     if (w.n_blocks == 0)
       continue;
     mbar_wait(sm.q_empty(), (q_round & 1) ^ 1);
@@ -368,9 +390,9 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
     named_arrive(1, 256);
 
   int q_round = 0, kv_iter = 0;
-  const int tiles = tile_count<Cfg>(p);
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const Work w = work_of<Cfg>(p, tile);
+  TileWalk<Cfg> walk(p);
+  Work w;
+  while (walk.next(p, w)) {
     const int row[2] = {w.q0 + wg_row0 + warp_in_wg * 16 + g,
                         w.q0 + wg_row0 + warp_in_wg * 16 + g + 8};
     RowState<Cfg> st;

@@ -134,7 +134,8 @@ llvm::Error ForwardKernel::launch(const FjForwardParams &params, CUstream stream
                                  tma.kvRows))
       return err;
     void *args[] = {const_cast<FjForwardParams *>(&params), &maps[0], &maps[1], &maps[2]};
-    // TMA kernels number their work tiles on a 1-D grid: persistent, or one CTA each.
+    // TMA kernels walk their work tiles on a 1-D grid: persistent, or one CTA each.
+    // (A persistent causal kernel takes tiles in pairs; CTAs left without one exit.)
     long long tiles = (long long)blocks * params.heads_q * params.batch;
     unsigned grid = (unsigned)(geometry_.persistent ? std::min<long long>(tiles, smCount_)
                                                     : tiles);
