@@ -162,10 +162,10 @@ def main():
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
         # One compiled kernel per shape (dynamic=False is FlexAttention's fast path); the
         # default limit of 8 recompiles would silently drop later shapes to eager mode.
-        import torch._dynamo
+        import torch._dynamo as dynamo  # (binds only `dynamo`: `torch` stays the module)
         for limit in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit"):
-            if hasattr(torch._dynamo.config, limit):
-                setattr(torch._dynamo.config, limit, 4096)
+            if hasattr(dynamo.config, limit):
+                setattr(dynamo.config, limit, 4096)
         flex = torch.compile(flex_attention, dynamic=False)
     rows = []
     print(f"device {torch.cuda.get_device_name(0)}, flashjit {fj.lib.fj_version().decode()}, "
