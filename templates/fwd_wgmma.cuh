@@ -410,10 +410,10 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
 
     float acc_s[NT * 4];
     u32 p_frag[NT / 2][4];
-    if (Cfg::kOverlap) {
-      // Prologue: S of the first key tile alone.
-      int s = kv_iter % Cfg::kStages;
-      mbar_wait(sm.full_k(s), (kv_iter / Cfg::kStages) & 1);
+    // S = Q K^T of key tile i on its own, then its mask and softmax (P left in acc_s).
+    auto score_alone = [&](int i) {
+      const int it = kv_iter + i, s = it % Cfg::kStages;
+      mbar_wait(sm.full_k(s), (it / Cfg::kStages) & 1);
       wait_turn<Cfg>(consumer);
       wgmma_fence();
       qk_product<Cfg>(acc_s, q_rows, sm.k + s * Cfg::kKBytes);
@@ -422,13 +422,30 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
       wgmma_wait<0>();
       pin_registers(acc_s);
       release(sm.empty_k(s));
-      if (w.n_blocks == 1)
+      if (i == w.n_blocks - 1)
         release(sm.q_empty());
-      mask_tile<Cfg>(acc_s, p, w, (w.n_blocks - 1) * Cfg::kBlockN, wg_row0, row, t);
+      mask_tile<Cfg>(acc_s, p, w, (w.n_blocks - 1 - i) * Cfg::kBlockN, wg_row0, row, t);
       softmax_tile<Cfg>(acc_s, st, p.scale_log2);
+    };
+    // O += P V of key tile i on its own, P packed from acc_s.
+    auto pv_alone = [&](int i) {
+      const int it = kv_iter + i, s = it % Cfg::kStages;
+      pack_p<Cfg>(p_frag, acc_s);
+      mbar_wait(sm.full_v(s), (it / Cfg::kStages) & 1);
+      wait_turn<Cfg>(consumer);
+      wgmma_fence();
+      pv_product<Cfg>(st.acc_o, p_frag, sm.v + s * Cfg::kVBytes);
+      wgmma_commit();
+      pass_turn<Cfg>(consumer);
+      wgmma_wait<0>();
+      pin_registers(st.acc_o);
+      release(sm.empty_v(s));
+    };
+    if (Cfg::kOverlap) {
+      score_alone(0);
       for (int i = 1; i < w.n_blocks; ++i) {
-        const int it = kv_iter + i, sp = s;
-        s = it % Cfg::kStages;
+        const int it = kv_iter + i;
+        const int s = it % Cfg::kStages, sp = (it - 1) % Cfg::kStages;
         pack_p<Cfg>(p_frag, acc_s);
         mbar_wait(sm.full_k(s), (it / Cfg::kStages) & 1);
         mbar_wait(sm.full_v(sp), ((it - 1) / Cfg::kStages) & 1);
@@ -451,46 +468,13 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
         release(sm.empty_v(sp));
         rescale_o<Cfg>(st);
       }
-      // Epilogue of the ring: the last P V.
-      pack_p<Cfg>(p_frag, acc_s);
-      mbar_wait(sm.full_v(s), ((kv_iter + w.n_blocks - 1) / Cfg::kStages) & 1);
-      wait_turn<Cfg>(consumer);
-      wgmma_fence();
-      pv_product<Cfg>(st.acc_o, p_frag, sm.v + s * Cfg::kVBytes);
-      wgmma_commit();
-      pass_turn<Cfg>(consumer);
-      wgmma_wait<0>();
-      pin_registers(st.acc_o);
-      release(sm.empty_v(s));
+      pv_alone(w.n_blocks - 1);
     } else {
       // Registers too tight to hold S and P at once: one key tile at a time.
       for (int i = 0; i < w.n_blocks; ++i) {
-        const int it = kv_iter + i, s = it % Cfg::kStages;
-        const u32 parity = (it / Cfg::kStages) & 1;
-        mbar_wait(sm.full_k(s), parity);
-        wait_turn<Cfg>(consumer);
-        wgmma_fence();
-        qk_product<Cfg>(acc_s, q_rows, sm.k + s * Cfg::kKBytes);
-        wgmma_commit();
-        pass_turn<Cfg>(consumer);
-        wgmma_wait<0>();
-        pin_registers(acc_s);
-        release(sm.empty_k(s));
-        if (i == w.n_blocks - 1)
-          release(sm.q_empty());
-        mask_tile<Cfg>(acc_s, p, w, (w.n_blocks - 1 - i) * Cfg::kBlockN, wg_row0, row, t);
-        softmax_tile<Cfg>(acc_s, st, p.scale_log2);
+        score_alone(i);
         rescale_o<Cfg>(st);
-        pack_p<Cfg>(p_frag, acc_s);
-        mbar_wait(sm.full_v(s), parity);
-        wait_turn<Cfg>(consumer);
-        wgmma_fence();
-        pv_product<Cfg>(st.acc_o, p_frag, sm.v + s * Cfg::kVBytes);
-        wgmma_commit();
-        pass_turn<Cfg>(consumer);
-        wgmma_wait<0>();
-        pin_registers(st.acc_o);
-        release(sm.empty_v(s));
+        pv_alone(i);
       }
     }
     kv_iter += w.n_blocks;
