@@ -1,6 +1,7 @@
-// fwd_mma against the reference on the GPU (DESIGN.md's correctness bar): every head
-// dim of the grid x fp16/bf16 x causal, over sequence pairs that are not multiples of
-// the tiles, MHA/GQA/MQA, plus variable-length batches and strided layouts.
+// fwd_mma against the reference on the GPU (DESIGN.md's correctness bar): every
+// head dim of the grid x fp16/bf16 x causal, over sequence pairs that are not
+// multiples of the tiles, MHA/GQA/MQA, plus variable-length batches and strided
+// layouts.
 #include "kernel_pool.h"
 
 #include <tuple>
@@ -13,50 +14,22 @@ namespace {
 class FwdMmaGrid : public ::testing::TestWithParam<std::tuple<int, DType, bool>> {
 protected:
   static void SetUpTestSuite() {
-    if (!flashjit::testing::openTestDevice())
-      return;
-    std::vector<std::pair<KernelSpec, TileConfig>> all;
-    for (int d : kHeadDims)
-      for (DType dtype : {DType::FP16, DType::BF16})
-        for (bool causal : {false, true}) {
-          KernelSpec spec = specFor(d, d, dtype, causal);
-          all.emplace_back(spec, generator::defaultTile(spec));
-        }
-    KernelPool::get().prepare(all);
+    if (openTestDevice())
+      KernelPool::get().prepare(gridKernels(generator::Family::FwdMma));
   }
 };
 
 TEST_P(FwdMmaGrid, MatchesReference) {
   FLASHJIT_REQUIRE_GPU();
   auto [d, dtype, causal] = GetParam();
-  KernelSpec spec = specFor(d, d, dtype, causal);
-  TileConfig tile = generator::defaultTile(spec);
-  int checked = 0;
-  for (auto [sq, sk] : kSeqPairs)
-    for (const Heads &heads : kHeads) {
-      tuner::ForwardShape shape;
-      shape.batch = 2;
-      shape.headsQ = heads.q;
-      shape.headsKV = heads.kv;
-      shape.seqQ = sq;
-      shape.seqK = sk;
-      std::string failure = checkShape(spec, tile, shape, 1000 + sq * 7 + sk);
-      EXPECT_EQ(failure, "") << spec.key() << " " << tile.key() << " seq (" << sq << ", "
-                             << sk << ") " << heads.name;
-      ++checked;
-    }
-  EXPECT_EQ(checked, 21);
+  EXPECT_EQ(checkGridShapes(specFor(d, d, dtype, causal)), 21);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllHeadDims, FwdMmaGrid,
-    ::testing::Combine(::testing::ValuesIn(kHeadDims),
-                       ::testing::Values(DType::FP16, DType::BF16), ::testing::Bool()),
-    [](const auto &info) {
-      return "d" + std::to_string(std::get<0>(info.param)) +
-             (std::get<1>(info.param) == DType::BF16 ? "_bf16" : "_fp16") +
-             (std::get<2>(info.param) ? "_causal" : "_full");
-    });
+INSTANTIATE_TEST_SUITE_P(AllHeadDims, FwdMmaGrid,
+                         ::testing::Combine(::testing::ValuesIn(kHeadDims),
+                                            ::testing::Values(DType::FP16, DType::BF16),
+                                            ::testing::Bool()),
+                         gridParamName);
 
 TEST(FwdMma, VariableLengthBatch) {
   FLASHJIT_REQUIRE_GPU();
@@ -91,15 +64,15 @@ TEST(FwdMma, StridedLayouts) {
         shape.layout = layout;
         shape.rowPadding = padding;
         EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shape, 11), "")
-            << spec.key() << (layout == tuner::Layout::BSHD ? " BSHD" : " BHSD")
-            << " padding " << padding;
+            << spec.key() << (layout == tuner::Layout::BSHD ? " BSHD" : " BHSD") << " padding "
+            << padding;
       }
 }
 
 TEST(FwdMma, HeadDimVDiffers) {
   FLASHJIT_REQUIRE_GPU();
-  for (auto [d, dv] : {std::pair{128, 64}, std::pair{64, 128}, std::pair{40, 72},
-                       std::pair{192, 128}})
+  for (auto [d, dv] :
+       {std::pair{128, 64}, std::pair{64, 128}, std::pair{40, 72}, std::pair{192, 128}})
     for (bool causal : {false, true}) {
       KernelSpec spec = specFor(d, dv, DType::BF16, causal);
       tuner::ForwardShape shape;
@@ -115,9 +88,9 @@ TEST(FwdMma, HeadDimVDiffers) {
 TEST(FwdMma, EveryTileShapeOfTheSpace) {
   FLASHJIT_REQUIRE_GPU();
   // Tiles other than the defaults: one and two 16-row tiles per warp, 3 stages.
-  for (TileConfig tile : {TileConfig{64, 64, 4, 2}, TileConfig{128, 64, 4, 2},
-                          TileConfig{128, 32, 8, 3}, TileConfig{64, 128, 4, 2},
-                          TileConfig{16, 16, 1, 2}})
+  for (TileConfig tile :
+       {TileConfig{64, 64, 4, 2}, TileConfig{128, 64, 4, 2}, TileConfig{128, 32, 8, 3},
+        TileConfig{64, 128, 4, 2}, TileConfig{16, 16, 1, 2}})
     for (bool causal : {false, true}) {
       KernelSpec spec = specFor(64, 64, DType::FP16, causal);
       tuner::ForwardShape shape;

@@ -1,7 +1,8 @@
-// fwd_wgmma (sm_90a) against the reference on the GPU: the foundation grid (head dims
-// x fp16/bf16 x causal x sequence pairs x MHA/GQA/MQA), strided layouts, head_dim_v !=
-// head_dim, every tile shape the tuner may pick, 250 bitwise-identical reruns (races),
-// and a clear refusal of the arguments TMA cannot take. Skips off Hopper.
+// fwd_wgmma (sm_90a) against the reference on the GPU: the foundation grid
+// (head dims x fp16/bf16 x causal x sequence pairs x MHA/GQA/MQA), strided
+// layouts, head_dim_v != head_dim, every tile shape the tuner may pick, 250
+// bitwise-identical reruns (races), and a clear refusal of the arguments TMA
+// cannot take. Skips off Hopper.
 #include "kernel_pool.h"
 
 #include <tuple>
@@ -14,12 +15,12 @@ namespace {
 constexpr generator::Family kWgmma = generator::Family::FwdWgmma;
 
 // Hopper only: skips the test elsewhere, with the reason.
-#define FLASHJIT_REQUIRE_SM90A()                                                          \
-  do {                                                                                    \
-    FLASHJIT_REQUIRE_GPU();                                                               \
-    if (openTestDevice()->properties().target() != "sm_90a")                              \
-      GTEST_SKIP() << "fwd_wgmma needs an sm_90a device, this one is "                   \
-                   << openTestDevice()->properties().target();                           \
+#define FLASHJIT_REQUIRE_SM90A()                                                                   \
+  do {                                                                                             \
+    FLASHJIT_REQUIRE_GPU();                                                                        \
+    if (openTestDevice()->properties().target() != "sm_90a")                                       \
+      GTEST_SKIP() << "fwd_wgmma needs an sm_90a device, this one is "                             \
+                   << openTestDevice()->properties().target();                                     \
   } while (0)
 
 KernelSpec wgmmaSpec(int d, int dv, DType dtype, bool causal) {
@@ -39,45 +40,22 @@ tuner::ForwardShape shapeOf(int batch, int headsQ, int headsKV, int seqQ, int se
 class FwdWgmmaGrid : public ::testing::TestWithParam<std::tuple<int, DType, bool>> {
 protected:
   static void SetUpTestSuite() {
-    if (!openTestDevice() || openTestDevice()->properties().target() != "sm_90a")
-      return;
-    std::vector<std::pair<KernelSpec, TileConfig>> all;
-    for (int d : kHeadDims)
-      for (DType dtype : {DType::FP16, DType::BF16})
-        for (bool causal : {false, true}) {
-          KernelSpec spec = wgmmaSpec(d, d, dtype, causal);
-          all.emplace_back(spec, generator::defaultTile(spec));
-        }
-    KernelPool::get().prepare(all);
+    if (openTestDevice() && openTestDevice()->properties().target() == "sm_90a")
+      KernelPool::get().prepare(gridKernels(kWgmma));
   }
 };
 
 TEST_P(FwdWgmmaGrid, MatchesReference) {
   FLASHJIT_REQUIRE_SM90A();
   auto [d, dtype, causal] = GetParam();
-  KernelSpec spec = wgmmaSpec(d, d, dtype, causal);
-  TileConfig tile = generator::defaultTile(spec);
-  int checked = 0;
-  for (auto [sq, sk] : kSeqPairs)
-    for (const Heads &heads : kHeads) {
-      std::string failure =
-          checkShape(spec, tile, shapeOf(2, heads.q, heads.kv, sq, sk), 1000 + sq * 7 + sk);
-      EXPECT_EQ(failure, "") << spec.key() << " " << tile.key() << " seq (" << sq << ", "
-                             << sk << ") " << heads.name;
-      ++checked;
-    }
-  EXPECT_EQ(checked, 21);
+  EXPECT_EQ(checkGridShapes(wgmmaSpec(d, d, dtype, causal)), 21);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllHeadDims, FwdWgmmaGrid,
-    ::testing::Combine(::testing::ValuesIn(kHeadDims),
-                       ::testing::Values(DType::FP16, DType::BF16), ::testing::Bool()),
-    [](const auto &info) {
-      return "d" + std::to_string(std::get<0>(info.param)) +
-             (std::get<1>(info.param) == DType::BF16 ? "_bf16" : "_fp16") +
-             (std::get<2>(info.param) ? "_causal" : "_full");
-    });
+INSTANTIATE_TEST_SUITE_P(AllHeadDims, FwdWgmmaGrid,
+                         ::testing::Combine(::testing::ValuesIn(kHeadDims),
+                                            ::testing::Values(DType::FP16, DType::BF16),
+                                            ::testing::Bool()),
+                         gridParamName);
 
 TEST(FwdWgmma, StridedLayouts) {
   FLASHJIT_REQUIRE_SM90A();
@@ -89,8 +67,8 @@ TEST(FwdWgmma, StridedLayouts) {
         shape.layout = layout;
         shape.rowPadding = padding;
         EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shape, 11), "")
-            << spec.key() << (layout == tuner::Layout::BSHD ? " BSHD" : " BHSD")
-            << " padding " << padding;
+            << spec.key() << (layout == tuner::Layout::BSHD ? " BSHD" : " BHSD") << " padding "
+            << padding;
       }
 }
 
@@ -100,19 +78,19 @@ TEST(FwdWgmma, HeadDimVDiffers) {
                        std::pair{192, 128}, std::pair{256, 96}})
     for (bool causal : {false, true}) {
       KernelSpec spec = wgmmaSpec(d, dv, DType::BF16, causal);
-      EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shapeOf(2, 4, 4, 257, 311), 5),
-                "")
+      EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shapeOf(2, 4, 4, 257, 311), 5), "")
           << spec.key();
     }
 }
 
 TEST(FwdWgmma, EveryTileShapeOfTheSpace) {
   FLASHJIT_REQUIRE_SM90A();
-  // One, two and three consumer warpgroups; narrow and wide key tiles; deep rings.
+  // One, two and three consumer warpgroups; narrow and wide key tiles; deep
+  // rings.
   const std::pair<int, TileConfig> cases[] = {
-      {64, {64, 64, 8, 2}},    {64, {192, 128, 16, 2}}, {64, {192, 192, 16, 2}},
-      {64, {128, 16, 12, 4}},  {128, {128, 176, 12, 2}}, {128, {128, 96, 12, 3}},
-      {128, {64, 128, 8, 2}},  {256, {128, 80, 12, 2}},  {256, {64, 64, 8, 3}}};
+      {64, {64, 64, 8, 2}},   {64, {192, 128, 16, 2}},  {64, {192, 192, 16, 2}},
+      {64, {128, 16, 12, 4}}, {128, {128, 176, 12, 2}}, {128, {128, 96, 12, 3}},
+      {128, {64, 128, 8, 2}}, {256, {128, 80, 12, 2}},  {256, {64, 64, 8, 3}}};
   for (auto [d, tile] : cases)
     for (bool causal : {false, true}) {
       KernelSpec spec = wgmmaSpec(d, d, DType::FP16, causal);
@@ -121,7 +99,8 @@ TEST(FwdWgmma, EveryTileShapeOfTheSpace) {
     }
 }
 
-// Races show up as run-to-run differences: the same inputs must give the same bits.
+// Races show up as run-to-run differences: the same inputs must give the same
+// bits.
 TEST(FwdWgmma, BitwiseIdenticalReruns) {
   FLASHJIT_REQUIRE_SM90A();
   for (bool causal : {false, true}) {
@@ -130,8 +109,7 @@ TEST(FwdWgmma, BitwiseIdenticalReruns) {
     std::string error;
     const tuner::ForwardKernel *kernel = KernelPool::get().find(spec, tile, error);
     ASSERT_NE(kernel, nullptr) << error;
-    auto checker = tuner::ForwardChecker::create(spec, shapeOf(1, 16, 16, 4000, 4000), 21,
-                                                 nullptr);
+    auto checker = tuner::ForwardChecker::create(spec, shapeOf(1, 16, 16, 4000, 4000), 21, nullptr);
     ASSERT_TRUE((bool)checker) << llvm::toString(checker.takeError());
     auto first = (*checker)->run(*kernel, nullptr);
     ASSERT_TRUE((bool)first) << llvm::toString(first.takeError());
@@ -146,14 +124,14 @@ TEST(FwdWgmma, BitwiseIdenticalReruns) {
 }
 
 // Small shapes of each head dim, for compute-sanitizer (memcheck, racecheck):
-//   compute-sanitizer --tool racecheck gpu_tests --gtest_filter=FwdWgmma.SanitizerShapes
+//   compute-sanitizer --tool racecheck gpu_tests
+//   --gtest_filter=FwdWgmma.SanitizerShapes
 TEST(FwdWgmma, SanitizerShapes) {
   FLASHJIT_REQUIRE_SM90A();
   for (int d : {64, 96, 128, 192, 256})
     for (bool causal : {false, true}) {
       KernelSpec spec = wgmmaSpec(d, d, DType::BF16, causal);
-      EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shapeOf(1, 2, 1, 150, 200), 9),
-                "")
+      EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shapeOf(1, 2, 1, 150, 200), 9), "")
           << spec.key();
     }
 }

@@ -1,5 +1,5 @@
-// Shared by the kernel GPU tests: kernels compiled once per test binary (in parallel)
-// and a one-call check of a kernel on a shape against the reference.
+// Shared by the kernel GPU tests: kernels compiled once per test binary (in
+// parallel) and a one-call check of a kernel on a shape against the reference.
 #pragma once
 
 #include "gpu_skip.h"
@@ -12,6 +12,7 @@
 
 #include <map>
 #include <mutex>
+#include <tuple>
 
 namespace flashjit::testing {
 
@@ -21,9 +22,8 @@ using generator::TileConfig;
 
 // The correctness grid of the foundation issue, shared by every family.
 inline const int kHeadDims[] = {32, 40, 64, 72, 80, 96, 128, 160, 192, 224, 256};
-inline const std::pair<int, int> kSeqPairs[] = {{1, 1},       {1, 147},     {113, 203},
-                                                {128, 128},   {1023, 1024}, {2048, 2048},
-                                                {4096, 1}};
+inline const std::pair<int, int> kSeqPairs[] = {{1, 1},       {1, 147},     {113, 203}, {128, 128},
+                                                {1023, 1024}, {2048, 2048}, {4096, 1}};
 struct Heads {
   int q, kv;
   const char *name;
@@ -79,8 +79,8 @@ public:
     threads.wait();
     for (auto &[key, binary] : binaries) {
       const generator::EmittedKernel &k = emitted[key];
-      auto loaded = tuner::ForwardKernel::load(binary.cubin, k.entryName,
-                                               tuner::LaunchGeometry::of(k));
+      auto loaded =
+          tuner::ForwardKernel::load(binary.cubin, k.entryName, tuner::LaunchGeometry::of(k));
       if (!loaded)
         errors_[key] = llvm::toString(loaded.takeError());
       else
@@ -104,7 +104,7 @@ private:
 
 // Checks one kernel on one shape; returns "" or the failure.
 inline std::string checkShape(const KernelSpec &spec, const TileConfig &tile,
-                       const tuner::ForwardShape &shape, uint64_t seed) {
+                              const tuner::ForwardShape &shape, uint64_t seed) {
   std::string error;
   const tuner::ForwardKernel *kernel = KernelPool::get().find(spec, tile, error);
   if (!kernel)
@@ -116,6 +116,48 @@ inline std::string checkShape(const KernelSpec &spec, const TileConfig &tile,
   if (!report)
     return "run failed: " + llvm::toString(report.takeError());
   return report->passed ? "" : report->summary();
+}
+
+// Every spec of the grid (head dim x dtype x causal) of a family, with its
+// default tile.
+inline std::vector<std::pair<KernelSpec, TileConfig>> gridKernels(generator::Family family) {
+  std::vector<std::pair<KernelSpec, TileConfig>> all;
+  for (int d : kHeadDims)
+    for (DType dtype : {DType::FP16, DType::BF16})
+      for (bool causal : {false, true}) {
+        KernelSpec spec = specFor(d, d, dtype, causal, family);
+        all.emplace_back(spec, generator::defaultTile(spec));
+      }
+  return all;
+}
+
+// Checks a spec's default tile over every sequence pair x MHA/GQA/MQA (batch
+// 2); returns the number of shapes checked.
+inline int checkGridShapes(const KernelSpec &spec) {
+  TileConfig tile = generator::defaultTile(spec);
+  int checked = 0;
+  for (auto [sq, sk] : kSeqPairs)
+    for (const Heads &heads : kHeads) {
+      tuner::ForwardShape shape;
+      shape.batch = 2;
+      shape.headsQ = heads.q;
+      shape.headsKV = heads.kv;
+      shape.seqQ = sq;
+      shape.seqK = sk;
+      std::string failure = checkShape(spec, tile, shape, 1000 + sq * 7 + sk);
+      EXPECT_EQ(failure, "") << spec.key() << " " << tile.key() << " seq (" << sq << ", " << sk
+                             << ") " << heads.name;
+      ++checked;
+    }
+  return checked;
+}
+
+// Test names of the grid's parameters: "d128_bf16_causal".
+inline std::string
+gridParamName(const ::testing::TestParamInfo<std::tuple<int, DType, bool>> &info) {
+  return "d" + std::to_string(std::get<0>(info.param)) +
+         (std::get<1>(info.param) == DType::BF16 ? "_bf16" : "_fp16") +
+         (std::get<2>(info.param) ? "_causal" : "_full");
 }
 
 } // namespace flashjit::testing
