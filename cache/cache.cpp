@@ -100,6 +100,22 @@ int64_t nowMs() {
       .count();
 }
 
+// One query's result in a read transaction on `store`. The query may run more than once
+// (Store::run retries), and not at all on a shipped store disabled by a failure: the
+// result is then T's empty value (a miss).
+template <typename T, typename Query> llvm::Expected<T> readOnce(Store &store, Query query) {
+  T out{};
+  if (llvm::Error error = store.run(sql::TxKind::Read, [&](sql::Connection &c) -> llvm::Error {
+        llvm::Expected<T> result = query(c);
+        if (!result)
+          return result.takeError();
+        out = std::move(*result);
+        return llvm::Error::success();
+      }))
+    return std::move(error);
+  return std::move(out);
+}
+
 } // namespace
 
 // ---- Impl -------------------------------------------------------------------------------
@@ -268,15 +284,11 @@ std::vector<DatabaseInfo> Cache::databases() const {
 
 llvm::Expected<std::optional<Found<BinaryRow>>> Cache::findBinary(llvm::StringRef key) {
   for (Store *store : impl_->order()) {
-    std::optional<rows::Checked<BinaryRow>> found;
-    if (llvm::Error error = store->run(sql::TxKind::Read, [&](sql::Connection &c) -> llvm::Error {
-          llvm::Expected<std::optional<rows::Checked<BinaryRow>>> row = rows::selectBinary(c, key);
-          if (!row)
-            return row.takeError();
-          found = std::move(*row);
-          return llvm::Error::success();
-        }))
-      return std::move(error);
+    auto read = readOnce<std::optional<rows::Checked<BinaryRow>>>(
+        *store, [&](sql::Connection &c) { return rows::selectBinary(c, key); });
+    if (!read)
+      return read.takeError();
+    std::optional<rows::Checked<BinaryRow>> &found = *read;
     if (!found)
       continue;
     if (!found->valid) {
@@ -351,16 +363,11 @@ llvm::Expected<std::vector<Found<TuningRow>>> Cache::tuningsFor(const TuningKey 
   std::vector<Found<TuningRow>> result;
   llvm::StringSet<> seen;
   for (Store *store : impl_->order()) {
-    std::vector<rows::Checked<TuningRow>> found;
-    if (llvm::Error error = store->run(sql::TxKind::Read, [&](sql::Connection &c) -> llvm::Error {
-          llvm::Expected<std::vector<rows::Checked<TuningRow>>> r = rows::selectTunings(c, &family);
-          if (!r)
-            return r.takeError();
-          found = std::move(*r);
-          return llvm::Error::success();
-        }))
-      return std::move(error);
-    for (rows::Checked<TuningRow> &row : found) {
+    auto found = readOnce<std::vector<rows::Checked<TuningRow>>>(
+        *store, [&](sql::Connection &c) { return rows::selectTunings(c, &family); });
+    if (!found)
+      return found.takeError();
+    for (rows::Checked<TuningRow> &row : *found) {
       if (!row.valid)
         impl_->dropBadTuning(*store, row);
       else if (seen.insert(row.row.key.hash()).second)
@@ -373,16 +380,11 @@ llvm::Expected<std::vector<Found<TuningRow>>> Cache::tuningsFor(const TuningKey 
 llvm::Expected<std::vector<Found<TuningRow>>> Cache::allTunings() {
   std::vector<Found<TuningRow>> result;
   for (Store *store : impl_->order()) {
-    std::vector<rows::Checked<TuningRow>> found;
-    if (llvm::Error error = store->run(sql::TxKind::Read, [&](sql::Connection &c) -> llvm::Error {
-          llvm::Expected<std::vector<rows::Checked<TuningRow>>> r = rows::selectTunings(c, nullptr);
-          if (!r)
-            return r.takeError();
-          found = std::move(*r);
-          return llvm::Error::success();
-        }))
-      return std::move(error);
-    for (rows::Checked<TuningRow> &row : found) {
+    auto found = readOnce<std::vector<rows::Checked<TuningRow>>>(
+        *store, [&](sql::Connection &c) { return rows::selectTunings(c, nullptr); });
+    if (!found)
+      return found.takeError();
+    for (rows::Checked<TuningRow> &row : *found) {
       if (!row.valid)
         impl_->dropBadTuning(*store, row);
       else
