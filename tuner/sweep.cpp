@@ -1,6 +1,7 @@
 #include "tuner/sweep.h"
 
 #include "generator/templates.h"
+#include "support/elapsed.h"
 #include "support/error.h"
 #include "tuner/family.h"
 #include "tuner/roofline.h"
@@ -27,10 +28,6 @@ template <typename T> std::vector<T> unique(const std::vector<T> &values) {
     if (!llvm::is_contained(out, v))
       out.push_back(v);
   return out;
-}
-
-double secondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 } // namespace

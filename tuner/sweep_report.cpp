@@ -1,5 +1,7 @@
 #include "tuner/sweep_report.h"
 
+#include "support/elapsed.h"
+
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
@@ -48,8 +50,7 @@ ProgressBar::ProgressBar(llvm::raw_ostream &os, int total, bool interactive, uns
 
 ProgressState ProgressBar::stateNow() const {
   ProgressState s = state_;
-  s.elapsedSeconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  s.elapsedSeconds = secondsSince(start_);
   for (const auto &[device, label] : running_) {
     if (!s.current.empty())
       s.current += ", ";

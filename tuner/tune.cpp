@@ -1,4 +1,5 @@
 // One tune of (spec, bucket): prune, build, gate on correctness, time, pick, publish.
+#include "support/elapsed.h"
 #include "support/error.h"
 #include "tuner/roofline.h"
 #include "tuner/select.h"
@@ -16,10 +17,6 @@ namespace flashjit::tuner {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double secondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // A candidate on its way through the gates.
 struct Candidate {

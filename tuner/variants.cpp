@@ -1,5 +1,6 @@
 #include "tuner/variants.h"
 
+#include "support/elapsed.h"
 #include "support/error.h"
 #include "support/hash.h"
 #include "tuner/loaded_kernel.h"
@@ -127,8 +128,7 @@ llvm::Expected<BuildResult> buildVariants(cache::Cache &cache, const generator::
   }
   if (!cacheError.empty())
     return makeError(ErrorCode::Cache, "publishing a compiled binary: {0}", cacheError);
-  result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.seconds = secondsSince(start);
   return std::move(result);
 }
 
