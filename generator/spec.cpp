@@ -123,12 +123,16 @@ int tileBytes(int rows, int cols) {
 namespace {
 int roundUp(int x, int m) { return (x + m - 1) / m * m; }
 
-// fwd_wgmma (mirrors FwdWgmmaConfig): head dims padded to 32, Q + a K/V ring, two
-// mbarriers for Q and four per stage, 1024 bytes of alignment slack.
+// fwd_wgmma (mirrors FwdWgmmaConfig): head dims padded to 32, one or (where they fit)
+// two Q buffers + a K/V ring, two mbarriers per Q buffer and four per stage, 1024 bytes
+// of alignment slack.
 int wgmmaSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
   int d = roundUp(spec.headDim, 32), dv = roundUp(spec.headDimV, 32);
-  return 1024 + tile.blockM * d * 2 + tile.stages * tile.blockN * (d + dv) * 2 +
-         (2 + 4 * tile.stages) * 8;
+  auto bytes = [&](int qBuffers) {
+    return 1024 + qBuffers * tile.blockM * d * 2 + tile.stages * tile.blockN * (d + dv) * 2 +
+           (2 * qBuffers + 4 * tile.stages) * 8;
+  };
+  return bytes(2) <= 227 * 1024 ? bytes(2) : bytes(1);
 }
 
 // Consumer registers per thread after setmaxnreg (mirrors FwdWgmmaConfig).

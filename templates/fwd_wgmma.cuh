@@ -4,8 +4,9 @@
 // rows of one (batch, head), with 128 * (kConsumers + 1) threads in warpgroups:
 // - warpgroup 0 is the producer: one thread issues TMA loads of Q and of the K and V
 //   tiles into a kStages-deep ring, each completing on an mbarrier, and runs ahead into
-//   the next work tile while the consumers finish the current one. It gives most of its
-//   registers to the consumers (setmaxnreg).
+//   the next work tile while the consumers finish the current one (into a second Q
+//   buffer where shared memory has room). It gives most of its registers to the
+//   consumers (setmaxnreg).
 // - each consumer warpgroup owns 64 query rows. S = Q K^T is a chain of
 //   wgmma.mma_async with both operands in shared memory; P is converted in registers
 //   (the S accumulator layout is the A-fragment layout) and O += P V is a second chain
@@ -48,10 +49,19 @@ struct FwdWgmmaConfig {
   static constexpr int kQBytes = kBlockM * kDPad * 2;
   static constexpr int kKBytes = kBlockN * kDPad * 2;
   static constexpr int kVBytes = kBlockN * kDvPad * 2;
-  static constexpr int kBarriers = 2 + 4 * kStages;  // Q full/empty, then K and V
+  // Two Q buffers where they fit, so the producer loads the next work tile's Q while the
+  // consumers still read this one's (the consumers' step from one tile to the next then
+  // never waits for Q).
+  static constexpr int kMaxSmemBytes = 227 * 1024;
+  static constexpr int kQBuffers =
+      1024 + 2 * kQBytes + kStages * (kKBytes + kVBytes) + (4 + 4 * kStages) * 8 <=
+              kMaxSmemBytes
+          ? 2
+          : 1;
+  static constexpr int kBarriers = 2 * kQBuffers + 4 * kStages;  // Q full/empty, K, V
   // 1024 bytes of slack to align the operands to the 128-byte swizzle's period.
   static constexpr int kSmemBytes =
-      1024 + kQBytes + kStages * (kKBytes + kVBytes) + kBarriers * 8;
+      1024 + kQBuffers * kQBytes + kStages * (kKBytes + kVBytes) + kBarriers * 8;
 
   // Registers per thread after setmaxnreg: the producer keeps the minimum.
   static constexpr int kProducerRegs = 24;
@@ -80,20 +90,24 @@ __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); 
 constexpr float kRescaleSlack = 8.f;
 
 // Where the operands live in shared memory (all offsets 1024-byte aligned).
+// Work tile number r (counted per CTA) uses Q buffer r % kQBuffers.
 template <typename Cfg> struct SmemLayout {
-  u32 q, k, v, bar;
+  static constexpr int kQB = Cfg::kQBuffers;
+  u32 q0, k, v, bar;
   __device__ explicit SmemLayout(u32 base) {
-    q = base;
-    k = q + Cfg::kQBytes;
+    q0 = base;
+    k = q0 + kQB * Cfg::kQBytes;
     v = k + Cfg::kStages * Cfg::kKBytes;
     bar = v + Cfg::kStages * Cfg::kVBytes;
   }
-  __device__ u32 q_full() const { return bar; }
-  __device__ u32 q_empty() const { return bar + 8; }
-  __device__ u32 full_k(int s) const { return bar + 8 * (2 + s); }
-  __device__ u32 full_v(int s) const { return bar + 8 * (2 + Cfg::kStages + s); }
-  __device__ u32 empty_k(int s) const { return bar + 8 * (2 + 2 * Cfg::kStages + s); }
-  __device__ u32 empty_v(int s) const { return bar + 8 * (2 + 3 * Cfg::kStages + s); }
+  __device__ u32 q(int round) const { return q0 + (round % kQB) * Cfg::kQBytes; }
+  __device__ u32 q_full(int round) const { return bar + 8 * (round % kQB); }
+  __device__ u32 q_empty(int round) const { return bar + 8 * (kQB + round % kQB); }
+  __device__ static u32 q_parity(int round) { return (round / kQB) & 1; }
+  __device__ u32 full_k(int s) const { return bar + 8 * (2 * kQB + s); }
+  __device__ u32 full_v(int s) const { return bar + 8 * (2 * kQB + Cfg::kStages + s); }
+  __device__ u32 empty_k(int s) const { return bar + 8 * (2 * kQB + 2 * Cfg::kStages + s); }
+  __device__ u32 empty_v(int s) const { return bar + 8 * (2 * kQB + 3 * Cfg::kStages + s); }
 };
 
 // One work tile: a block of kBlockM query rows of one (batch, head), and the key tiles
@@ -175,11 +189,11 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
   while (walk.next(p, w)) {
     if (w.n_blocks == 0)
       continue;
-    mbar_wait(sm.q_empty(), (q_round & 1) ^ 1);
-    mbar_arrive_expect_tx(sm.q_full(), Cfg::kQBytes);
+    mbar_wait(sm.q_empty(q_round), sm.q_parity(q_round) ^ 1);
+    mbar_arrive_expect_tx(sm.q_full(q_round), Cfg::kQBytes);
 #pragma unroll
     for (int pn = 0; pn < kPanelsD; ++pn)
-      tma_load_4d(sm.q + pn * Cfg::kBlockM * Cfg::kSwizzleD, tm_q, sm.q_full(),
+      tma_load_4d(sm.q(q_round) + pn * Cfg::kBlockM * Cfg::kSwizzleD, tm_q, sm.q_full(q_round),
                   pn * Cfg::kPanelD, w.q0, w.h, w.b);
     ++q_round;
     for (int i = 0; i < w.n_blocks; ++i, ++kv_iter) {
@@ -379,7 +393,6 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
   const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
   const int g = lane >> 2, t = lane & 3;
   const int wg_row0 = consumer * 64;
-  const u32 q_rows = sm.q + wg_row0 * Cfg::kSwizzleD;
   auto release = [&](u32 bar) {
     if (lane == 0)
       mbar_arrive(bar);
@@ -405,8 +418,9 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
       store_rows<Cfg>(p, w, st, row, t);
       continue;
     }
-    mbar_wait(sm.q_full(), q_round & 1);
-    ++q_round;
+    mbar_wait(sm.q_full(q_round), sm.q_parity(q_round));
+    const u32 q_rows = sm.q(q_round) + wg_row0 * Cfg::kSwizzleD;
+    const int q_this = q_round++;
 
     float acc_s[NT * 4];
     u32 p_frag[NT / 2][4];
@@ -423,7 +437,7 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
       pin_registers(acc_s);
       release(sm.empty_k(s));
       if (i == w.n_blocks - 1)
-        release(sm.q_empty());
+        release(sm.q_empty(q_this));
       mask_tile<Cfg>(acc_s, p, w, (w.n_blocks - 1 - i) * Cfg::kBlockN, wg_row0, row, t);
       softmax_tile<Cfg>(acc_s, st, p.scale_log2);
     };
@@ -460,7 +474,7 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
         pin_registers(acc_s);
         release(sm.empty_k(s));
         if (i == w.n_blocks - 1)
-          release(sm.q_empty());
+          release(sm.q_empty(q_this));
         mask_tile<Cfg>(acc_s, p, w, (w.n_blocks - 1 - i) * Cfg::kBlockN, wg_row0, row, t);
         softmax_tile<Cfg>(acc_s, st, p.scale_log2);
         wgmma_wait<0>();
@@ -490,8 +504,10 @@ __device__ __forceinline__ void run(const FjForwardParams &p, const TensorMap &t
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
-    mbar_init(sm.q_full(), 1);
-    mbar_init(sm.q_empty(), 4 * Cfg::kConsumers);  // one arrival per consumer warp
+    for (int b = 0; b < Cfg::kQBuffers; ++b) {
+      mbar_init(sm.q_full(b), 1);
+      mbar_init(sm.q_empty(b), 4 * Cfg::kConsumers);  // one arrival per consumer warp
+    }
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbar_init(sm.full_k(s), 1);
       mbar_init(sm.full_v(s), 1);

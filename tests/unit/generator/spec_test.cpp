@@ -101,6 +101,22 @@ TEST(SharedMemory, MatchesTheLayoutArithmetic) {
   EXPECT_EQ(sharedBytes(spec, TileConfig{64, 32, 4, 2}), 64 * 208 + 2 * (2 * 32 * 208));
 }
 
+TEST(SharedMemory, WgmmaDoublesQWhereItFits) {
+  KernelSpec spec;
+  spec.family = Family::FwdWgmma;
+  spec.target = "sm_90a";
+  spec.headDim = spec.headDimV = 128;
+  // bm128 bn128 s2: 32 KiB of Q + a 128 KiB ring leaves room for a second Q buffer.
+  EXPECT_EQ(sharedBytes(spec, TileConfig{128, 128, 12, 2}),
+            1024 + 2 * 128 * 256 + 2 * (2 * 128 * 256) + (4 + 8) * 8);
+  // bm128 bn176 s2: a 176 KiB ring; two Q buffers would pass 227 KiB, so one.
+  EXPECT_EQ(sharedBytes(spec, TileConfig{128, 176, 12, 2}),
+            1024 + 128 * 256 + 2 * (2 * 176 * 256) + (2 + 8) * 8);
+  spec.headDim = spec.headDimV = 72;  // padded to 96
+  EXPECT_EQ(sharedBytes(spec, TileConfig{64, 64, 8, 2}),
+            1024 + 2 * 64 * 192 + 2 * (2 * 64 * 192) + (4 + 8) * 8);
+}
+
 TEST(Emit, SourceIsSelfContainedAndSpecialized) {
   KernelSpec spec;
   spec.headDim = 72;
