@@ -209,6 +209,13 @@ llvm::Error checkForwardArgs(const AttentionDesc &desc, const fj_forward_args *i
                            "args->cu_seqlens_q/k are set but args->{0} is 0: with cu_seqlens "
                            "it must hold the longest sequence length (>= 1)",
                            field);
+    for (auto [field, value] :
+         {std::pair{"total_q", a.total_q}, std::pair{"total_k", a.total_k}})
+      if (value < 0)
+        return makeError(ErrorCode::InvalidValue,
+                         "args->{0} is {1}: with cu_seqlens it is the number of packed rows, "
+                         "or 0 when not known",
+                         field, value);
     if (a.lse && a.batch > 0 && a.total_q <= 0)
       return makeError(ErrorCode::InvalidValue,
                        "args->total_q is {0}: with cu_seqlens and lse it must be the number "
@@ -274,6 +281,8 @@ llvm::Error checkForwardArgs(const AttentionDesc &desc, const fj_forward_args *i
   params.lse = a.lse;
   params.cu_seqlens_q = a.cu_seqlens_q;
   params.cu_seqlens_k = a.cu_seqlens_k;
+  params.total_q = varlen ? a.total_q : 0;
+  params.total_k = varlen ? a.total_k : 0;
   params.q_batch_stride = varlen ? 0 : a.q_batch_stride;
   params.k_batch_stride = varlen ? 0 : a.k_batch_stride;
   params.v_batch_stride = varlen ? 0 : a.v_batch_stride;

@@ -51,7 +51,8 @@ class ForwardArgs(C.Structure):
                 ("v", C.c_void_p), ("o", C.c_void_p), ("lse", C.c_void_p),
                 ("batch", C.c_int32), ("seqlen_q", C.c_int32), ("seqlen_k", C.c_int32)] + \
                [(f"{t}_{s}_stride", C.c_int64) for t in "qkvo" for s in ("batch", "seq", "head")] + \
-               [("cu_seqlens_q", C.c_void_p), ("cu_seqlens_k", C.c_void_p), ("total_q", C.c_int64)]
+               [("cu_seqlens_q", C.c_void_p), ("cu_seqlens_k", C.c_void_p), ("total_q", C.c_int64),
+                ("total_k", C.c_int64)]
 
 
 class KernelInfo(C.Structure):

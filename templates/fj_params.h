@@ -13,6 +13,10 @@ struct FjForwardParams {
   // row cu_seqlens[b]; seqlen_q / seqlen_k hold the maximum lengths.
   const int *cu_seqlens_q;
   const int *cu_seqlens_k;
+  // With cu_seqlens: the packed rows of q/o and of k/v (cu_seqlens_q[batch],
+  // cu_seqlens_k[batch]), 0 when unknown. The TMA kernels need them to bound their
+  // loads; the others ignore them.
+  long long total_q, total_k;
   // Strides in elements; the last dimension is contiguous.
   long long q_batch_stride, q_row_stride, q_head_stride;
   long long k_batch_stride, k_row_stride, k_head_stride;

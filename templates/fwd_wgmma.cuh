@@ -13,6 +13,9 @@
 //   with A from registers and V read N-major. A K or V slot is released as soon as its
 //   product completes. Two consumers take turns issuing (ping-pong), and within one,
 //   the softmax of key tile i overlaps the tensor cores' P(i-1) V(i-1).
+// A variable-length batch (cu_seqlens) is one packed sequence to the tensor maps: a work
+// tile offsets its loads by its sequence's first row, masks keys past its own end (rows
+// of the next sequence, loaded but unused) and stores only its own rows.
 // Head dims are padded up to the swizzle panel (32 or 64 elements) by TMA's zero fill,
 // so any multiple of 8 is exact. The softmax is online, in base 2, with the scale folded
 // into one FMA; causal is aligned bottom-right and iterates the key tiles from the last
@@ -114,23 +117,40 @@ template <typename Cfg> struct SmemLayout {
 // its rows see.
 struct Work {
   int h, h_kv, b;
-  int q0;        // first query row
-  int n_blocks;  // key tiles 0 .. n_blocks - 1 (causal stops at the diagonal)
-  int diag;      // query i sees keys j <= i + diag
+  int seqlen_q, seqlen_k;  // of this sequence (they differ per sequence with cu_seqlens)
+  int q_begin, k_begin;    // its first row in the packed q/o and k/v (0 without cu_seqlens)
+  int tma_b;               // its batch coordinate in the tensor maps (0 with cu_seqlens)
+  int q0;                  // first query row, within the sequence
+  int n_blocks;            // key tiles 0 .. n_blocks - 1 (causal stops at the diagonal)
+  int diag;                // query i sees keys j <= i + diag
 };
 
-// The work tile of query block m_block of (batch, head) bh.
+// The work tile of query block m_block of (batch, head) bh. With cu_seqlens the grid
+// covers the longest sequence; a block past a shorter one's end has no rows (and no
+// key tiles).
 template <typename Cfg>
 __device__ __forceinline__ Work work_at(const FjForwardParams &p, int bh, int m_block) {
   Work w;
   w.h = bh % p.heads_q;
   w.b = bh / p.heads_q;
   w.h_kv = w.h / (p.heads_q / p.heads_kv);
+  if (p.cu_seqlens_q) {
+    w.q_begin = p.cu_seqlens_q[w.b];
+    w.k_begin = p.cu_seqlens_k[w.b];
+    w.seqlen_q = p.cu_seqlens_q[w.b + 1] - w.q_begin;
+    w.seqlen_k = p.cu_seqlens_k[w.b + 1] - w.k_begin;
+    w.tma_b = 0;
+  } else {
+    w.q_begin = w.k_begin = 0;
+    w.seqlen_q = p.seqlen_q;
+    w.seqlen_k = p.seqlen_k;
+    w.tma_b = w.b;
+  }
   w.q0 = m_block * Cfg::kBlockM;
-  w.diag = p.seqlen_k - p.seqlen_q;
-  w.n_blocks = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  w.diag = w.seqlen_k - w.seqlen_q;
+  w.n_blocks = w.q0 < w.seqlen_q ? (w.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN : 0;
   if (Cfg::kCausal) {
-    const int last_row = imin(w.q0 + Cfg::kBlockM, p.seqlen_q) - 1;
+    const int last_row = imin(w.q0 + Cfg::kBlockM, w.seqlen_q) - 1;
     const int last_key = last_row + w.diag;
     w.n_blocks = imin(w.n_blocks, last_key < 0 ? 0 : last_key / Cfg::kBlockN + 1);
   }
@@ -193,11 +213,11 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
     mbar_arrive_expect_tx(sm.q_full(q_round), Cfg::kQBytes);
 #pragma unroll
     for (int pn = 0; pn < kPanelsD; ++pn)
-      tma_load_4d(sm.q(q_round) + pn * Cfg::kBlockM * Cfg::kSwizzleD, tm_q, sm.q_full(q_round),
-                  pn * Cfg::kPanelD, w.q0, w.h, w.b);
+      tma_load_4d(sm.q(q_round) + pn * Cfg::kBlockM * Cfg::kSwizzleD, tm_q,
+                  sm.q_full(q_round), pn * Cfg::kPanelD, w.q_begin + w.q0, w.h, w.tma_b);
     ++q_round;
     for (int i = 0; i < w.n_blocks; ++i, ++kv_iter) {
-      const int key0 = (w.n_blocks - 1 - i) * Cfg::kBlockN;
+      const int key0 = w.k_begin + (w.n_blocks - 1 - i) * Cfg::kBlockN;
       const int s = kv_iter % Cfg::kStages;
       const u32 free_parity = ((kv_iter / Cfg::kStages) & 1) ^ 1;
       mbar_wait(sm.empty_k(s), free_parity);
@@ -206,14 +226,14 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
 #pragma unroll
       for (int pn = 0; pn < kPanelsD; ++pn)
         tma_load_4d(k_dst + pn * Cfg::kBlockN * Cfg::kSwizzleD, tm_k, sm.full_k(s),
-                    pn * Cfg::kPanelD, key0, w.h_kv, w.b);
+                    pn * Cfg::kPanelD, key0, w.h_kv, w.tma_b);
       mbar_wait(sm.empty_v(s), free_parity);
       mbar_arrive_expect_tx(sm.full_v(s), Cfg::kVBytes);
       const u32 v_dst = sm.v + s * Cfg::kVBytes;
 #pragma unroll
       for (int pn = 0; pn < kPanelsDv; ++pn)
         tma_load_4d(v_dst + pn * Cfg::kBlockN * Cfg::kSwizzleDv, tm_v, sm.full_v(s),
-                    pn * Cfg::kPanelDv, key0, w.h_kv, w.b);
+                    pn * Cfg::kPanelDv, key0, w.h_kv, w.tma_b);
     }
   }
 }
@@ -265,7 +285,7 @@ template <typename Cfg>
 __device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2],
                                           const FjForwardParams &p, const Work &w, int key0,
                                           int wg_row0, const int (&row)[2], int t) {
-  const bool crosses_end = key0 + Cfg::kBlockN > p.seqlen_k;
+  const bool crosses_end = key0 + Cfg::kBlockN > w.seqlen_k;
   const bool crosses_diag =
       Cfg::kCausal && key0 + Cfg::kBlockN - 1 > w.q0 + wg_row0 + w.diag;
   if (!crosses_end && !crosses_diag)
@@ -275,7 +295,7 @@ __device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2],
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int col = key0 + nt * 8 + 2 * t + (e & 1);
-      if (col >= p.seqlen_k || (Cfg::kCausal && col > row[e >> 1] + w.diag))
+      if (col >= w.seqlen_k || (Cfg::kCausal && col > row[e >> 1] + w.diag))
         acc_s[nt * 4 + e] = neg_inf();
     }
 }
@@ -355,16 +375,19 @@ template <typename Cfg>
 __device__ __forceinline__ void store_rows(const FjForwardParams &p, const Work &w,
                                            RowState<Cfg> &st, const int (&row)[2], int t) {
   typedef typename Cfg::Element T;
-  u16 *o = (u16 *)p.o + (long long)w.b * p.o_batch_stride + (long long)w.h * p.o_head_stride;
+  // With cu_seqlens the batch strides are ignored: rows are packed.
+  const int b = p.cu_seqlens_q ? 0 : w.b;
+  u16 *o = (u16 *)p.o + (long long)b * p.o_batch_stride + (long long)w.h * p.o_head_stride;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     float sum = st.row_sum[hf];
     sum += __shfl_xor_sync(0xffffffff, sum, 1);
     sum += __shfl_xor_sync(0xffffffff, sum, 2);
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    if (row[hf] >= p.seqlen_q)
+    if (row[hf] >= w.seqlen_q)
       continue;
-    u16 *o_row = o + (long long)row[hf] * p.o_row_stride;
+    const long long packed_row = (long long)w.q_begin + row[hf];  // row in q/o, lse
+    u16 *o_row = o + packed_row * p.o_row_stride;
 #pragma unroll
     for (int ot = 0; ot < Cfg::kDvPad / 8; ++ot) {
       if (ot * 8 < Cfg::kHeadDimV) {
@@ -377,8 +400,8 @@ __device__ __forceinline__ void store_rows(const FjForwardParams &p, const Work 
       // max is in base 2 of the scaled scores: ln-sum-exp = max * ln 2 + ln(sum).
       const float lse =
           sum > 0.f ? st.row_max[hf] * 0.69314718055994531f + __logf(sum) : neg_inf();
-      p.lse[(long long)w.b * p.lse_batch_stride + (long long)w.h * p.lse_head_stride +
-            row[hf]] = lse;
+      p.lse[(long long)b * p.lse_batch_stride + (long long)w.h * p.lse_head_stride +
+            packed_row] = lse;
     }
   }
 }

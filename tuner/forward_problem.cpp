@@ -104,6 +104,8 @@ FjForwardParams makeParams(const ForwardShape &shape, const ForwardBuffers &buff
   if (shape.varlen()) {
     p.cu_seqlens_q = reinterpret_cast<const int *>(buffers.cuSeqlensQ.ptr());
     p.cu_seqlens_k = reinterpret_cast<const int *>(buffers.cuSeqlensK.ptr());
+    p.total_q = shape.totalQ();
+    p.total_k = shape.totalK();
   }
   Strides q = stridesFor(shape, shape.headsQ, shape.headDim, shape.seqQ);
   Strides k = stridesFor(shape, shape.headsKV, shape.headDim, shape.seqK);

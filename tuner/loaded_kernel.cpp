@@ -54,17 +54,24 @@ ForwardKernel::load(llvm::StringRef cubin, llvm::StringRef entryName, LaunchGeom
 }
 
 const char *tmaArgumentProblem(const FjForwardParams &params, long long *badStride) {
-  if (params.cu_seqlens_q || params.cu_seqlens_k)
-    return "TMA kernels do not take variable-length batches (cu_seqlens)";
+  const bool varlen = params.cu_seqlens_q || params.cu_seqlens_k;
+  // A tensor map describes the packed rows of a variable-length batch as one sequence,
+  // so it needs their number to bound the loads.
+  if (varlen && (params.total_q <= 0 || params.total_k <= 0))
+    return "TMA kernels take variable-length batches (cu_seqlens) only with total_q and "
+           "total_k, the packed row counts";
   if (params.seqlen_k <= 0)
     return "TMA kernels need at least one key (a tensor map cannot describe an empty K/V)";
   auto aligned = [](const void *p) { return ((uintptr_t)p & 15) == 0; };
   if (!aligned(params.q) || !aligned(params.k) || !aligned(params.v))
     return "TMA kernels need q, k and v aligned to 16 bytes";
   // 16-bit elements: a stride in multiples of 8 elements is a multiple of 16 bytes.
-  const long long strides[] = {params.q_row_stride, params.q_head_stride, params.q_batch_stride,
-                               params.k_row_stride, params.k_head_stride, params.k_batch_stride,
-                               params.v_row_stride, params.v_head_stride, params.v_batch_stride};
+  // A variable-length batch ignores its batch strides.
+  const long long noBatch = 0;
+  const long long strides[] = {
+      params.q_row_stride, params.q_head_stride, varlen ? noBatch : params.q_batch_stride,
+      params.k_row_stride, params.k_head_stride, varlen ? noBatch : params.k_batch_stride,
+      params.v_row_stride, params.v_head_stride, varlen ? noBatch : params.v_batch_stride};
   for (long long stride : strides)
     if (stride % 8 != 0 || stride < 0 || stride >= (1ll << 39)) {
       if (badStride)
@@ -88,7 +95,7 @@ llvm::Error checkTmaArguments(const FjForwardParams &params) {
 namespace {
 // Rank-4 tensor map over (column, row, head, batch) of one operand. Strides in elements.
 llvm::Error encodeOperand(CUtensorMap &map, const generator::TmaOperands &tma, const void *base,
-                          int columns, int rows, int heads, int batch, long long rowStride,
+                          int columns, long long rows, int heads, int batch, long long rowStride,
                           long long headStride, long long batchStride, int boxColumns,
                           int boxRows) {
   uint64_t dims[4] = {(uint64_t)columns, (uint64_t)rows, (uint64_t)heads, (uint64_t)batch};
@@ -117,21 +124,25 @@ llvm::Error ForwardKernel::launch(const FjForwardParams &params, CUstream stream
   if (tma.enabled) {
     if (auto err = checkTmaArguments(params))
       return err;
+    // A variable-length batch is one packed sequence of total_q (total_k) rows to TMA;
+    // the kernel offsets each sequence's rows by cu_seqlens.
+    const bool varlen = params.cu_seqlens_q != nullptr;
+    const long long rowsQ = varlen ? params.total_q : params.seqlen_q;
+    const long long rowsK = varlen ? params.total_k : params.seqlen_k;
+    const int batches = varlen ? 1 : params.batch;
     alignas(64) CUtensorMap maps[3];
-    if (auto err = encodeOperand(maps[0], tma, params.q, tma.headDim, params.seqlen_q,
-                                 params.heads_q, params.batch, params.q_row_stride,
-                                 params.q_head_stride, params.q_batch_stride, tma.panelD,
-                                 tma.qRows))
+    auto batchStride = [&](long long stride) { return varlen ? 0 : stride; };
+    if (auto err = encodeOperand(maps[0], tma, params.q, tma.headDim, rowsQ, params.heads_q,
+                                 batches, params.q_row_stride, params.q_head_stride,
+                                 batchStride(params.q_batch_stride), tma.panelD, tma.qRows))
       return err;
-    if (auto err = encodeOperand(maps[1], tma, params.k, tma.headDim, params.seqlen_k,
-                                 params.heads_kv, params.batch, params.k_row_stride,
-                                 params.k_head_stride, params.k_batch_stride, tma.panelD,
-                                 tma.kvRows))
+    if (auto err = encodeOperand(maps[1], tma, params.k, tma.headDim, rowsK, params.heads_kv,
+                                 batches, params.k_row_stride, params.k_head_stride,
+                                 batchStride(params.k_batch_stride), tma.panelD, tma.kvRows))
       return err;
-    if (auto err = encodeOperand(maps[2], tma, params.v, tma.headDimV, params.seqlen_k,
-                                 params.heads_kv, params.batch, params.v_row_stride,
-                                 params.v_head_stride, params.v_batch_stride, tma.panelDv,
-                                 tma.kvRows))
+    if (auto err = encodeOperand(maps[2], tma, params.v, tma.headDimV, rowsK, params.heads_kv,
+                                 batches, params.v_row_stride, params.v_head_stride,
+                                 batchStride(params.v_batch_stride), tma.panelDv, tma.kvRows))
       return err;
     void *args[] = {const_cast<FjForwardParams *>(&params), &maps[0], &maps[1], &maps[2]};
     // TMA kernels walk their work tiles on a 1-D grid: persistent, or one CTA each.

@@ -275,9 +275,12 @@ typedef struct fj_forward_args {
    * caller's promise: non-decreasing, each length at most seqlen_q / seqlen_k. */
   const int32_t *cu_seqlens_q;
   const int32_t *cu_seqlens_k;
-  /* With cu_seqlens and lse: the number of packed query rows (cu_seqlens_q[batch]),
-   * which is lse's row stride. Ignored otherwise. */
+  /* With cu_seqlens: the numbers of packed query and key rows (cu_seqlens_q[batch],
+   * cu_seqlens_k[batch]); 0 when not known. total_q is lse's row stride, so lse needs
+   * it. The TMA kernels (fwd_wgmma) need both to bound their loads; without them a
+   * variable-length call runs on the fallback family. Ignored without cu_seqlens. */
   int64_t total_q;
+  int64_t total_k;
 } fj_forward_args;
 
 /* Zeroes `args` and sets its struct_size. */

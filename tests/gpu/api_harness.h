@@ -129,6 +129,7 @@ public:
       a.cu_seqlens_q = reinterpret_cast<const int32_t *>(b_.cuSeqlensQ.ptr());
       a.cu_seqlens_k = reinterpret_cast<const int32_t *>(b_.cuSeqlensK.ptr());
       a.total_q = s.totalQ();
+      a.total_k = s.totalK();
     }
     return a;
   }

@@ -650,7 +650,7 @@ TEST(ApiGpuFamilies, WgmmaOnHopperFallsBackForWhatTmaCannotTake) {
   ASSERT_TRUE((bool)report) << llvm::toString(report.takeError());
   EXPECT_TRUE(report->passed) << "plain: " << report->summary();
 
-  // A variable-length batch (TMA takes no cu_seqlens): the fwd_mma fallback.
+  // A variable-length batch with its packed row counts: fwd_wgmma.
   tuner::ForwardShape varlen = smallShape(3, 250, 310);
   varlen.seqlensQ = {17, 250, 130};
   varlen.seqlensK = {310, 41, 200};
@@ -660,6 +660,12 @@ TEST(ApiGpuFamilies, WgmmaOnHopperFallsBackForWhatTmaCannotTake) {
   report = (*packed)->run(kernel, stream.handle);
   ASSERT_TRUE((bool)report) << llvm::toString(report.takeError());
   EXPECT_TRUE(report->passed) << (*packed)->describe() << ": " << report->summary();
+  // Without total_k TMA cannot bound its loads: the fwd_mma fallback.
+  fj_forward_args noTotal = (*packed)->args();
+  noTotal.total_k = 0;
+  report = runEdited(**packed, kernel, noTotal, stream.handle);
+  ASSERT_TRUE((bool)report) << llvm::toString(report.takeError());
+  EXPECT_TRUE(report->passed) << "varlen without total_k: " << report->summary();
 
   // Batch 1 with batch strides that are not multiples of 8: valid for the C API (that
   // dimension has one element) but not encodable in a tensor map.

@@ -136,15 +136,32 @@ TEST(FwdWgmma, SanitizerShapes) {
     }
 }
 
-// What TMA cannot take is refused with a reason, never run wrong.
-TEST(FwdWgmma, RefusesVariableLengthBatches) {
+// Variable-length batches through TMA: the packed rows are one sequence to the tensor
+// maps, so a tile's loads run into the next sequence (masked, never stored) and past the
+// last one (zero fill). Lengths of 1, shorter than a tile, not multiples of one, q
+// longer than k (causal rows that see no key) and GQA; the default tiles and one of
+// three consumer warpgroups (192 rows, beyond the longest sequence's last block).
+TEST(FwdWgmma, VariableLengthBatch) {
   FLASHJIT_REQUIRE_SM90A();
-  KernelSpec spec = wgmmaSpec(64, 64, DType::BF16, false);
-  tuner::ForwardShape shape = shapeOf(2, 2, 2, 300, 300);
-  shape.seqlensQ = {100, 300};
-  shape.seqlensK = {200, 300};
-  std::string failure = checkShape(spec, generator::defaultTile(spec), shape, 1);
-  EXPECT_NE(failure.find("cu_seqlens"), std::string::npos) << failure;
+  for (bool causal : {false, true})
+    for (auto [d, tileKey] : {std::pair{64, ""}, {96, ""}, {128, ""}, {256, ""},
+                              {128, "bm192.bn128.w16.s2"}}) {
+      KernelSpec spec = wgmmaSpec(d, d, DType::BF16, causal);
+      TileConfig tile = generator::defaultTile(spec);
+      if (*tileKey)
+        tile = llvm::cantFail(TileConfig::parse(tileKey));
+      tuner::ForwardShape shape;
+      shape.batch = 5;
+      shape.headsQ = 6;
+      shape.headsKV = 2;
+      shape.seqlensQ = {1, 300, 77, 1024, 250};
+      shape.seqlensK = {17, 300, 513, 999, 130};
+      shape.seqQ = 1024;
+      shape.seqK = 999;
+      shape.withLse = true;
+      EXPECT_EQ(checkShape(spec, tile, shape, 7), "") << spec.key() << " " << tile.key()
+                                                     << " varlen";
+    }
 }
 
 } // namespace

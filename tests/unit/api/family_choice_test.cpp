@@ -63,9 +63,9 @@ TEST(ApiFamily, SpecsFollowTheDescription) {
 }
 
 // The calls that go to the fallback are valid C API calls (so fj_forward must serve them,
-// not reject them): variable-length batches, and a stride that is not a multiple of 8 on
-// a dimension of one element (never multiplied by anything but 0, but not encodable in a
-// tensor map).
+// not reject them): variable-length batches without their packed row counts, and a
+// stride that is not a multiple of 8 on a dimension of one element (never multiplied by
+// anything but 0, but not encodable in a tensor map).
 TEST(ApiFamily, CallsForTheFallbackPassValidation) {
   fj_attention_desc desc = validDesc();
   api::AttentionDesc checked = checkedDesc();
@@ -96,9 +96,18 @@ TEST(ApiFamily, CallsForTheFallbackPassValidation) {
   args = validArgs(desc);
   static const int32_t *fakeCu = reinterpret_cast<const int32_t *>(fakeDevicePointer(9));
   args.cu_seqlens_q = args.cu_seqlens_k = fakeCu;
+  args.total_q = 300;
   error = api::checkForwardArgs(checked, &args, params, noWork);
   ASSERT_FALSE(bool(error)) << llvm::toString(std::move(error));
-  EXPECT_NE(tuner::tmaArgumentProblem(params), nullptr);
+  EXPECT_NE(tuner::tmaArgumentProblem(params), nullptr) << "total_k unknown";
+
+  // With both packed row counts a variable-length batch stays on TMA.
+  args.total_k = 500;
+  error = api::checkForwardArgs(checked, &args, params, noWork);
+  ASSERT_FALSE(bool(error)) << llvm::toString(std::move(error));
+  EXPECT_EQ(params.total_q, 300);
+  EXPECT_EQ(params.total_k, 500);
+  EXPECT_EQ(tuner::tmaArgumentProblem(params), nullptr);
 }
 
 } // namespace

@@ -149,6 +149,13 @@ std::vector<BadInput> badInputs() {
          a.lse = (float *)fakeDevicePointer(8);
        },
        FJ_ERROR_INVALID_VALUE, {"args->total_q is 0", "lse"}},
+      {"VarlenNegativeTotalK",
+       [](D &, A &a) {
+         a.cu_seqlens_q = (const int32_t *)fakeDevicePointer(6);
+         a.cu_seqlens_k = (const int32_t *)fakeDevicePointer(7);
+         a.total_k = -5;
+       },
+       FJ_ERROR_INVALID_VALUE, {"args->total_k is -5", "packed rows"}},
       // overflow of the addressed span
       {"StrideSpanOverflows",
        [](D &, A &a) { a.k_seq_stride = INT64_C(1) << 60; }, FJ_ERROR_INVALID_VALUE,

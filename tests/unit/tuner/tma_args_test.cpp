@@ -45,10 +45,23 @@ TEST(TmaArguments, TakesAlignedFixedLengthBatches) {
   EXPECT_EQ(problemOf(zero), "");
 }
 
+// A variable-length batch is one packed sequence to TMA (no batch strides), bounded by
+// its packed row counts.
+TEST(TmaArguments, TakesVariableLengthBatchesWithTheirRowCounts) {
+  FjForwardParams varlen = good();
+  static const int cu[3] = {0, 100, 128};
+  varlen.cu_seqlens_q = varlen.cu_seqlens_k = cu;
+  varlen.total_q = varlen.total_k = 128;
+  EXPECT_EQ(problemOf(varlen), "");
+  varlen.q_batch_stride = 3;  // ignored with cu_seqlens
+  EXPECT_EQ(problemOf(varlen), "");
+}
+
 TEST(TmaArguments, RefusesWhatFwdMmaMustTake) {
   FjForwardParams varlen = good();
   static const int cu[3] = {0, 100, 128};
   varlen.cu_seqlens_q = varlen.cu_seqlens_k = cu;
+  varlen.total_q = 128;  // total_k unknown
   EXPECT_NE(problemOf(varlen).find("cu_seqlens"), std::string::npos);
 
   FjForwardParams noKeys = good();
