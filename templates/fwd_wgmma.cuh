@@ -117,12 +117,19 @@ template <typename Cfg> struct SmemLayout {
 // its rows see.
 struct Work {
   int h, h_kv, b;
-  int seqlen_q, seqlen_k;  // of this sequence (they differ per sequence with cu_seqlens)
-  int q_begin, k_begin;    // its first row in the packed q/o and k/v (0 without cu_seqlens)
-  int tma_b;               // its batch coordinate in the tensor maps (0 with cu_seqlens)
-  int q0;                  // first query row, within the sequence
-  int n_blocks;            // key tiles 0 .. n_blocks - 1 (causal stops at the diagonal)
-  int diag;                // query i sees keys j <= i + diag
+  SeqExtent seq;  // this sequence's lengths and, with cu_seqlens, its packed rows
+  int q0;         // first query row, within the sequence
+  int n_blocks;   // key tiles 0 .. n_blocks - 1 (causal stops at the diagonal)
+  int diag;       // query i sees keys j <= i + diag
+  // Tensor-map coordinates: with cu_seqlens the maps hold one packed sequence (batch 0)
+  // and this one starts at its packed row.
+  __device__ int tma_batch() const { return seq.q_offset < 0 ? b : 0; }
+  __device__ int tma_q_row(int row) const {
+    return row + (seq.q_offset < 0 ? 0 : (int)seq.q_offset);
+  }
+  __device__ int tma_k_row(int key) const {
+    return key + (seq.k_offset < 0 ? 0 : (int)seq.k_offset);
+  }
 };
 
 // The work tile of query block m_block of (batch, head) bh. With cu_seqlens the grid
@@ -134,23 +141,13 @@ __device__ __forceinline__ Work work_at(const FjForwardParams &p, int bh, int m_
   w.h = bh % p.heads_q;
   w.b = bh / p.heads_q;
   w.h_kv = w.h / (p.heads_q / p.heads_kv);
-  if (p.cu_seqlens_q) {
-    w.q_begin = p.cu_seqlens_q[w.b];
-    w.k_begin = p.cu_seqlens_k[w.b];
-    w.seqlen_q = p.cu_seqlens_q[w.b + 1] - w.q_begin;
-    w.seqlen_k = p.cu_seqlens_k[w.b + 1] - w.k_begin;
-    w.tma_b = 0;
-  } else {
-    w.q_begin = w.k_begin = 0;
-    w.seqlen_q = p.seqlen_q;
-    w.seqlen_k = p.seqlen_k;
-    w.tma_b = w.b;
-  }
+  w.seq = seq_extent(p, w.b);
   w.q0 = m_block * Cfg::kBlockM;
-  w.diag = w.seqlen_k - w.seqlen_q;
-  w.n_blocks = w.q0 < w.seqlen_q ? (w.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN : 0;
+  w.diag = w.seq.seqlen_k - w.seq.seqlen_q;
+  w.n_blocks =
+      w.q0 < w.seq.seqlen_q ? (w.seq.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN : 0;
   if (Cfg::kCausal) {
-    const int last_row = imin(w.q0 + Cfg::kBlockM, w.seqlen_q) - 1;
+    const int last_row = imin(w.q0 + Cfg::kBlockM, w.seq.seqlen_q) - 1;
     const int last_key = last_row + w.diag;
     w.n_blocks = imin(w.n_blocks, last_key < 0 ? 0 : last_key / Cfg::kBlockN + 1);
   }
@@ -214,10 +211,10 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
 #pragma unroll
     for (int pn = 0; pn < kPanelsD; ++pn)
       tma_load_4d(sm.q(q_round) + pn * Cfg::kBlockM * Cfg::kSwizzleD, tm_q,
-                  sm.q_full(q_round), pn * Cfg::kPanelD, w.q_begin + w.q0, w.h, w.tma_b);
+                  sm.q_full(q_round), pn * Cfg::kPanelD, w.tma_q_row(w.q0), w.h, w.tma_batch());
     ++q_round;
     for (int i = 0; i < w.n_blocks; ++i, ++kv_iter) {
-      const int key0 = w.k_begin + (w.n_blocks - 1 - i) * Cfg::kBlockN;
+      const int key0 = w.tma_k_row((w.n_blocks - 1 - i) * Cfg::kBlockN);
       const int s = kv_iter % Cfg::kStages;
       const u32 free_parity = ((kv_iter / Cfg::kStages) & 1) ^ 1;
       mbar_wait(sm.empty_k(s), free_parity);
@@ -226,14 +223,14 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
 #pragma unroll
       for (int pn = 0; pn < kPanelsD; ++pn)
         tma_load_4d(k_dst + pn * Cfg::kBlockN * Cfg::kSwizzleD, tm_k, sm.full_k(s),
-                    pn * Cfg::kPanelD, key0, w.h_kv, w.tma_b);
+                    pn * Cfg::kPanelD, key0, w.h_kv, w.tma_batch());
       mbar_wait(sm.empty_v(s), free_parity);
       mbar_arrive_expect_tx(sm.full_v(s), Cfg::kVBytes);
       const u32 v_dst = sm.v + s * Cfg::kVBytes;
 #pragma unroll
       for (int pn = 0; pn < kPanelsDv; ++pn)
         tma_load_4d(v_dst + pn * Cfg::kBlockN * Cfg::kSwizzleDv, tm_v, sm.full_v(s),
-                    pn * Cfg::kPanelDv, key0, w.h_kv, w.tma_b);
+                    pn * Cfg::kPanelDv, key0, w.h_kv, w.tma_batch());
     }
   }
 }
@@ -285,7 +282,7 @@ template <typename Cfg>
 __device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2],
                                           const FjForwardParams &p, const Work &w, int key0,
                                           int wg_row0, const int (&row)[2], int t) {
-  const bool crosses_end = key0 + Cfg::kBlockN > w.seqlen_k;
+  const bool crosses_end = key0 + Cfg::kBlockN > w.seq.seqlen_k;
   const bool crosses_diag =
       Cfg::kCausal && key0 + Cfg::kBlockN - 1 > w.q0 + wg_row0 + w.diag;
   if (!crosses_end && !crosses_diag)
@@ -295,7 +292,7 @@ __device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2],
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int col = key0 + nt * 8 + 2 * t + (e & 1);
-      if (col >= w.seqlen_k || (Cfg::kCausal && col > row[e >> 1] + w.diag))
+      if (col >= w.seq.seqlen_k || (Cfg::kCausal && col > row[e >> 1] + w.diag))
         acc_s[nt * 4 + e] = neg_inf();
     }
 }
@@ -375,19 +372,17 @@ template <typename Cfg>
 __device__ __forceinline__ void store_rows(const FjForwardParams &p, const Work &w,
                                            RowState<Cfg> &st, const int (&row)[2], int t) {
   typedef typename Cfg::Element T;
-  // With cu_seqlens the batch strides are ignored: rows are packed.
-  const int b = p.cu_seqlens_q ? 0 : w.b;
-  u16 *o = (u16 *)p.o + (long long)b * p.o_batch_stride + (long long)w.h * p.o_head_stride;
+  u16 *o = (u16 *)p.o + tensor_base(w.seq.q_offset, w.b, w.h, p.o_batch_stride,
+                                     p.o_row_stride, p.o_head_stride);
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     float sum = st.row_sum[hf];
     sum += __shfl_xor_sync(0xffffffff, sum, 1);
     sum += __shfl_xor_sync(0xffffffff, sum, 2);
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    if (row[hf] >= w.seqlen_q)
+    if (row[hf] >= w.seq.seqlen_q)
       continue;
-    const long long packed_row = (long long)w.q_begin + row[hf];  // row in q/o, lse
-    u16 *o_row = o + packed_row * p.o_row_stride;
+    u16 *o_row = o + (long long)row[hf] * p.o_row_stride;
 #pragma unroll
     for (int ot = 0; ot < Cfg::kDvPad / 8; ++ot) {
       if (ot * 8 < Cfg::kHeadDimV) {
@@ -400,8 +395,7 @@ __device__ __forceinline__ void store_rows(const FjForwardParams &p, const Work 
       // max is in base 2 of the scaled scores: ln-sum-exp = max * ln 2 + ln(sum).
       const float lse =
           sum > 0.f ? st.row_max[hf] * 0.69314718055994531f + __logf(sum) : neg_inf();
-      p.lse[(long long)b * p.lse_batch_stride + (long long)w.h * p.lse_head_stride +
-            packed_row] = lse;
+      p.lse[w.seq.lse_offset + (long long)w.h * p.lse_head_stride + row[hf]] = lse;
     }
   }
 }

@@ -53,8 +53,15 @@ ForwardKernel::load(llvm::StringRef cubin, llvm::StringRef entryName, LaunchGeom
   return std::move(result);
 }
 
+namespace {
+// Variable-length batches (cu_seqlens): one packed sequence to TMA, batch strides ignored.
+bool variableLength(const FjForwardParams &params) {
+  return params.cu_seqlens_q || params.cu_seqlens_k;
+}
+} // namespace
+
 const char *tmaArgumentProblem(const FjForwardParams &params, long long *badStride) {
-  const bool varlen = params.cu_seqlens_q || params.cu_seqlens_k;
+  const bool varlen = variableLength(params);
   // A tensor map describes the packed rows of a variable-length batch as one sequence,
   // so it needs their number to bound the loads.
   if (varlen && (params.total_q <= 0 || params.total_k <= 0))
@@ -66,12 +73,11 @@ const char *tmaArgumentProblem(const FjForwardParams &params, long long *badStri
   if (!aligned(params.q) || !aligned(params.k) || !aligned(params.v))
     return "TMA kernels need q, k and v aligned to 16 bytes";
   // 16-bit elements: a stride in multiples of 8 elements is a multiple of 16 bytes.
-  // A variable-length batch ignores its batch strides.
-  const long long noBatch = 0;
+  auto batchStride = [&](long long stride) { return varlen ? 0 : stride; };
   const long long strides[] = {
-      params.q_row_stride, params.q_head_stride, varlen ? noBatch : params.q_batch_stride,
-      params.k_row_stride, params.k_head_stride, varlen ? noBatch : params.k_batch_stride,
-      params.v_row_stride, params.v_head_stride, varlen ? noBatch : params.v_batch_stride};
+      params.q_row_stride, params.q_head_stride, batchStride(params.q_batch_stride),
+      params.k_row_stride, params.k_head_stride, batchStride(params.k_batch_stride),
+      params.v_row_stride, params.v_head_stride, batchStride(params.v_batch_stride)};
   for (long long stride : strides)
     if (stride % 8 != 0 || stride < 0 || stride >= (1ll << 39)) {
       if (badStride)
@@ -126,7 +132,7 @@ llvm::Error ForwardKernel::launch(const FjForwardParams &params, CUstream stream
       return err;
     // A variable-length batch is one packed sequence of total_q (total_k) rows to TMA;
     // the kernel offsets each sequence's rows by cu_seqlens.
-    const bool varlen = params.cu_seqlens_q != nullptr;
+    const bool varlen = variableLength(params);
     const long long rowsQ = varlen ? params.total_q : params.seqlen_q;
     const long long rowsK = varlen ? params.total_k : params.seqlen_k;
     const int batches = varlen ? 1 : params.batch;
