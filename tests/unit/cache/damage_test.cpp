@@ -1,6 +1,6 @@
 // Damaged files and rows: a corrupt user DB is moved aside and rebuilt, a corrupt shipped
 // DB is ignored, a row that fails its checksum is a miss (and is replaced).
-#include "tests/unit/cache/fixtures.h"
+#include "tests/unit/cache/open_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -11,24 +11,10 @@ using namespace flashjit::cache::testing;
 
 namespace {
 
-std::unique_ptr<Cache> openCache(std::string user, std::vector<std::string> shipped,
-                                 Warnings &warnings) {
-  CacheOptions options;
-  options.userPath = std::move(user);
-  options.shippedPaths = std::move(shipped);
-  options.warn = warnings.sink();
-  llvm::Expected<std::unique_ptr<Cache>> cache = Cache::open(std::move(options));
-  if (!cache) {
-    ADD_FAILURE() << llvm::toString(cache.takeError());
-    return nullptr;
-  }
-  return std::move(*cache);
-}
-
 // A healthy DB with rows 0..count-1.
 void fill(const std::string &path, int count) {
   Warnings warnings;
-  std::unique_ptr<Cache> cache = openCache(path, {}, warnings);
+  std::unique_ptr<Cache> cache = openCache(path, {}, &warnings);
   for (int i = 0; i < count; ++i) {
     BinaryRow b = makeBinary(i);
     TuningRow t = makeTuning(makeKey(i), b);
@@ -67,7 +53,7 @@ TEST(CacheDamage, GarbageUserDbIsMovedAsideAndRebuilt) {
   std::string garbage = bytes(5, 10000);
   writeFile(path, garbage);
   Warnings warnings;
-  std::unique_ptr<Cache> cache = openCache(path, {}, warnings);
+  std::unique_ptr<Cache> cache = openCache(path, {}, &warnings);
   ASSERT_TRUE(cache);
   std::vector<std::string> aside = movedAside(dir, "cache.sqlite");
   ASSERT_EQ(aside.size(), 1u);
@@ -81,7 +67,7 @@ TEST(CacheDamage, DirectoryInPlaceOfTheUserDbIsMovedAside) {
   std::string path = dir.file("cache.sqlite");
   ASSERT_FALSE(llvm::sys::fs::create_directory(path));
   Warnings warnings;
-  std::unique_ptr<Cache> cache = openCache(path, {}, warnings);
+  std::unique_ptr<Cache> cache = openCache(path, {}, &warnings);
   ASSERT_TRUE(cache);
   EXPECT_EQ(movedAside(dir, "cache.sqlite").size(), 1u);
   expectWorking(*cache, path);
@@ -97,7 +83,7 @@ TEST(CacheDamage, ZeroedHeaderFoundAtOpen) {
   llvm::sys::fs::remove(path + "-wal");
   llvm::sys::fs::remove(path + "-shm");
   Warnings warnings;
-  std::unique_ptr<Cache> cache = openCache(path, {}, warnings);
+  std::unique_ptr<Cache> cache = openCache(path, {}, &warnings);
   ASSERT_TRUE(cache);
   EXPECT_EQ(movedAside(dir, "cache.sqlite").size(), 1u);
   auto found = cache->findTuning(makeKey(1));
@@ -111,7 +97,7 @@ TEST(CacheDamage, CorruptPageFoundDuringALookupRebuildsAndTheCallGoesOn) {
   std::string path = dir.file("cache.sqlite");
   fill(path, 30);
   Warnings warnings;
-  std::unique_ptr<Cache> cache = openCache(path, {}, warnings);
+  std::unique_ptr<Cache> cache = openCache(path, {}, &warnings);
   ASSERT_TRUE(cache);
   ASSERT_TRUE(movedAside(dir, "cache.sqlite").empty());
   // Damage every page but the first under the open cache: its next read fails.
@@ -142,7 +128,7 @@ TEST(CacheDamage, CorruptShippedDbIsIgnoredWithAWarning) {
   writeFile(bad, bytes(9, 5000));
   std::string notDb = dir.file("missing.sqlite");
   Warnings warnings;
-  std::unique_ptr<Cache> cache = openCache("", {bad, notDb, dir.path(), good}, warnings);
+  std::unique_ptr<Cache> cache = openCache("", {bad, notDb, dir.path(), good}, &warnings);
   ASSERT_TRUE(cache);
   EXPECT_TRUE(warnings.any("bad.sqlite"));
   EXPECT_TRUE(warnings.any("missing.sqlite"));
@@ -167,7 +153,7 @@ TEST(CacheDamage, BlobFailingItsChecksumIsAMissAndIsReplaced) {
   RawDb(path).exec("UPDATE binaries SET cubin = x'5a' || substr(cubin, 2) WHERE key = '" + b.key +
                    "'");
   Warnings warnings;
-  std::unique_ptr<Cache> cache = openCache(path, {}, warnings);
+  std::unique_ptr<Cache> cache = openCache(path, {}, &warnings);
   auto found = cache->findBinary(b.key);
   ASSERT_TRUE(bool(found));
   EXPECT_FALSE(found->has_value());
@@ -191,7 +177,7 @@ TEST(CacheDamage, AnyChangedFieldFailsTheChecksum) {
   raw.exec("UPDATE tunings SET median_us = median_us * 2");
   raw.exec("UPDATE binaries SET registers = registers + 1");
   Warnings warnings;
-  std::unique_ptr<Cache> cache = openCache(path, {}, warnings);
+  std::unique_ptr<Cache> cache = openCache(path, {}, &warnings);
   for (int i = 0; i < 2; ++i) {
     auto t = cache->findTuning(makeKey(i));
     ASSERT_TRUE(bool(t));
@@ -211,7 +197,7 @@ TEST(CacheDamage, BadRowInAShippedDbFallsThroughToTheNext) {
   for (const std::string &p : {first, second})
     RawDb(p).exec("PRAGMA journal_mode = DELETE");
   Warnings warnings;
-  std::unique_ptr<Cache> cache = openCache("", {first, second}, warnings);
+  std::unique_ptr<Cache> cache = openCache("", {first, second}, &warnings);
   auto found = cache->findBinary(makeBinary(1).key);
   ASSERT_TRUE(bool(found) && found->has_value());
   EXPECT_EQ((*found)->path, second);
@@ -224,8 +210,8 @@ TEST(CacheDamage, TwoUsersOfADamagedDbMoveItAsideOnce) {
   fill(path, 30);
   Warnings warnings;
   // Two caches: separate connections, as two processes would have.
-  std::unique_ptr<Cache> first = openCache(path, {}, warnings);
-  std::unique_ptr<Cache> second = openCache(path, {}, warnings);
+  std::unique_ptr<Cache> first = openCache(path, {}, &warnings);
+  std::unique_ptr<Cache> second = openCache(path, {}, &warnings);
   ASSERT_TRUE(first && second);
   ASSERT_TRUE(second->findTuning(makeKey(3))->has_value());
   RawDb(path).exec("PRAGMA wal_checkpoint(TRUNCATE)");

@@ -1,5 +1,5 @@
 // Shipping: export -> merge -> lookup, read-only deployment, version skew, verify.
-#include "tests/unit/cache/fixtures.h"
+#include "tests/unit/cache/open_cache.h"
 
 #include "cache/ship.h"
 
@@ -11,22 +11,6 @@ using namespace flashjit::cache;
 using namespace flashjit::cache::testing;
 
 namespace {
-
-std::unique_ptr<Cache> openCache(std::string user, std::vector<std::string> shipped = {},
-                                 Warnings *warnings = nullptr, bool immutable = false) {
-  CacheOptions options;
-  options.userPath = std::move(user);
-  options.shippedPaths = std::move(shipped);
-  options.shippedImmutable = immutable;
-  if (warnings)
-    options.warn = warnings->sink();
-  llvm::Expected<std::unique_ptr<Cache>> cache = Cache::open(std::move(options));
-  if (!cache) {
-    ADD_FAILURE() << llvm::toString(cache.takeError());
-    return nullptr;
-  }
-  return std::move(*cache);
-}
 
 const char *kH200 = "NVIDIA_H200.sm90.132sm";
 const char *kA100 = "NVIDIA_A100.sm80.108sm";

@@ -1,5 +1,5 @@
 // Publishing and finding rows: round trips, persistence, lookup order, families.
-#include "tests/unit/cache/fixtures.h"
+#include "tests/unit/cache/open_cache.h"
 
 #include "support/env.h"
 #include "support/error.h"
@@ -13,22 +13,6 @@ using namespace flashjit::cache;
 using namespace flashjit::cache::testing;
 
 namespace {
-
-std::unique_ptr<Cache> openCache(std::optional<std::string> user,
-                                 std::vector<std::string> shipped = {},
-                                 Warnings *warnings = nullptr) {
-  CacheOptions options;
-  options.userPath = std::move(user);
-  options.shippedPaths = std::move(shipped);
-  // Shipped DBs here are user DBs (WAL mode): the warning about that is expected.
-  options.warn = warnings ? warnings->sink() : [](llvm::StringRef) {};
-  llvm::Expected<std::unique_ptr<Cache>> cache = Cache::open(std::move(options));
-  if (!cache) {
-    ADD_FAILURE() << llvm::toString(cache.takeError());
-    return nullptr;
-  }
-  return std::move(*cache);
-}
 
 void publishOrFail(Cache &cache, const BinaryRow *b, const TuningRow *t) {
   llvm::Error error = cache.publish(b, t);

@@ -1,5 +1,5 @@
 // Schema versions: migration of an older user DB, newer DBs skipped, foreign files.
-#include "tests/unit/cache/fixtures.h"
+#include "tests/unit/cache/open_cache.h"
 
 #include "cache/rows.h"
 #include "cache/schema.h"
@@ -10,20 +10,6 @@ using namespace flashjit::cache;
 using namespace flashjit::cache::testing;
 
 namespace {
-
-std::unique_ptr<Cache> openCache(std::string user, std::vector<std::string> shipped,
-                                 Warnings &warnings) {
-  CacheOptions options;
-  options.userPath = std::move(user);
-  options.shippedPaths = std::move(shipped);
-  options.warn = warnings.sink();
-  llvm::Expected<std::unique_ptr<Cache>> cache = Cache::open(std::move(options));
-  if (!cache) {
-    ADD_FAILURE() << llvm::toString(cache.takeError());
-    return nullptr;
-  }
-  return std::move(*cache);
-}
 
 std::string quote(const std::string &text) { return "x'" + llvm::toHex(text) + "'"; }
 
@@ -79,7 +65,7 @@ TEST(CacheSchema, OlderUserDbIsMigratedWithItsRows) {
     ASSERT_EQ(raw.one("SELECT count(*) FROM sqlite_schema WHERE name = 'binary_use'"), "0");
   }
   Warnings warnings;
-  std::unique_ptr<Cache> cache = openCache(path, {}, warnings);
+  std::unique_ptr<Cache> cache = openCache(path, {}, &warnings);
   ASSERT_TRUE(cache);
   EXPECT_TRUE(cache->persistent());
   auto found = cache->findTuned(f.tuning.key);
@@ -100,7 +86,7 @@ TEST(CacheSchema, OlderShippedDbIsReadAsIs) {
   std::string path = dir.file("ship.sqlite");
   fabricate(path, 1, f.binary, f.tuning);
   Warnings warnings;
-  std::unique_ptr<Cache> cache = openCache("", {path}, warnings);
+  std::unique_ptr<Cache> cache = openCache("", {path}, &warnings);
   auto found = cache->findTuned(f.tuning.key);
   ASSERT_TRUE(bool(found) && found->has_value());
   EXPECT_TRUE(sameBinary((*found)->binary->row, f.binary));
@@ -115,7 +101,7 @@ TEST(CacheSchema, NewerUserDbIsSkippedAndLeftAlone) {
   RawDb(path).exec("PRAGMA user_version = 99");
   std::string before = readFile(path);
   Warnings warnings;
-  std::unique_ptr<Cache> cache = openCache(path, {}, warnings);
+  std::unique_ptr<Cache> cache = openCache(path, {}, &warnings);
   ASSERT_TRUE(cache);
   EXPECT_TRUE(warnings.any("newer than this build")) << "a warning says why";
   EXPECT_FALSE(cache->persistent());
@@ -145,7 +131,7 @@ TEST(CacheSchema, NewerShippedDbIsSkippedWithAWarning) {
   fabricate(path, schema::kCurrentVersion, f.binary, f.tuning);
   RawDb(path).exec("PRAGMA user_version = 7");
   Warnings warnings;
-  std::unique_ptr<Cache> cache = openCache("", {path}, warnings);
+  std::unique_ptr<Cache> cache = openCache("", {path}, &warnings);
   ASSERT_TRUE(cache);
   EXPECT_TRUE(warnings.any("newer than this build"));
   auto found = cache->findTuning(f.tuning.key);
@@ -164,7 +150,7 @@ TEST(CacheSchema, ForeignSqliteFileAtTheUserPathIsMovedAside) {
   RawDb(path).exec("CREATE TABLE notes(text); INSERT INTO notes VALUES('mine')");
   std::string before = readFile(path);
   Warnings warnings;
-  std::unique_ptr<Cache> cache = openCache(path, {}, warnings);
+  std::unique_ptr<Cache> cache = openCache(path, {}, &warnings);
   ASSERT_TRUE(cache);
   EXPECT_TRUE(cache->persistent());
   EXPECT_TRUE(warnings.any("not a flashjit cache"));
