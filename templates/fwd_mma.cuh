@@ -151,9 +151,13 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
 
   // Q fragments (A operand), kept in registers when they fit.
   u32 q_frag[Cfg::kQInRegs ? MT : 1][Cfg::kQInRegs ? Cfg::kKSteps + 1 : 1][4];
+  // Each lane's ldmatrix offsets for (rows 0, chunk 0) of Q, K and V; the others are
+  // one SmemTile::step away.
+  const u32 q_lane = Cfg::QTile::offset(warp_row0 + (lane & 15), lane >> 4);
+  const u32 k_lane = Cfg::KTile::offset((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+  const u32 v_lane = Cfg::VTile::offset((lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
   auto load_q_frag = [&](u32 (&a)[4], int mt, int ks) {
-    int r = warp_row0 + mt * 16 + (lane & 15);
-    ldmatrix_x4(a, s_q + Cfg::QTile::offset(r, ks * 2 + (lane >> 4)));
+    ldmatrix_x4(a, s_q + Cfg::QTile::step(q_lane, mt * 16, ks * 2));
   };
   auto load_q_tail = [&](u32 (&a)[2], int mt) {
     int r = warp_row0 + mt * 16 + (lane & 15);
@@ -214,8 +218,7 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
       for (int np = 0; np < NT / 2; ++np) {
         // Keys np*16 .. +15, dims ks*16 .. +15: b0/b1 of two 8-key tiles.
         u32 bk[4];
-        int key = np * 16 + (lane & 7) + ((lane >> 4) << 3);
-        ldmatrix_x4(bk, s_k + Cfg::KTile::offset(key, ks * 2 + ((lane >> 3) & 1)));
+        ldmatrix_x4(bk, s_k + Cfg::KTile::step(k_lane, np * 16, ks * 2));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma_16816<T>(acc_s[mt][2 * np], a[mt], bk[0], bk[1]);
@@ -334,7 +337,7 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
 #pragma unroll
       for (int op = 0; op < OT / 2; ++op) {
         u32 bv[4];
-        ldmatrix_x4_trans(bv, s_v + Cfg::VTile::offset(key, op * 2 + (lane >> 4)));
+        ldmatrix_x4_trans(bv, s_v + Cfg::VTile::step(v_lane, kk * 16, op * 2));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma_16816<T>(acc_o[mt][2 * op], a[mt], bv[0], bv[1]);
