@@ -81,7 +81,9 @@ llvm::Expected<std::string> emitConfigBlock(const KernelSpec &spec, const TileCo
              "typedef fj::FwdMmaConfig<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}> FjConfig;\n"
              "static_assert(FjConfig::kSmemBytes == {10}, \"host and device disagree on "
              "shared memory\");\n\n"
-             "extern \"C\" __global__ void __launch_bounds__(FjConfig::kThreads)\n"
+             // At least one block per SM: without it ptxas may cap the registers at an
+             // occupancy step (128 for 8 warps) and spill to reach it.
+             "extern \"C\" __global__ void __launch_bounds__(FjConfig::kThreads, 1)\n"
              "flashjit_fwd_mma(const FjForwardParams params) {{\n"
              "  extern __shared__ __align__(128) unsigned char fj_smem[];\n"
              "  fj::fwd_mma::run<FjConfig>(params, fj_smem);\n"
