@@ -91,6 +91,14 @@ __device__ __forceinline__ u64 wgmma_desc(u32 addr, u32 lbo, u32 sbo, int swizzl
          ((u64)((sbo >> 4) & 0x3FFF) << 32) | (layout << 62);
 }
 
+// The descriptor of an operand `bytes` past the one `desc` describes: one add to the
+// address field (the low 14 bits; shared memory ends below 256 KB, so it never carries
+// out), instead of rebuilding the descriptor from the address for every wgmma.
+__device__ __forceinline__ u64 wgmma_desc_add(u64 desc, u32 bytes) {
+  const u32 lo = (u32)desc + (bytes >> 4), hi = (u32)(desc >> 32);
+  return ((u64)hi << 32) | lo;
+}
+
 // ---- warp specialization ----
 template <int kRegs> __device__ __forceinline__ void regs_raise() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));

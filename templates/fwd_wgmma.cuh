@@ -241,13 +241,13 @@ __device__ __forceinline__ void qk_product(float (&acc_s)[Cfg::kBlockN / 2], u32
                                            u32 k_tile) {
   constexpr int kStepsPerPanel = Cfg::kPanelD / 16;
   constexpr u32 kSbo = 8 * Cfg::kSwizzleD;  // 8 rows of one panel
+  const u64 a0 = wgmma_desc(q_rows, 16, kSbo, Cfg::kSwizzleD);
+  const u64 b0 = wgmma_desc(k_tile, 16, kSbo, Cfg::kSwizzleD);
 #pragma unroll
   for (int ks = 0; ks < Cfg::kDPad / 16; ++ks) {
     const int panel = ks / kStepsPerPanel, within = ks % kStepsPerPanel;
-    const u64 a = wgmma_desc(q_rows + panel * Cfg::kBlockM * Cfg::kSwizzleD + within * 32, 16,
-                             kSbo, Cfg::kSwizzleD);
-    const u64 b = wgmma_desc(k_tile + panel * Cfg::kBlockN * Cfg::kSwizzleD + within * 32, 16,
-                             kSbo, Cfg::kSwizzleD);
+    const u64 a = wgmma_desc_add(a0, panel * Cfg::kBlockM * Cfg::kSwizzleD + within * 32);
+    const u64 b = wgmma_desc_add(b0, panel * Cfg::kBlockN * Cfg::kSwizzleD + within * 32);
     wgmma_qk(acc_s, a, b, ks > 0 ? 1 : 0);
   }
 }
@@ -260,11 +260,10 @@ __device__ __forceinline__ void pv_product(float (&acc_o)[Cfg::kDvPad / 2],
                                            u32 v_tile) {
   constexpr u32 kLbo = Cfg::kBlockN * Cfg::kSwizzleDv;
   constexpr u32 kSbo = 8 * Cfg::kSwizzleDv;
+  const u64 b0 = wgmma_desc(v_tile, kLbo, kSbo, Cfg::kSwizzleDv);
 #pragma unroll
-  for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
-    const u64 b = wgmma_desc(v_tile + kk * 16 * Cfg::kSwizzleDv, kLbo, kSbo, Cfg::kSwizzleDv);
-    wgmma_pv(acc_o, p_frag[kk], b);
-  }
+  for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk)
+    wgmma_pv(acc_o, p_frag[kk], wgmma_desc_add(b0, kk * 16 * Cfg::kSwizzleDv));
 }
 
 // A consumer warpgroup's state for one work tile: the two rows each thread holds
