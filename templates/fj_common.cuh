@@ -68,6 +68,18 @@ __device__ __forceinline__ u32 smem_addr(const void *p) {
   return (u32)__cvta_generic_to_shared(p);
 }
 
+__device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_v4(u32 addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
 // 16-byte asynchronous copy global -> shared; copies zeros when !valid (the source
 // is then not read), which pads partial tiles.
 __device__ __forceinline__ void cp_async_16(u32 dst, const void *src, bool valid) {

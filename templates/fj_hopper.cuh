@@ -106,6 +106,11 @@ template <int kRegs> __device__ __forceinline__ void regs_raise() {
 template <int kRegs> __device__ __forceinline__ void regs_lower() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
+// Orders this thread's earlier generic-proxy shared-memory accesses before later
+// async-proxy ones (TMA, wgmma) to the same bytes, e.g. a buffer handed back to TMA.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 // Named barriers (0 is __syncthreads): `threads` threads must reach `id`.
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

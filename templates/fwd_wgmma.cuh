@@ -74,6 +74,12 @@ struct FwdWgmmaConfig {
   static constexpr bool kOverlap = kBlockN / 2 + kBlockN / 4 + kDvPad / 2 + 56 <= kConsumerRegs;
   // Two consumer warpgroups take turns issuing their products.
   static constexpr bool kPingPong = kConsumers == 2;
+  // O leaves through shared memory: each warpgroup writes its normalised rows into its
+  // own rows of the tile's Q buffer (free once the last S = Q K^T is done), then all its
+  // threads copy them out in 16-byte pieces, whole 128-byte lines per 8 threads, instead
+  // of 4-byte stores that fill half a sector each. Holding the Q buffer until then delays
+  // only the load of the Q two tiles ahead, so only with two Q buffers.
+  static constexpr bool kStageO = kQBuffers == 2 && kDvPad == kDPad;
 
   static_assert(kHeadDim % 8 == 0 && kHeadDim >= 8 && kHeadDim <= 256, "head_dim");
   static_assert(kHeadDimV % 8 == 0 && kHeadDimV >= 8 && kHeadDimV <= 256, "head_dim_v");
@@ -399,6 +405,62 @@ __device__ __forceinline__ void store_rows(const FjForwardParams &p, const Work 
   }
 }
 
+// The same as store_rows through shared memory (kStageO): `stage` is this warpgroup's
+// first row of the tile's Q buffer, laid out as Q is (panels of kSwizzleD-byte rows),
+// with the 16-byte chunks of a row XOR-permuted so that both the 4-byte writes (8 rows,
+// one chunk each) and the 16-byte reads (one row, 8 chunks) are free of bank conflicts.
+// Ends with this warpgroup's release of the Q buffer.
+template <typename Cfg>
+__device__ __forceinline__ void store_rows_staged(const FjForwardParams &p, const Work &w,
+                                                  RowState<Cfg> &st, int wg_row0, u32 stage,
+                                                  u32 q_empty, int consumer) {
+  typedef typename Cfg::Element T;
+  constexpr int kChunksPerPanel = Cfg::kSwizzleD / 16;
+  constexpr int kRowsPerLine = 128 / Cfg::kSwizzleD;  // 128-byte bank lines
+  constexpr int kChunksPerRow = Cfg::kDvPad / 8;
+  constexpr u32 kPanelBytes = Cfg::kBlockM * Cfg::kSwizzleD;
+  const int tid = threadIdx.x & 127, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  auto chunk_addr = [&](int r, int chunk) {
+    const int swizzled = (chunk % kChunksPerPanel) ^ ((r / kRowsPerLine) % kChunksPerPanel);
+    return stage + (chunk / kChunksPerPanel) * kPanelBytes + r * Cfg::kSwizzleD + swizzled * 16;
+  };
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    float sum = st.row_sum[hf];
+    sum += __shfl_xor_sync(0xffffffff, sum, 1);
+    sum += __shfl_xor_sync(0xffffffff, sum, 2);
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    const int r = (tid >> 5) * 16 + g + 8 * hf;  // row within the warpgroup's 64
+#pragma unroll
+    for (int ot = 0; ot < kChunksPerRow; ++ot)
+      st_shared_u32(chunk_addr(r, ot) + 4 * t,
+                    pack2<T>(st.acc_o[ot * 4 + 2 * hf] * inv,
+                             st.acc_o[ot * 4 + 2 * hf + 1] * inv));
+    const int row = w.q0 + wg_row0 + r;
+    if (p.lse && t == 0 && row < w.seq.seqlen_q) {
+      const float lse =
+          sum > 0.f ? st.row_max[hf] * 0.69314718055994531f + __logf(sum) : neg_inf();
+      p.lse[w.seq.lse_offset + (long long)w.h * p.lse_head_stride + row] = lse;
+    }
+  }
+  named_sync(3 + consumer, 128);  // the warpgroup's rows are all in shared memory
+  u16 *o = (u16 *)p.o + tensor_base(w.seq.q_offset, w.b, w.h, p.o_batch_stride,
+                                     p.o_row_stride, p.o_head_stride);
+#pragma unroll
+  for (int k = 0; k < 64 * kChunksPerRow / 128; ++k) {
+    const int idx = k * 128 + tid, r = idx / kChunksPerRow, chunk = idx % kChunksPerRow;
+    const uint4 v = ld_shared_v4(chunk_addr(r, chunk));
+    const int row = w.q0 + wg_row0 + r;
+    if (row < w.seq.seqlen_q && chunk * 8 < Cfg::kHeadDimV)
+      *(uint4 *)(o + (long long)row * p.o_row_stride + chunk * 8) = v;
+  }
+  // The producer may load the next Q here once every consumer warp has read its part.
+  fence_proxy_async_smem();
+  __syncwarp();
+  if (lane == 0)
+    mbar_arrive(q_empty);
+}
+
 // Consumer warpgroup `consumer` (0-based): rows q0 + 64 * consumer .. + 63 of each work
 // tile. With kOverlap, the softmax of key tile i runs while the tensor cores add
 // P(i-1) V(i-1): S(i) and P(i-1)V(i) are issued together and only S(i) is awaited.
@@ -452,7 +514,7 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
       wgmma_wait<0>();
       pin_registers(acc_s);
       release(sm.empty_k(s));
-      if (i == w.n_blocks - 1)
+      if (!Cfg::kStageO && i == w.n_blocks - 1)
         release(sm.q_empty(q_this));
       mask_tile<Cfg>(acc_s, p, w, (w.n_blocks - 1 - i) * Cfg::kBlockN, wg_row0, row, t);
       softmax_tile<Cfg>(acc_s, st, p.scale_log2);
@@ -489,7 +551,7 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
         wgmma_wait<1>();  // S(i) is complete; P(i-1) V(i-1) may still run
         pin_registers(acc_s);
         release(sm.empty_k(s));
-        if (i == w.n_blocks - 1)
+        if (!Cfg::kStageO && i == w.n_blocks - 1)
           release(sm.q_empty(q_this));
         mask_tile<Cfg>(acc_s, p, w, (w.n_blocks - 1 - i) * Cfg::kBlockN, wg_row0, row, t);
         softmax_tile<Cfg>(acc_s, st, p.scale_log2);
@@ -508,7 +570,10 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
       }
     }
     kv_iter += w.n_blocks;
-    store_rows<Cfg>(p, w, st, row, t);
+    if constexpr (Cfg::kStageO)
+      store_rows_staged<Cfg>(p, w, st, wg_row0, q_rows, sm.q_empty(q_this), consumer);
+    else
+      store_rows<Cfg>(p, w, st, row, t);
   }
 }
 
