@@ -78,8 +78,9 @@ struct FwdWgmmaConfig {
   // own rows of the tile's Q buffer (free once the last S = Q K^T is done), then all its
   // threads copy them out in 16-byte pieces, whole 128-byte lines per 8 threads, instead
   // of 4-byte stores that fill half a sector each. Holding the Q buffer until then delays
-  // only the load of the Q two tiles ahead, so only with two Q buffers.
-  static constexpr bool kStageO = kQBuffers == 2 && kDvPad == kDPad;
+  // the load of the next Q (one Q buffer) or of the Q two tiles ahead (two); measured a
+  // gain either way (docs/PERF.md, v5).
+  static constexpr bool kStageO = kDvPad == kDPad;
 
   static_assert(kHeadDim % 8 == 0 && kHeadDim >= 8 && kHeadDim <= 256, "head_dim");
   static_assert(kHeadDimV % 8 == 0 && kHeadDimV >= 8 && kHeadDimV <= 256, "head_dim_v");
@@ -446,7 +447,7 @@ __device__ __forceinline__ void store_rows_staged(const FjForwardParams &p, cons
   named_sync(3 + consumer, 128);  // the warpgroup's rows are all in shared memory
   u16 *o = (u16 *)p.o + tensor_base(w.seq.q_offset, w.b, w.h, p.o_batch_stride,
                                      p.o_row_stride, p.o_head_stride);
-#pragma unroll
+#pragma unroll 4
   for (int k = 0; k < 64 * kChunksPerRow / 128; ++k) {
     const int idx = k * 128 + tid, r = idx / kChunksPerRow, chunk = idx % kChunksPerRow;
     const uint4 v = ld_shared_v4(chunk_addr(r, chunk));
