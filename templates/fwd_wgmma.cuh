@@ -534,22 +534,23 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
       pin_registers(st.acc_o);
       release(sm.empty_v(s));
     };
-    if (Cfg::kOverlap) {
-      score_alone(0);
-      for (int i = 1; i < w.n_blocks; ++i) {
-        const int it = kv_iter + i;
-        const int s = it % Cfg::kStages, sp = (it - 1) % Cfg::kStages;
-        pack_p<Cfg>(p_frag, acc_s);
-        mbar_wait(sm.full_k(s), (it / Cfg::kStages) & 1);
-        mbar_wait(sm.full_v(sp), ((it - 1) / Cfg::kStages) & 1);
+    if constexpr (Cfg::kOverlap) {
+      {  // S(0) on its own
+        const int s = kv_iter % Cfg::kStages;
+        mbar_wait(sm.full_k(s), (kv_iter / Cfg::kStages) & 1);
         wait_turn<Cfg>(consumer);
         wgmma_fence();
         qk_product<Cfg>(acc_s, q_rows, sm.k + s * Cfg::kKBytes);
         wgmma_commit();
-        pv_product<Cfg>(st.acc_o, p_frag, sm.v + sp * Cfg::kVBytes);
-        wgmma_commit();
         pass_turn<Cfg>(consumer);
-        wgmma_wait<1>();  // S(i) is complete; P(i-1) V(i-1) may still run
+        wgmma_wait<0>();
+      }
+      // Iteration i: the softmax of key tile i (while P(i-1) V(i-1) runs), then S(i+1)
+      // and P(i) V(i) issued together. Rotated so that the mask and softmax appear once
+      // in the code (a peeled first tile doubled them, and the compile time with them).
+      for (int i = 0;; ++i) {
+        const int it = kv_iter + i;
+        const int s = it % Cfg::kStages, sp = (it + Cfg::kStages - 1) % Cfg::kStages;
         pin_registers(acc_s);
         release(sm.empty_k(s));
         if (!Cfg::kStageO && i == w.n_blocks - 1)
@@ -558,8 +559,23 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
         softmax_tile<Cfg>(acc_s, st, p.scale_log2);
         wgmma_wait<0>();
         pin_registers(st.acc_o);
-        release(sm.empty_v(sp));
+        if (i > 0)
+          release(sm.empty_v(sp));
         rescale_o<Cfg>(st);
+        if (i == w.n_blocks - 1)
+          break;
+        const int in = it + 1, sn = in % Cfg::kStages;
+        pack_p<Cfg>(p_frag, acc_s);
+        mbar_wait(sm.full_k(sn), (in / Cfg::kStages) & 1);
+        mbar_wait(sm.full_v(s), (it / Cfg::kStages) & 1);
+        wait_turn<Cfg>(consumer);
+        wgmma_fence();
+        qk_product<Cfg>(acc_s, q_rows, sm.k + sn * Cfg::kKBytes);
+        wgmma_commit();
+        pv_product<Cfg>(st.acc_o, p_frag, sm.v + s * Cfg::kVBytes);
+        wgmma_commit();
+        pass_turn<Cfg>(consumer);
+        wgmma_wait<1>();  // S(i + 1) is complete; P(i) V(i) may still run
       }
       pv_alone(w.n_blocks - 1);
     } else {
