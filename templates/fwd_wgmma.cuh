@@ -224,20 +224,20 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
       const int key0 = w.tma_k_row((w.n_blocks - 1 - i) * Cfg::kBlockN);
       const int s = kv_iter % Cfg::kStages;
       const u32 free_parity = ((kv_iter / Cfg::kStages) & 1) ^ 1;
-      mbar_wait(sm.empty_k(s), free_parity);
-      mbar_arrive_expect_tx(sm.full_k(s), Cfg::kKBytes);
-      const u32 k_dst = sm.k + s * Cfg::kKBytes;
+      // One key tile of K or V into ring slot s, once the consumers have freed it.
+      auto load_kv = [&](const TensorMap &map, u32 dst, u32 full, u32 empty, u32 bytes,
+                         int panels, int panel_cols, int swizzle_bytes) {
+        mbar_wait(empty, free_parity);
+        mbar_arrive_expect_tx(full, bytes);
 #pragma unroll
-      for (int pn = 0; pn < kPanelsD; ++pn)
-        tma_load_4d(k_dst + pn * Cfg::kBlockN * Cfg::kSwizzleD, tm_k, sm.full_k(s),
-                    pn * Cfg::kPanelD, key0, w.h_kv, w.tma_batch());
-      mbar_wait(sm.empty_v(s), free_parity);
-      mbar_arrive_expect_tx(sm.full_v(s), Cfg::kVBytes);
-      const u32 v_dst = sm.v + s * Cfg::kVBytes;
-#pragma unroll
-      for (int pn = 0; pn < kPanelsDv; ++pn)
-        tma_load_4d(v_dst + pn * Cfg::kBlockN * Cfg::kSwizzleDv, tm_v, sm.full_v(s),
-                    pn * Cfg::kPanelDv, key0, w.h_kv, w.tma_batch());
+        for (int pn = 0; pn < panels; ++pn)
+          tma_load_4d(dst + pn * Cfg::kBlockN * swizzle_bytes, map, full, pn * panel_cols,
+                      key0, w.h_kv, w.tma_batch());
+      };
+      load_kv(tm_k, sm.k + s * Cfg::kKBytes, sm.full_k(s), sm.empty_k(s), Cfg::kKBytes,
+              kPanelsD, Cfg::kPanelD, Cfg::kSwizzleD);
+      load_kv(tm_v, sm.v + s * Cfg::kVBytes, sm.full_v(s), sm.empty_v(s), Cfg::kVBytes,
+              kPanelsDv, Cfg::kPanelDv, Cfg::kSwizzleDv);
     }
   }
 }
@@ -372,6 +372,23 @@ template <typename Cfg> __device__ __forceinline__ void pass_turn(int consumer) 
     named_arrive(1 + (consumer ^ 1), 256);
 }
 
+// The whole sum of row half hf (a row lives in one quad of lanes) and, by lane t == 0
+// of rows that exist, its log-sum-exp.
+template <typename Cfg>
+__device__ __forceinline__ float finish_row(const FjForwardParams &p, const Work &w,
+                                            const RowState<Cfg> &st, int hf, int row, int t) {
+  float sum = st.row_sum[hf];
+  sum += __shfl_xor_sync(0xffffffff, sum, 1);
+  sum += __shfl_xor_sync(0xffffffff, sum, 2);
+  if (p.lse && t == 0 && row < w.seq.seqlen_q) {
+    // max is in base 2 of the scaled scores: ln-sum-exp = max * ln 2 + ln(sum).
+    const float lse =
+        sum > 0.f ? st.row_max[hf] * 0.69314718055994531f + __logf(sum) : neg_inf();
+    p.lse[w.seq.lse_offset + (long long)w.h * p.lse_head_stride + row] = lse;
+  }
+  return sum;
+}
+
 // Normalises and stores this thread's rows (4-byte stores: a quad writes 16 contiguous
 // bytes per 8-column group), and the log-sum-exp.
 template <typename Cfg>
@@ -382,9 +399,7 @@ __device__ __forceinline__ void store_rows(const FjForwardParams &p, const Work 
                                      p.o_row_stride, p.o_head_stride);
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    float sum = st.row_sum[hf];
-    sum += __shfl_xor_sync(0xffffffff, sum, 1);
-    sum += __shfl_xor_sync(0xffffffff, sum, 2);
+    const float sum = finish_row<Cfg>(p, w, st, hf, row[hf], t);
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
     if (row[hf] >= w.seq.seqlen_q)
       continue;
@@ -396,12 +411,6 @@ __device__ __forceinline__ void store_rows(const FjForwardParams &p, const Work 
             pack2<T>(st.acc_o[ot * 4 + 2 * hf] * inv, st.acc_o[ot * 4 + 2 * hf + 1] * inv);
         *(u32 *)(o_row + ot * 8 + 2 * t) = packed;
       }
-    }
-    if (p.lse && t == 0) {
-      // max is in base 2 of the scaled scores: ln-sum-exp = max * ln 2 + ln(sum).
-      const float lse =
-          sum > 0.f ? st.row_max[hf] * 0.69314718055994531f + __logf(sum) : neg_inf();
-      p.lse[w.seq.lse_offset + (long long)w.h * p.lse_head_stride + row[hf]] = lse;
     }
   }
 }
@@ -427,22 +436,14 @@ __device__ __forceinline__ void store_rows_staged(const FjForwardParams &p, cons
   };
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    float sum = st.row_sum[hf];
-    sum += __shfl_xor_sync(0xffffffff, sum, 1);
-    sum += __shfl_xor_sync(0xffffffff, sum, 2);
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
     const int r = (tid >> 5) * 16 + g + 8 * hf;  // row within the warpgroup's 64
+    const float sum = finish_row<Cfg>(p, w, st, hf, w.q0 + wg_row0 + r, t);
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
 #pragma unroll
     for (int ot = 0; ot < kChunksPerRow; ++ot)
       st_shared_u32(chunk_addr(r, ot) + 4 * t,
                     pack2<T>(st.acc_o[ot * 4 + 2 * hf] * inv,
                              st.acc_o[ot * 4 + 2 * hf + 1] * inv));
-    const int row = w.q0 + wg_row0 + r;
-    if (p.lse && t == 0 && row < w.seq.seqlen_q) {
-      const float lse =
-          sum > 0.f ? st.row_max[hf] * 0.69314718055994531f + __logf(sum) : neg_inf();
-      p.lse[w.seq.lse_offset + (long long)w.h * p.lse_head_stride + row] = lse;
-    }
   }
   named_sync(3 + consumer, 128);  // the warpgroup's rows are all in shared memory
   u16 *o = (u16 *)p.o + tensor_base(w.seq.q_offset, w.b, w.h, p.o_batch_stride,
