@@ -70,8 +70,15 @@ struct FwdWgmmaConfig {
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 240;
   // Overlapping a tile's softmax with the previous tile's P V keeps S, P and O live
-  // at once; only when they fit the consumers' registers.
-  static constexpr bool kOverlap = kBlockN / 2 + kBlockN / 4 + kDvPad / 2 + 56 <= kConsumerRegs;
+  // at once; only when they fit the consumers' registers. With two consumers (240
+  // registers each) S and P count their size, O a quarter more, plus 16: fitted to ptxas
+  // over the tile space so that no tile it admits spills or has its wgmma serialised.
+  // Three consumers (160 each) keep the older, wider margin: overlapping there gained
+  // little or lost at d = 64 (docs/PERF.md, v5.1).
+  static constexpr bool kOverlap =
+      kConsumers == 3
+          ? kBlockN / 2 + kBlockN / 4 + kDvPad / 2 + 56 <= kConsumerRegs
+          : kBlockN / 2 + kBlockN / 4 + kDvPad / 2 + kDvPad / 8 + 16 <= kConsumerRegs;
   // Two consumer warpgroups take turns issuing their products.
   static constexpr bool kPingPong = kConsumers == 2;
   // O leaves through shared memory: each warpgroup writes its normalised rows into its
