@@ -158,13 +158,8 @@ std::vector<std::vector<SweepItem>> partitionItems(llvm::ArrayRef<SweepItem> ite
 llvm::Expected<bool> itemDone(cache::Cache &cache, const SweepItem &item,
                               llvm::StringRef deviceKey) {
   if (item.bucket) {
-    cache::TuningKey key;
-    key.spec = item.spec.key();
-    key.bucket = item.bucket->key();
-    key.deviceKey = deviceKey.str();
-    key.generatorFingerprint = generator::generatorFingerprint();
-    key.protocolVersion = kMeasurementProtocolVersion;
-    llvm::Expected<std::optional<cache::Found<cache::TuningRow>>> row = cache.findTuning(key);
+    llvm::Expected<std::optional<cache::Found<cache::TuningRow>>> row =
+        cache.findTuning(tuningKeyFor(item.spec, *item.bucket, deviceKey));
     if (!row)
       return row.takeError();
     return row->has_value();
@@ -215,13 +210,8 @@ llvm::Expected<SweepResult> cachedResult(cache::Cache &cache, const SweepItem &i
     r.tile = generator::defaultTile(item.spec).key();
     return r;
   }
-  cache::TuningKey key;
-  key.spec = item.spec.key();
-  key.bucket = item.bucket->key();
-  key.deviceKey = deviceKey.str();
-  key.generatorFingerprint = generator::generatorFingerprint();
-  key.protocolVersion = kMeasurementProtocolVersion;
-  llvm::Expected<std::optional<cache::Found<cache::TuningRow>>> row = cache.findTuning(key);
+  llvm::Expected<std::optional<cache::Found<cache::TuningRow>>> row =
+      cache.findTuning(tuningKeyFor(item.spec, *item.bucket, deviceKey));
   if (!row)
     return row.takeError();
   if (!*row)

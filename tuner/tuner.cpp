@@ -60,19 +60,25 @@ Tuner::Impl::~Impl() {
     runtime::destroyStream(stream);
 }
 
-llvm::Expected<cache::TuningKey> Tuner::Impl::tuningKey(const generator::KernelSpec &spec,
-                                                        const Bucket &bucket) const {
+cache::TuningKey tuningKeyFor(const generator::KernelSpec &spec, const Bucket &bucket,
+                              llvm::StringRef deviceKey) {
   cache::TuningKey key;
   key.spec = spec.key();
   key.bucket = bucket.key();
-  key.deviceKey = device ? device->properties().deviceKey() : options.deviceKey;
-  if (key.deviceKey.empty())
-    return makeError(ErrorCode::NoDevice,
-                     "no device: tuning rows are per device, and neither a device nor a "
-                     "device key was given");
+  key.deviceKey = deviceKey.str();
   key.generatorFingerprint = generator::generatorFingerprint();
   key.protocolVersion = kMeasurementProtocolVersion;
   return key;
+}
+
+llvm::Expected<cache::TuningKey> Tuner::Impl::tuningKey(const generator::KernelSpec &spec,
+                                                        const Bucket &bucket) const {
+  std::string deviceKey = device ? device->properties().deviceKey() : options.deviceKey;
+  if (deviceKey.empty())
+    return makeError(ErrorCode::NoDevice,
+                     "no device: tuning rows are per device, and neither a device nor a "
+                     "device key was given");
+  return tuningKeyFor(spec, bucket, deviceKey);
 }
 
 llvm::Error Tuner::Impl::checkSpec(const generator::KernelSpec &spec) const {

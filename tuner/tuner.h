@@ -86,6 +86,11 @@ struct TunerCounters {
   int tunes = 0;        // (spec, bucket) tunes
 };
 
+// The tuning key of (spec, bucket) on the device with this key, for this generator and
+// measurement protocol: what a tuning row is stored and found under.
+cache::TuningKey tuningKeyFor(const generator::KernelSpec &spec, const Bucket &bucket,
+                              llvm::StringRef deviceKey);
+
 class Tuner { // thread-safe: many threads may call select() at once; the same
               // (spec, bucket) requested concurrently is tuned once (others wait).
 public:
