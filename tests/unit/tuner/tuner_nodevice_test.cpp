@@ -6,6 +6,7 @@
 #include "generator/templates.h"
 #include "support/error.h"
 #include "subprocess.h"
+#include "memory_cache.h"
 #include "runtime/nvrtc.h"
 
 #include "llvm/ADT/SmallString.h"
@@ -16,6 +17,7 @@
 #include <cstdlib>
 
 using namespace flashjit;
+using flashjit::testing::memoryCache;
 using generator::KernelSpec;
 using tuner::Bucket;
 using tuner::TuneMode;
@@ -25,14 +27,6 @@ using tuner::TunerOptions;
 namespace {
 
 constexpr const char *kDevice = "NVIDIA_H100_80GB_HBM3.sm90.132sm";
-
-std::unique_ptr<cache::Cache> memoryCache() {
-  cache::CacheOptions options;
-  options.userPath = "";
-  auto c = cache::Cache::open(options);
-  EXPECT_TRUE(bool(c)) << llvm::toString(c.takeError());
-  return std::move(*c);
-}
 
 KernelSpec spec() {
   KernelSpec s;

@@ -3,22 +3,16 @@
 #include "tuner/variants.h"
 
 #include "runtime/nvrtc.h"
+#include "memory_cache.h"
 
 #include <gtest/gtest.h>
 
 using namespace flashjit;
+using flashjit::testing::memoryCache;
 using generator::KernelSpec;
 using generator::TileConfig;
 
 namespace {
-
-std::unique_ptr<cache::Cache> memoryCache() {
-  cache::CacheOptions options;
-  options.userPath = "";
-  auto c = cache::Cache::open(options);
-  EXPECT_TRUE(bool(c)) << llvm::toString(c.takeError());
-  return std::move(*c);
-}
 
 KernelSpec spec64() {
   KernelSpec s;
