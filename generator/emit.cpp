@@ -57,9 +57,12 @@ std::string wgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
              "flashjit_fwd_wgmma(const FjForwardParams params,\n"
              "                   const __grid_constant__ fj::TensorMap tm_q,\n"
              "                   const __grid_constant__ fj::TensorMap tm_k,\n"
-             "                   const __grid_constant__ fj::TensorMap tm_v) {{\n"
+             "                   const __grid_constant__ fj::TensorMap tm_v,\n"
+             "                   const __grid_constant__ fj::TensorMap tm_o,\n"
+             "                   const int o_by_tma) {{\n"
              "  extern __shared__ __align__(1024) unsigned char fj_smem[];\n"
-             "  fj::fwd_wgmma::run<FjConfig>(params, tm_q, tm_k, tm_v, fj_smem);\n"
+             "  fj::fwd_wgmma::run<FjConfig>(params, tm_q, tm_k, tm_v, tm_o, o_by_tma != 0, "
+             "fj_smem);\n"
              "}\n",
              spec.key(), tile.key(), elementType(spec.dtype), spec.headDim, spec.headDimV,
              tile.blockN, tile.blockM / 64, tile.stages, spec.causal ? "true" : "false",
@@ -117,6 +120,7 @@ llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConf
     kernel.tma.headDimV = spec.headDimV;
     kernel.tma.qRows = tile.blockM;
     kernel.tma.kvRows = tile.blockN;
+    kernel.tma.oRows = 64;
     kernel.tma.panelD = panelColumns(spec.headDim);
     kernel.tma.panelDv = panelColumns(spec.headDimV);
   } else {

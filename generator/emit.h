@@ -21,7 +21,8 @@ struct TmaOperands {
   DType dtype = DType::BF16;
   int headDim = 0, headDimV = 0;
   int qRows = 0, kvRows = 0;    // box rows: block_m for Q, block_n for K and V
-  int panelD = 0, panelDv = 0;  // box columns for Q/K and for V
+  int oRows = 0;                // box rows of O's map: one consumer warpgroup's
+  int panelD = 0, panelDv = 0;  // box columns for Q/K and for V and O
 };
 
 struct EmittedKernel {
@@ -31,7 +32,9 @@ struct EmittedKernel {
   int threads = 0;                       // block size
   int sharedBytes = 0;                   // dynamic shared memory per block
   int blockM = 0;                        // query rows per block (grid.x = ceil(seqlen_q / blockM))
-  TmaOperands tma;                       // kernel parameters after FjForwardParams, if enabled
+  // Kernel parameters after FjForwardParams, if enabled: the maps of Q, K, V and O, and
+  // an int, 1 when the kernel may store O through its map.
+  TmaOperands tma;
   // One CTA per multiprocessor walking the work tiles (grid.x = min(tiles, SMs),
   // grid.y = grid.z = 1) instead of one CTA per (query block, head, batch).
   bool persistent = false;

@@ -79,6 +79,12 @@ __device__ __forceinline__ uint4 ld_shared_v4(u32 addr) {
                : "memory");
   return v;
 }
+// A 16-byte global store. (A plain uint4 store came out of NVRTC as four 4-byte STG.)
+__device__ __forceinline__ void st_global_v4(void *ptr, uint4 v) {
+  asm volatile("st.global.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"l"(ptr), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
 
 // 16-byte asynchronous copy global -> shared; copies zeros when !valid (the source
 // is then not read), which pads partial tiles.

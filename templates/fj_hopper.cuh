@@ -31,6 +31,11 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
 __device__ __forceinline__ void mbar_arrive(u32 bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// `count` arrivals at once.
+__device__ __forceinline__ void mbar_arrive_count(u32 bar, u32 count) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(count)
+               : "memory");
+}
 __device__ __forceinline__ bool mbar_try_wait(u32 bar, u32 parity) {
   u32 done;
   asm volatile("{\n.reg .pred p;\n"
@@ -60,6 +65,28 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const TensorMap &map, u32 b
                " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
                "l"(&map), "r"(col), "r"(row), "r"(head), "r"(batch), "r"(bar)
                : "memory");
+}
+
+// One box of shared memory out to a rank-4 tensor map (same dims as tma_load_4d);
+// elements outside the tensor are not written. Tracked in this thread's bulk groups.
+__device__ __forceinline__ void tma_store_4d(const TensorMap &map, u32 src, int col, int row,
+                                             int head, int batch) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group"
+               " [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(&map),
+               "r"(src), "r"(col), "r"(row), "r"(head), "r"(batch)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Until this thread's committed bulk stores have read their shared memory (it may then
+// be overwritten); the writes to global memory may still be under way.
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+// Until this thread's committed bulk stores are complete.
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
 // ---- wgmma ordering ----

@@ -12,7 +12,8 @@
 //   (the S accumulator layout is the A-fragment layout) and O += P V is a second chain
 //   with A from registers and V read N-major. A K or V slot is released as soon as its
 //   product completes. Two consumers take turns issuing (ping-pong), and within one,
-//   the softmax of key tile i overlaps the tensor cores' P(i-1) V(i-1).
+//   the softmax of key tile i overlaps the tensor cores' P(i-1) V(i-1). O goes out
+//   through shared memory, by a TMA store where the output allows one.
 // A variable-length batch (cu_seqlens) is one packed sequence to the tensor maps: a work
 // tile offsets its loads by its sequence's first row, masks keys past its own end (rows
 // of the next sequence, loaded but unused) and stores only its own rows.
@@ -82,12 +83,17 @@ struct FwdWgmmaConfig {
   // Two consumer warpgroups take turns issuing their products.
   static constexpr bool kPingPong = kConsumers == 2;
   // O leaves through shared memory: each warpgroup writes its normalised rows into its
-  // own rows of the tile's Q buffer (free once the last S = Q K^T is done), then all its
-  // threads copy them out in 16-byte pieces, whole 128-byte lines per 8 threads, instead
-  // of 4-byte stores that fill half a sector each. Holding the Q buffer until then delays
-  // the load of the next Q (one Q buffer) or of the Q two tiles ahead (two); measured a
-  // gain either way (docs/PERF.md, v5).
+  // own rows of the tile's Q buffer (free once the last S = Q K^T is done). With two Q
+  // buffers one thread then stores them by TMA, so the consumers start the next tile at
+  // once (kStoreOByTma); otherwise, and where TMA cannot store O (a variable-length
+  // batch, whose tile may end inside the next sequence's rows, or an O whose address or
+  // strides a tensor map cannot describe), the warpgroup copies them out in 16-byte
+  // pieces. Holding the Q buffer until then delays the load of the next Q (one Q buffer)
+  // or of the Q two tiles ahead (two); measured a gain either way (docs/PERF.md, v5 and
+  // v5.2). With one Q buffer (d > 128) the TMA path would not fit beside the copy in the
+  // consumers' registers (d = 256 causal 128 x 80 spilled) and gained least there.
   static constexpr bool kStageO = kDvPad == kDPad;
+  static constexpr bool kStoreOByTma = kStageO && kQBuffers == 2;
 
   static_assert(kHeadDim % 8 == 0 && kHeadDim >= 8 && kHeadDim <= 256, "head_dim");
   static_assert(kHeadDimV % 8 == 0 && kHeadDimV >= 8 && kHeadDimV <= 256, "head_dim_v");
@@ -422,51 +428,77 @@ __device__ __forceinline__ void store_rows(const FjForwardParams &p, const Work 
   }
 }
 
-// The same as store_rows through shared memory (kStageO): `stage` is this warpgroup's
-// first row of the tile's Q buffer, laid out as Q is (panels of kSwizzleD-byte rows),
-// with the 16-byte chunks of a row XOR-permuted so that both the 4-byte writes (8 rows,
-// one chunk each) and the 16-byte reads (one row, 8 chunks) are free of bank conflicts.
-// Ends with this warpgroup's release of the Q buffer.
+// O staged in shared memory (kStageO): row r of a warpgroup's 64 starts at `stage` + r
+// rows of the tile's Q buffer, laid out as Q is (panels of kSwizzleD-byte rows), with the
+// 16-byte chunks of a row XOR-permuted the way TMA's 64- and 128-byte swizzles permute
+// them. So both the 4-byte writes (8 rows, one chunk each) and the 16-byte reads (one
+// row, 8 chunks) are free of bank conflicts, and a TMA store reads the rows as they are.
 template <typename Cfg>
-__device__ __forceinline__ void store_rows_staged(const FjForwardParams &p, const Work &w,
-                                                  RowState<Cfg> &st, int wg_row0, u32 stage,
-                                                  u32 q_empty, int consumer) {
-  typedef typename Cfg::Element T;
+__device__ __forceinline__ u32 staged_chunk(u32 stage, int r, int chunk) {
   constexpr int kChunksPerPanel = Cfg::kSwizzleD / 16;
   constexpr int kRowsPerLine = 128 / Cfg::kSwizzleD;  // 128-byte bank lines
-  constexpr int kChunksPerRow = Cfg::kDvPad / 8;
-  constexpr u32 kPanelBytes = Cfg::kBlockM * Cfg::kSwizzleD;
+  const int swizzled = (chunk % kChunksPerPanel) ^ ((r / kRowsPerLine) % kChunksPerPanel);
+  return stage + (chunk / kChunksPerPanel) * (Cfg::kBlockM * Cfg::kSwizzleD) +
+         r * Cfg::kSwizzleD + swizzled * 16;
+}
+// The first half of store_rows through shared memory: this thread's normalised rows into
+// the stage, and the log-sum-exp.
+template <typename Cfg>
+__device__ __forceinline__ void stage_rows(const FjForwardParams &p, const Work &w,
+                                           RowState<Cfg> &st, int wg_row0, u32 stage) {
+  typedef typename Cfg::Element T;
   const int tid = threadIdx.x & 127, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  auto chunk_addr = [&](int r, int chunk) {
-    const int swizzled = (chunk % kChunksPerPanel) ^ ((r / kRowsPerLine) % kChunksPerPanel);
-    return stage + (chunk / kChunksPerPanel) * kPanelBytes + r * Cfg::kSwizzleD + swizzled * 16;
-  };
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int r = (tid >> 5) * 16 + g + 8 * hf;  // row within the warpgroup's 64
     const float sum = finish_row<Cfg>(p, w, st, hf, w.q0 + wg_row0 + r, t);
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
 #pragma unroll
-    for (int ot = 0; ot < kChunksPerRow; ++ot)
-      st_shared_u32(chunk_addr(r, ot) + 4 * t,
+    for (int ot = 0; ot < Cfg::kDvPad / 8; ++ot)
+      st_shared_u32(staged_chunk<Cfg>(stage, r, ot) + 4 * t,
                     pack2<T>(st.acc_o[ot * 4 + 2 * hf] * inv,
                              st.acc_o[ot * 4 + 2 * hf + 1] * inv));
   }
-  named_sync(3 + consumer, 128);  // the warpgroup's rows are all in shared memory
+}
+
+// The second half by TMA: one thread stores the warpgroup's 64 rows, one box per panel
+// (rows past the sequence end fall outside the tensor map and are not written). The
+// consumers go on at once; the Q buffer is released once the store has read it
+// (settle_o_store).
+template <typename Cfg>
+__device__ __forceinline__ void tma_store_staged(const Work &w, const TensorMap &tm_o,
+                                                 int wg_row0, u32 stage) {
+  if ((threadIdx.x & 127) == 0) {
+#pragma unroll
+    for (int pn = 0; pn < Cfg::kDvPad / Cfg::kPanelDv; ++pn)
+      tma_store_4d(tm_o, stage + pn * Cfg::kBlockM * Cfg::kSwizzleD, pn * Cfg::kPanelDv,
+                   w.q0 + wg_row0, w.h, w.b);
+    bulk_commit();
+  }
+}
+
+// The second half without TMA (see kStoreOByTma): the warpgroup's threads copy its
+// staged rows out in 16-byte pieces, whole 128-byte lines per 8 threads, then each warp
+// releases the Q buffer.
+template <typename Cfg>
+__device__ __forceinline__ void copy_out_staged(const FjForwardParams &p, const Work &w,
+                                                int wg_row0, u32 stage, u32 q_empty) {
+  constexpr int kChunksPerRow = Cfg::kDvPad / 8;
+  const int tid = threadIdx.x & 127;
   u16 *o = (u16 *)p.o + tensor_base(w.seq.q_offset, w.b, w.h, p.o_batch_stride,
                                      p.o_row_stride, p.o_head_stride);
 #pragma unroll 4
   for (int k = 0; k < 64 * kChunksPerRow / 128; ++k) {
     const int idx = k * 128 + tid, r = idx / kChunksPerRow, chunk = idx % kChunksPerRow;
-    const uint4 v = ld_shared_v4(chunk_addr(r, chunk));
+    const uint4 v = ld_shared_v4(staged_chunk<Cfg>(stage, r, chunk));
     const int row = w.q0 + wg_row0 + r;
     if (row < w.seq.seqlen_q && chunk * 8 < Cfg::kHeadDimV)
-      *(uint4 *)(o + (long long)row * p.o_row_stride + chunk * 8) = v;
+      st_global_v4(o + (long long)row * p.o_row_stride + chunk * 8, v);
   }
   // The producer may load the next Q here once every consumer warp has read its part.
   fence_proxy_async_smem();
   __syncwarp();
-  if (lane == 0)
+  if ((tid & 31) == 0)
     mbar_arrive(q_empty);
 }
 
@@ -475,7 +507,7 @@ __device__ __forceinline__ void store_rows_staged(const FjForwardParams &p, cons
 // P(i-1) V(i-1): S(i) and P(i-1)V(i) are issued together and only S(i) is awaited.
 template <typename Cfg>
 __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayout<Cfg> &sm,
-                                        int consumer) {
+                                        const TensorMap &tm_o, bool o_by_tma, int consumer) {
   constexpr int NT = Cfg::kBlockN / 8;
   const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
   const int g = lane >> 2, t = lane & 3;
@@ -483,6 +515,19 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
   auto release = [&](u32 bar) {
     if (lane == 0)
       mbar_arrive(bar);
+  };
+  // The Q buffer the last tile's TMA store of O still reads. The overlapped loop releases
+  // it once the next tile's first S = Q K^T is issued (its latency hides the wait; +1 %
+  // over releasing at once, docs/PERF.md v5.2); the loop without overlap at once (there
+  // the test would sit in every iteration: -2 % at d = 64).
+  bool o_store_pending = false;
+  u32 o_store_q_empty = 0;
+  auto settle_o_store = [&]() {
+    if (o_store_pending && (threadIdx.x & 127) == 0) {
+      bulk_wait_read();
+      mbar_arrive_count(o_store_q_empty, 4);  // for the warpgroup's four warps
+    }
+    o_store_pending = false;
   };
 
   // The first consumer takes the first turn.
@@ -551,6 +596,7 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
         qk_product<Cfg>(acc_s, q_rows, sm.k + s * Cfg::kKBytes);
         wgmma_commit();
         pass_turn<Cfg>(consumer);
+        settle_o_store();
         wgmma_wait<0>();
       }
       // Iteration i: the softmax of key tile i (while P(i-1) V(i-1) runs), then S(i+1)
@@ -595,16 +641,33 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
       }
     }
     kv_iter += w.n_blocks;
-    if constexpr (Cfg::kStageO)
-      store_rows_staged<Cfg>(p, w, st, wg_row0, q_rows, sm.q_empty(q_this), consumer);
-    else
+    if constexpr (Cfg::kStageO) {
+      stage_rows<Cfg>(p, w, st, wg_row0, q_rows);
+      if (o_by_tma)
+        fence_proxy_async_smem();     // the rows, before the TMA store reads them
+      named_sync(3 + consumer, 128);  // the warpgroup's rows are all in shared memory
+      if (o_by_tma) {
+        tma_store_staged<Cfg>(w, tm_o, wg_row0, q_rows);
+        o_store_pending = true;
+        o_store_q_empty = sm.q_empty(q_this);
+        if (!Cfg::kOverlap)
+          settle_o_store();
+      } else {
+        copy_out_staged<Cfg>(p, w, wg_row0, q_rows, sm.q_empty(q_this));
+      }
+    } else {
       store_rows<Cfg>(p, w, st, row, t);
+    }
   }
+  settle_o_store();
+  if (o_by_tma && (threadIdx.x & 127) == 0)
+    bulk_wait();  // shared memory must outlive the stores that read it
 }
 
 template <typename Cfg>
 __device__ __forceinline__ void run(const FjForwardParams &p, const TensorMap &tm_q,
                                     const TensorMap &tm_k, const TensorMap &tm_v,
+                                    const TensorMap &tm_o, bool o_by_tma,
                                     unsigned char *smem) {
   const SmemLayout<Cfg> sm((smem_addr(smem) + 1023) & ~1023u);
   const int wg = threadIdx.x / 128;
@@ -632,7 +695,7 @@ __device__ __forceinline__ void run(const FjForwardParams &p, const TensorMap &t
       produce<Cfg>(p, sm, tm_q, tm_k, tm_v);
   } else {
     regs_raise<Cfg::kConsumerRegs>();
-    consume<Cfg>(p, sm, wg - 1);
+    consume<Cfg>(p, sm, tm_o, o_by_tma && Cfg::kStoreOByTma, wg - 1);
   }
 }
 

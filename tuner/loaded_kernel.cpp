@@ -58,6 +58,12 @@ namespace {
 bool variableLength(const FjForwardParams &params) {
   return params.cu_seqlens_q || params.cu_seqlens_k;
 }
+long long tmaBatchStride(const FjForwardParams &params, long long stride) {
+  return variableLength(params) ? 0 : stride;
+}
+bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+// 16-bit elements: a stride in multiples of 8 elements is a multiple of 16 bytes.
+bool tmaStride(long long stride) { return stride % 8 == 0 && stride >= 0 && stride < (1ll << 39); }
 } // namespace
 
 const char *tmaArgumentProblem(const FjForwardParams &params, long long *badStride) {
@@ -69,23 +75,34 @@ const char *tmaArgumentProblem(const FjForwardParams &params, long long *badStri
            "total_k, the packed row counts";
   if (params.seqlen_k <= 0)
     return "TMA kernels need at least one key (a tensor map cannot describe an empty K/V)";
-  auto aligned = [](const void *p) { return ((uintptr_t)p & 15) == 0; };
-  if (!aligned(params.q) || !aligned(params.k) || !aligned(params.v))
+  if (!aligned16(params.q) || !aligned16(params.k) || !aligned16(params.v))
     return "TMA kernels need q, k and v aligned to 16 bytes";
-  // 16-bit elements: a stride in multiples of 8 elements is a multiple of 16 bytes.
-  auto batchStride = [&](long long stride) { return varlen ? 0 : stride; };
-  const long long strides[] = {
-      params.q_row_stride, params.q_head_stride, batchStride(params.q_batch_stride),
-      params.k_row_stride, params.k_head_stride, batchStride(params.k_batch_stride),
-      params.v_row_stride, params.v_head_stride, batchStride(params.v_batch_stride)};
+  const long long strides[] = {params.q_row_stride, params.q_head_stride,
+                               tmaBatchStride(params, params.q_batch_stride),
+                               params.k_row_stride, params.k_head_stride,
+                               tmaBatchStride(params, params.k_batch_stride),
+                               params.v_row_stride, params.v_head_stride,
+                               tmaBatchStride(params, params.v_batch_stride)};
   for (long long stride : strides)
-    if (stride % 8 != 0 || stride < 0 || stride >= (1ll << 39)) {
+    if (!tmaStride(stride)) {
       if (badStride)
         *badStride = stride;
       return "TMA kernels need row, head and batch strides that are multiples of 8 elements "
              "(16 bytes) and below 2^39";
     }
   return nullptr;
+}
+
+bool outputByTma(const FjForwardParams &params) {
+  // A variable-length batch's last tile of a sequence would write into the next one's
+  // rows: a tensor map over the packed rows cannot stop at the sequence's end.
+  // A zero stride (writes that overlap) only where its dimension has one index: the map
+  // stands 16 bytes in for it.
+  auto stride = [](long long s, long long extent) { return tmaStride(s) && (s > 0 || extent <= 1); };
+  return !variableLength(params) && aligned16(params.o) &&
+         stride(params.o_row_stride, params.seqlen_q) &&
+         stride(params.o_head_stride, params.heads_q) &&
+         stride(params.o_batch_stride, params.batch);
 }
 
 llvm::Error checkTmaArguments(const FjForwardParams &params) {
@@ -136,21 +153,32 @@ llvm::Error ForwardKernel::launch(const FjForwardParams &params, CUstream stream
     const long long rowsQ = varlen ? params.total_q : params.seqlen_q;
     const long long rowsK = varlen ? params.total_k : params.seqlen_k;
     const int batches = varlen ? 1 : params.batch;
-    alignas(64) CUtensorMap maps[3];
-    auto batchStride = [&](long long stride) { return varlen ? 0 : stride; };
+    alignas(64) CUtensorMap maps[4] = {};
     if (auto err = encodeOperand(maps[0], tma, params.q, tma.headDim, rowsQ, params.heads_q,
                                  batches, params.q_row_stride, params.q_head_stride,
-                                 batchStride(params.q_batch_stride), tma.panelD, tma.qRows))
+                                 tmaBatchStride(params, params.q_batch_stride), tma.panelD,
+                                 tma.qRows))
       return err;
     if (auto err = encodeOperand(maps[1], tma, params.k, tma.headDim, rowsK, params.heads_kv,
                                  batches, params.k_row_stride, params.k_head_stride,
-                                 batchStride(params.k_batch_stride), tma.panelD, tma.kvRows))
+                                 tmaBatchStride(params, params.k_batch_stride), tma.panelD,
+                                 tma.kvRows))
       return err;
     if (auto err = encodeOperand(maps[2], tma, params.v, tma.headDimV, rowsK, params.heads_kv,
                                  batches, params.v_row_stride, params.v_head_stride,
-                                 batchStride(params.v_batch_stride), tma.panelDv, tma.kvRows))
+                                 tmaBatchStride(params, params.v_batch_stride), tma.panelDv,
+                                 tma.kvRows))
       return err;
-    void *args[] = {const_cast<FjForwardParams *>(&params), &maps[0], &maps[1], &maps[2]};
+    // O by TMA where its map can describe it; else the kernel stores it itself.
+    int oByTma = outputByTma(params) ? 1 : 0;
+    if (oByTma)
+      if (auto err = encodeOperand(maps[3], tma, params.o, tma.headDimV, params.seqlen_q,
+                                   params.heads_q, params.batch, params.o_row_stride,
+                                   params.o_head_stride, params.o_batch_stride, tma.panelDv,
+                                   tma.oRows))
+        return err;
+    void *args[] = {const_cast<FjForwardParams *>(&params), &maps[0], &maps[1], &maps[2],
+                    &maps[3], &oByTma};
     // TMA kernels walk their work tiles on a 1-D grid: persistent, or one CTA each.
     // (A persistent causal kernel takes tiles in pairs; CTAs left without one exit.)
     long long tiles = (long long)blocks * params.heads_q * params.batch;

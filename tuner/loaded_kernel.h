@@ -36,6 +36,10 @@ llvm::Error checkTmaArguments(const FjForwardParams &params);
 // the offending stride). Allocates nothing, for fj_forward's hot path.
 const char *tmaArgumentProblem(const FjForwardParams &params, long long *badStride = nullptr);
 
+// Whether a TMA kernel stores O through a tensor map (else with its own stores): not for
+// variable-length batches, and only where O's address and strides are what TMA takes.
+bool outputByTma(const FjForwardParams &params);
+
 // A loaded forward kernel (any family): one CTA per (query block, head, batch), or a
 // persistent grid of one CTA per multiprocessor.
 class ForwardKernel {

@@ -681,6 +681,12 @@ TEST(ApiGpuFamilies, WgmmaOnHopperFallsBackForWhatTmaCannotTake) {
   report = runEdited(**single, kernel, odd, stream.handle);
   ASSERT_TRUE((bool)report) << llvm::toString(report.takeError());
   EXPECT_TRUE(report->passed) << "odd batch strides: " << report->summary();
+  // Only O's: fwd_wgmma runs and stores O itself instead of through a tensor map.
+  fj_forward_args oddOutput = (*single)->args();
+  oddOutput.o_batch_stride = 1;
+  report = runEdited(**single, kernel, oddOutput, stream.handle);
+  ASSERT_TRUE((bool)report) << llvm::toString(report.takeError());
+  EXPECT_TRUE(report->passed) << "odd output batch stride: " << report->summary();
 
   // No keys at all (k and v never read): launches and completes without a CUDA error.
   fj_forward_args empty = (*single)->args();

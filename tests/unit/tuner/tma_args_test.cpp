@@ -23,6 +23,8 @@ FjForwardParams good() {
   p.q_row_stride = 4 * 64, p.q_head_stride = 64, p.q_batch_stride = 128 * 4 * 64;
   p.k_row_stride = 4 * 64, p.k_head_stride = 64, p.k_batch_stride = 256 * 4 * 64;
   p.v_row_stride = 4 * 64, p.v_head_stride = 64, p.v_batch_stride = 256 * 4 * 64;
+  p.o = reinterpret_cast<void *>(0x7f0030000000);
+  p.o_row_stride = 4 * 64, p.o_head_stride = 64, p.o_batch_stride = 128 * 4 * 64;
   return p;
 }
 
@@ -88,6 +90,38 @@ TEST(TmaArguments, RefusesWhatFwdMmaMustTake) {
   FjForwardParams huge = good();
   huge.k_batch_stride = 1ll << 39;  // 2^40 bytes: beyond a tensor map's strides
   EXPECT_NE(problemOf(huge).find("strides"), std::string::npos);
+}
+
+// O goes out through a tensor map only where one describes it exactly; elsewhere the
+// kernel stores it itself (the arguments are still taken).
+TEST(TmaArguments, StoresOutputByTmaWhereItsMapFits) {
+  EXPECT_TRUE(tuner::outputByTma(good()));
+
+  FjForwardParams varlen = good();  // a tile may end inside the next sequence's rows
+  static const int cu[3] = {0, 100, 128};
+  varlen.cu_seqlens_q = varlen.cu_seqlens_k = cu;
+  varlen.total_q = varlen.total_k = 128;
+  EXPECT_EQ(problemOf(varlen), "");
+  EXPECT_FALSE(tuner::outputByTma(varlen));
+
+  FjForwardParams misaligned = good();
+  misaligned.o = reinterpret_cast<void *>(0x7f0030000008);
+  EXPECT_EQ(problemOf(misaligned), "");
+  EXPECT_FALSE(tuner::outputByTma(misaligned));
+
+  FjForwardParams oddRows = good();
+  oddRows.o_row_stride = 4 * 64 + 4;
+  EXPECT_FALSE(tuner::outputByTma(oddRows));
+
+  FjForwardParams sharedHead = good();  // heads written over one another
+  sharedHead.o_head_stride = 0;
+  EXPECT_FALSE(tuner::outputByTma(sharedHead));
+  sharedHead.heads_q = sharedHead.heads_kv = 1;  // one head: the stride is never used
+  EXPECT_TRUE(tuner::outputByTma(sharedHead));
+
+  FjForwardParams huge = good();
+  huge.o_batch_stride = 1ll << 39;
+  EXPECT_FALSE(tuner::outputByTma(huge));
 }
 
 } // namespace
