@@ -28,6 +28,16 @@ FjForwardParams good() {
   return p;
 }
 
+// good() as a variable-length batch of two sequences (100 and 28 rows), packed row
+// counts given.
+FjForwardParams goodVarlen() {
+  static const int cu[3] = {0, 100, 128};
+  FjForwardParams p = good();
+  p.cu_seqlens_q = p.cu_seqlens_k = cu;
+  p.total_q = p.total_k = 128;
+  return p;
+}
+
 std::string problemOf(const FjForwardParams &p) {
   const char *problem = tuner::tmaArgumentProblem(p);
   llvm::Error checked = tuner::checkTmaArguments(p);
@@ -50,20 +60,15 @@ TEST(TmaArguments, TakesAlignedFixedLengthBatches) {
 // A variable-length batch is one packed sequence to TMA (no batch strides), bounded by
 // its packed row counts.
 TEST(TmaArguments, TakesVariableLengthBatchesWithTheirRowCounts) {
-  FjForwardParams varlen = good();
-  static const int cu[3] = {0, 100, 128};
-  varlen.cu_seqlens_q = varlen.cu_seqlens_k = cu;
-  varlen.total_q = varlen.total_k = 128;
+  FjForwardParams varlen = goodVarlen();
   EXPECT_EQ(problemOf(varlen), "");
   varlen.q_batch_stride = 3;  // ignored with cu_seqlens
   EXPECT_EQ(problemOf(varlen), "");
 }
 
 TEST(TmaArguments, RefusesWhatFwdMmaMustTake) {
-  FjForwardParams varlen = good();
-  static const int cu[3] = {0, 100, 128};
-  varlen.cu_seqlens_q = varlen.cu_seqlens_k = cu;
-  varlen.total_q = 128;  // total_k unknown
+  FjForwardParams varlen = goodVarlen();
+  varlen.total_k = 0;  // unknown
   EXPECT_NE(problemOf(varlen).find("cu_seqlens"), std::string::npos);
 
   FjForwardParams noKeys = good();
@@ -97,10 +102,7 @@ TEST(TmaArguments, RefusesWhatFwdMmaMustTake) {
 TEST(TmaArguments, StoresOutputByTmaWhereItsMapFits) {
   EXPECT_TRUE(tuner::outputByTma(good()));
 
-  FjForwardParams varlen = good();  // a tile may end inside the next sequence's rows
-  static const int cu[3] = {0, 100, 128};
-  varlen.cu_seqlens_q = varlen.cu_seqlens_k = cu;
-  varlen.total_q = varlen.total_k = 128;
+  FjForwardParams varlen = goodVarlen();  // a tile may end inside the next sequence's rows
   EXPECT_EQ(problemOf(varlen), "");
   EXPECT_FALSE(tuner::outputByTma(varlen));
 
