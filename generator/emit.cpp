@@ -52,7 +52,9 @@ std::string wgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
              "// ---- configuration: {0} / {1} ----\n"
              "typedef fj::FwdWgmmaConfig<{2}, {3}, {4}, {5}, {6}, {7}, {8}> FjConfig;\n"
              "static_assert(FjConfig::kSmemBytes == {9}, \"host and device disagree on "
-             "shared memory\");\n\n"
+             "shared memory\");\n"
+             "static_assert(FjConfig::kStoreOByTma == {10}, \"host and device disagree on "
+             "storing O by TMA\");\n\n"
              "extern \"C\" __global__ void __launch_bounds__(FjConfig::kThreads, 1)\n"
              "flashjit_fwd_wgmma(const FjForwardParams params,\n"
              "                   const __grid_constant__ fj::TensorMap tm_q,\n"
@@ -66,7 +68,7 @@ std::string wgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
              "}\n",
              spec.key(), tile.key(), elementType(spec.dtype), spec.headDim, spec.headDimV,
              tile.blockN, tile.blockM / 64, tile.stages, spec.causal ? "true" : "false",
-             sharedBytes(spec, tile))
+             sharedBytes(spec, tile), wgmmaStoresOByTma(spec, tile) ? "true" : "false")
       .str();
 }
 
@@ -120,7 +122,7 @@ llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConf
     kernel.tma.headDimV = spec.headDimV;
     kernel.tma.qRows = tile.blockM;
     kernel.tma.kvRows = tile.blockN;
-    kernel.tma.oRows = 64;
+    kernel.tma.oRows = wgmmaStoresOByTma(spec, tile) ? 64 : 0;
     kernel.tma.panelD = panelColumns(spec.headDim);
     kernel.tma.panelDv = panelColumns(spec.headDimV);
   } else {

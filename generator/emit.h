@@ -21,7 +21,7 @@ struct TmaOperands {
   DType dtype = DType::BF16;
   int headDim = 0, headDimV = 0;
   int qRows = 0, kvRows = 0;    // box rows: block_m for Q, block_n for K and V
-  int oRows = 0;                // box rows of O's map: one consumer warpgroup's
+  int oRows = 0;                // box rows of O's map (one warpgroup's); 0: no O map
   int panelD = 0, panelDv = 0;  // box columns for Q/K and for V and O
 };
 

@@ -126,13 +126,16 @@ int roundUp(int x, int m) { return (x + m - 1) / m * m; }
 // fwd_wgmma (mirrors FwdWgmmaConfig): head dims padded to 32, one or (where they fit)
 // two Q buffers + a K/V ring, two mbarriers per Q buffer and four per stage, 1024 bytes
 // of alignment slack.
-int wgmmaSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
+int wgmmaBytes(const KernelSpec &spec, const TileConfig &tile, int qBuffers) {
   int d = roundUp(spec.headDim, 32), dv = roundUp(spec.headDimV, 32);
-  auto bytes = [&](int qBuffers) {
-    return 1024 + qBuffers * tile.blockM * d * 2 + tile.stages * tile.blockN * (d + dv) * 2 +
-           (2 * qBuffers + 4 * tile.stages) * 8;
-  };
-  return bytes(2) <= 227 * 1024 ? bytes(2) : bytes(1);
+  return 1024 + qBuffers * tile.blockM * d * 2 + tile.stages * tile.blockN * (d + dv) * 2 +
+         (2 * qBuffers + 4 * tile.stages) * 8;
+}
+bool wgmmaTwoQBuffers(const KernelSpec &spec, const TileConfig &tile) {
+  return wgmmaBytes(spec, tile, 2) <= 227 * 1024;
+}
+int wgmmaSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
+  return wgmmaBytes(spec, tile, wgmmaTwoQBuffers(spec, tile) ? 2 : 1);
 }
 
 // Consumer registers per thread after setmaxnreg (mirrors FwdWgmmaConfig).
@@ -166,6 +169,11 @@ llvm::Error validateWgmmaTile(const KernelSpec &spec, const TileConfig &tile) {
   return llvm::Error::success();
 }
 } // namespace
+
+bool wgmmaStoresOByTma(const KernelSpec &spec, const TileConfig &tile) {
+  return spec.family == Family::FwdWgmma &&
+         roundUp(spec.headDim, 32) == roundUp(spec.headDimV, 32) && wgmmaTwoQBuffers(spec, tile);
+}
 
 int sharedBytes(const KernelSpec &spec, const TileConfig &tile) {
   if (spec.family == Family::FwdWgmma)

@@ -60,6 +60,11 @@ llvm::Error validateSpec(const KernelSpec &spec);
 // Dynamic shared memory a tile needs for a spec, in bytes (mirrors templates/).
 int sharedBytes(const KernelSpec &spec, const TileConfig &tile);
 
+// Whether a fwd_wgmma kernel may store O by TMA (mirrors FwdWgmmaConfig::kStoreOByTma:
+// O staged in its tile's Q buffer, and two Q buffers). The launch encodes O's tensor map
+// only for those.
+bool wgmmaStoresOByTma(const KernelSpec &spec, const TileConfig &tile);
+
 // Checks a tile against the spec and the target: divisibility, threads, shared memory
 // (and for fwd_wgmma: block_m = 64 per consumer warpgroup, warps = 4 per warpgroup
 // including the producer's, and an accumulator estimate within the register budget).

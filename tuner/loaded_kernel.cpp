@@ -169,8 +169,8 @@ llvm::Error ForwardKernel::launch(const FjForwardParams &params, CUstream stream
                                  tmaBatchStride(params, params.v_batch_stride), tma.panelDv,
                                  tma.kvRows))
       return err;
-    // O by TMA where its map can describe it; else the kernel stores it itself.
-    int oByTma = outputByTma(params) ? 1 : 0;
+    // O by TMA where the kernel can and its map describes O; else the kernel stores it.
+    int oByTma = tma.oRows > 0 && outputByTma(params) ? 1 : 0;
     if (oByTma)
       if (auto err = encodeOperand(maps[3], tma, params.o, tma.headDimV, params.seqlen_q,
                                    params.heads_q, params.batch, params.o_row_stride,

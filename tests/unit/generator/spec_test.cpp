@@ -117,6 +117,31 @@ TEST(SharedMemory, WgmmaDoublesQWhereItFits) {
             1024 + 2 * 64 * 192 + 2 * (2 * 64 * 192) + (4 + 8) * 8);
 }
 
+// O goes out by TMA only where the kernel stages it in a Q buffer it owns alone (two Q
+// buffers, V's head dim padded like Q's); the launch encodes O's map only for those.
+TEST(Emit, WgmmaAsksForAnOutputMapOnlyWhereItStoresOByTma) {
+  KernelSpec spec;
+  spec.family = Family::FwdWgmma;
+  spec.target = "sm_90a";
+  spec.headDim = spec.headDimV = 128;
+  auto twoQ = emitForward(spec, TileConfig{128, 128, 12, 2});
+  ASSERT_TRUE(bool(twoQ)) << llvm::toString(twoQ.takeError());
+  EXPECT_TRUE(wgmmaStoresOByTma(spec, TileConfig{128, 128, 12, 2}));
+  EXPECT_EQ(twoQ->tma.oRows, 64);
+  EXPECT_NE(twoQ->source.find("kStoreOByTma == true"), std::string::npos);
+
+  auto oneQ = emitForward(spec, TileConfig{128, 176, 12, 2});
+  ASSERT_TRUE(bool(oneQ)) << llvm::toString(oneQ.takeError());
+  EXPECT_EQ(oneQ->tma.oRows, 0);
+  EXPECT_NE(oneQ->source.find("kStoreOByTma == false"), std::string::npos);
+
+  spec.headDimV = 64;  // O not staged: its rows differ from a Q buffer's
+  EXPECT_FALSE(wgmmaStoresOByTma(spec, TileConfig{128, 128, 12, 2}));
+  spec.family = Family::FwdMma;
+  spec.headDimV = 128;
+  EXPECT_FALSE(wgmmaStoresOByTma(spec, TileConfig{128, 128, 12, 2}));
+}
+
 TEST(Emit, SourceIsSelfContainedAndSpecialized) {
   KernelSpec spec;
   spec.headDim = 72;
