@@ -50,4 +50,22 @@ ResourceUsage parsePtxasLog(llvm::StringRef log) {
   return usage;
 }
 
+std::vector<std::string> ptxasNotes(llvm::StringRef log) {
+  std::vector<std::string> notes;
+  llvm::SmallVector<llvm::StringRef, 64> lines;
+  log.split(lines, '\n', -1, false);
+  for (llvm::StringRef line : lines) {
+    if (!line.consume_front("ptxas"))
+      continue;
+    auto [kind, message] = line.split(':');
+    kind = kind.trim();
+    message = message.trim();
+    // "(C7519) ...": a code in parentheses opens every advisory.
+    bool coded = message.startswith("(C") && message.contains(')');
+    if (kind == "warning" || (kind == "info" && coded))
+      notes.push_back(message.str());
+  }
+  return notes;
+}
+
 } // namespace flashjit::runtime

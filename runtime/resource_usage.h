@@ -3,6 +3,9 @@
 
 #include "llvm/ADT/StringRef.h"
 
+#include <string>
+#include <vector>
+
 namespace flashjit::runtime {
 
 // The largest value of each quantity over the functions in the log: a program's
@@ -20,5 +23,12 @@ struct ResourceUsage {
 //   ptxas info    : Used 40 registers, used 1 barriers, 256 bytes smem, 364 bytes cmem[0]
 // Lines it does not recognise are ignored.
 ResourceUsage parsePtxasLog(llvm::StringRef log);
+
+// What ptxas says about the code beyond its resource usage: its warnings and its coded
+// advisories, such as
+//   ptxas info    : (C7519) warpgroup.arrive is injected in around line 2933 by ...
+// (a wgmma fenced or serialised by the compiler costs speed without failing the
+// compile). Each message without its "ptxas info    : " prefix, in log order.
+std::vector<std::string> ptxasNotes(llvm::StringRef log);
 
 } // namespace flashjit::runtime

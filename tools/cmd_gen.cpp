@@ -1,9 +1,12 @@
 // `flashjit gen`: print the CUDA source generated for a spec and tile, or compile it
-// and show what it costs (registers, spills, shared memory, compile time).
+// and show what it costs (registers, spills, shared memory, compile time) and what the
+// tuner and ptxas make of it.
 #include "tools/command.h"
 
 #include "generator/emit.h"
 #include "runtime/nvrtc.h"
+#include "runtime/resource_usage.h"
+#include "tuner/variants.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -105,6 +108,14 @@ int runGen() {
       binary->spillStoreBytes, binary->spillLoadBytes, binary->stackFrameBytes,
       kernel->sharedBytes, binary->staticSharedBytes, binary->cubin.size(),
       binary->compileMs);
+  // What the tuner would make of it, and why: its rejections (spills, serialised wgmma,
+  // ignored setmaxnreg) and ptxas's other advisories, which cost speed silently.
+  std::string rejection = tuner::compileRejection(
+      binary->spillStoreBytes + binary->spillLoadBytes, binary->log);
+  llvm::outs() << "  tuner            "
+               << (rejection.empty() ? "accepts it" : "rejects it: " + rejection) << "\n";
+  for (const std::string &note : runtime::ptxasNotes(binary->log))
+    llvm::outs() << "  ptxas note       " << note << "\n";
   return 0;
 }
 

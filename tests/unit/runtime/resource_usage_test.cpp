@@ -51,5 +51,23 @@ TEST(ResourceUsage, LogWithoutPtxasLinesReportsNoRegisters) {
   EXPECT_EQ(usage.stackFrameBytes, 0);
 }
 
+// Lines as NVRTC 13 printed them for an sm_90a wgmma kernel.
+TEST(PtxasNotes, KeepsWarningsAndCodedAdvisoriesOnly) {
+  std::vector<std::string> notes = ptxasNotes(
+      "ptxas info    : (C7519) warpgroup.arrive is injected in around line 2933 by compiler "
+      "to allow use of registers in GMMA in function 'k'\n"
+      "ptxas info    : 104 bytes gmem\n"
+      "ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
+      "ptxas warning : Registers are spilled to local memory in function 'k'\n"
+      "ptxas         .     8 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads\n"
+      "ptxas info    : Used 168 registers, used 16 barriers\n"
+      "k.cu(3): warning: (C1234) not a ptxas line\n");
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_EQ(notes[0], "(C7519) warpgroup.arrive is injected in around line 2933 by compiler "
+                      "to allow use of registers in GMMA in function 'k'");
+  EXPECT_EQ(notes[1], "Registers are spilled to local memory in function 'k'");
+  EXPECT_TRUE(ptxasNotes(kCapturedLog).empty());
+}
+
 } // namespace
 } // namespace flashjit::runtime
