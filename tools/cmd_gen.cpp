@@ -1,16 +1,21 @@
 // `flashjit gen`: print the CUDA source generated for a spec and tile, or compile it
 // and show what it costs (registers, spills, shared memory, compile time) and what the
-// tuner and ptxas make of it.
+// tuner and ptxas make of it; or compile every tile of the tuner's space for the spec
+// (--space), to see which ones a change to the templates makes spill.
 #include "tools/command.h"
 
 #include "generator/emit.h"
 #include "runtime/nvrtc.h"
 #include "runtime/resource_usage.h"
+#include "tuner/space.h"
 #include "tuner/variants.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/ThreadPool.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
 
 namespace {
 namespace cl = llvm::cl;
@@ -41,10 +46,99 @@ cl::opt<bool> configOnly("config-only",
                          cl::sub(genCommand));
 cl::opt<std::string> output("o", cl::desc("Write the source to this file"),
                             cl::value_desc("file"), cl::sub(genCommand));
+cl::opt<bool> space("space",
+                    cl::desc("Compile every tile of the tuner's space that the target fits, "
+                             "and list each one's registers, spills and the tuner's verdict"),
+                    cl::sub(genCommand));
+cl::opt<unsigned> jobs("jobs", cl::desc("Compile threads for --space (default: one per core)"),
+                       cl::init(0), cl::sub(genCommand));
 
 int fail(llvm::Error error) {
   llvm::errs() << "flashjit gen: " << llvm::toString(std::move(error)) << "\n";
   return 1;
+}
+
+llvm::Expected<runtime::CompiledBinary> compileKernel(const generator::KernelSpec &spec,
+                                                      const generator::EmittedKernel &kernel) {
+  runtime::CompileOptions options;
+  options.target = spec.target;
+  options.options = kernel.options;
+  return runtime::compile(kernel.source, options);
+}
+
+// kAccepts, or "rejects it: why" (tuner::compileRejection).
+constexpr const char *kAccepts = "accepts it";
+std::string tunerVerdict(const runtime::CompiledBinary &binary) {
+  std::string rejection =
+      tuner::compileRejection(binary.spillStoreBytes + binary.spillLoadBytes, binary.log);
+  return rejection.empty() ? kAccepts : "rejects it: " + rejection;
+}
+
+// One tile of --space: its line (and ptxas's advisories below it), and the verdict.
+struct SpaceRow {
+  std::string text;
+  bool accepted = false;
+  bool failed = false;
+};
+
+SpaceRow compileForSpace(const generator::KernelSpec &spec, const generator::TileConfig &tile) {
+  SpaceRow row;
+  auto failed = [&](llvm::Error error) {
+    row.failed = true;
+    row.text = llvm::formatv("  {0,-20} failed: {1}\n", tile.key(),
+                             llvm::toString(std::move(error)))
+                   .str();
+    return row;
+  };
+  auto kernel = generator::emitForward(spec, tile);
+  if (!kernel)
+    return failed(kernel.takeError());
+  auto binary = compileKernel(spec, *kernel);
+  if (!binary)
+    return failed(binary.takeError());
+  std::string verdict = tunerVerdict(*binary);
+  row.accepted = verdict == kAccepts;
+  row.text = llvm::formatv("  {0,-20} {1,3} registers {2,5} B spilled {3,6:f0} ms  tuner {4}\n",
+                           tile.key(), binary->registers,
+                           binary->spillStoreBytes + binary->spillLoadBytes, binary->compileMs,
+                           verdict)
+                 .str();
+  for (const std::string &note : runtime::ptxasNotes(binary->log))
+    row.text += "      ptxas: " + note + "\n";
+  return row;
+}
+
+// --space: the tiles of the tuner's space that the target fits, compiled in parallel and
+// listed in the space's order. Fails if any tile does not compile.
+int runSpace(const generator::KernelSpec &spec) {
+  std::vector<generator::TileConfig> all = tuner::enumerateTiles(spec), fits;
+  for (const generator::TileConfig &tile : all)
+    if (llvm::Error err = generator::validateTile(spec, tile))
+      llvm::consumeError(std::move(err));
+    else
+      fits.push_back(tile);
+  llvm::outs() << llvm::formatv("{0}: {1} of the space's {2} tiles fit; compiling them\n",
+                                spec.key(), fits.size(), all.size());
+  llvm::outs().flush();
+  std::vector<SpaceRow> rows(fits.size());
+  {
+    unsigned threads = jobs ? unsigned(jobs) : llvm::hardware_concurrency().compute_thread_count();
+    llvm::ThreadPool pool(llvm::hardware_concurrency(std::max(1u, threads)));
+    for (size_t i = 0; i < fits.size(); ++i)
+      pool.async([&, i] { rows[i] = compileForSpace(spec, fits[i]); });
+    pool.wait();
+  }
+  int accepted = 0, failures = 0;
+  for (const SpaceRow &row : rows) {
+    llvm::outs() << row.text;
+    accepted += row.accepted;
+    failures += row.failed;
+  }
+  llvm::outs() << llvm::formatv("{0} of {1} compiled tiles the tuner would time\n", accepted,
+                                fits.size() - failures);
+  if (failures)
+    llvm::errs() << llvm::formatv("flashjit gen: {0} tile(s) failed to compile\n", failures);
+  return failures ? 1 : 0;
 }
 
 int runGen() {
@@ -63,6 +157,13 @@ int runGen() {
   spec.target = target;
   if (auto err = generator::validateSpec(spec))
     return fail(std::move(err));
+  if (space) {
+    if (blockM || blockN || warps || stages || configOnly || !output.empty())
+      return fail(llvm::createStringError(
+          std::errc::invalid_argument,
+          "--space compiles every tile of the space; it takes no tile, -o or --config-only"));
+    return runSpace(spec);
+  }
   generator::TileConfig tile = generator::defaultTile(spec);
   if (blockM) tile.blockM = blockM;
   if (blockN) tile.blockN = blockN;
@@ -93,10 +194,7 @@ int runGen() {
       llvm::outs() << kernel->source;
     return 0;
   }
-  runtime::CompileOptions options;
-  options.target = spec.target;
-  options.options = kernel->options;
-  auto binary = runtime::compile(kernel->source, options);
+  auto binary = compileKernel(spec, *kernel);
   if (!binary)
     return fail(binary.takeError());
   llvm::outs() << llvm::formatv(
@@ -110,10 +208,7 @@ int runGen() {
       binary->compileMs);
   // What the tuner would make of it, and why: its rejections (spills, serialised wgmma,
   // ignored setmaxnreg) and ptxas's other advisories, which cost speed silently.
-  std::string rejection = tuner::compileRejection(
-      binary->spillStoreBytes + binary->spillLoadBytes, binary->log);
-  llvm::outs() << "  tuner            "
-               << (rejection.empty() ? "accepts it" : "rejects it: " + rejection) << "\n";
+  llvm::outs() << "  tuner            " << tunerVerdict(*binary) << "\n";
   for (const std::string &note : runtime::ptxasNotes(binary->log))
     llvm::outs() << "  ptxas note       " << note << "\n";
   return 0;
