@@ -66,12 +66,12 @@ llvm::Expected<runtime::CompiledBinary> compileKernel(const generator::KernelSpe
   return runtime::compile(kernel.source, options);
 }
 
-// kAccepts, or "rejects it: why" (tuner::compileRejection).
-constexpr const char *kAccepts = "accepts it";
-std::string tunerVerdict(const runtime::CompiledBinary &binary) {
-  std::string rejection =
-      tuner::compileRejection(binary.spillStoreBytes + binary.spillLoadBytes, binary.log);
-  return rejection.empty() ? kAccepts : "rejects it: " + rejection;
+// Why the tuner would not time this binary, or "" (tuner::compileRejection).
+std::string rejectionOf(const runtime::CompiledBinary &binary) {
+  return tuner::compileRejection(binary.spillStoreBytes + binary.spillLoadBytes, binary.log);
+}
+std::string verdictText(llvm::StringRef rejection) {
+  return rejection.empty() ? "accepts it" : ("rejects it: " + rejection).str();
 }
 
 // One tile of --space: its line (and ptxas's advisories below it), and the verdict.
@@ -96,12 +96,12 @@ SpaceRow compileForSpace(const generator::KernelSpec &spec, const generator::Til
   auto binary = compileKernel(spec, *kernel);
   if (!binary)
     return failed(binary.takeError());
-  std::string verdict = tunerVerdict(*binary);
-  row.accepted = verdict == kAccepts;
+  std::string rejection = rejectionOf(*binary);
+  row.accepted = rejection.empty();
   row.text = llvm::formatv("  {0,-20} {1,3} registers {2,5} B spilled {3,6:f0} ms  tuner {4}\n",
                            tile.key(), binary->registers,
                            binary->spillStoreBytes + binary->spillLoadBytes, binary->compileMs,
-                           verdict)
+                           verdictText(rejection))
                  .str();
   for (const std::string &note : runtime::ptxasNotes(binary->log))
     row.text += "      ptxas: " + note + "\n";
@@ -208,7 +208,7 @@ int runGen() {
       binary->compileMs);
   // What the tuner would make of it, and why: its rejections (spills, serialised wgmma,
   // ignored setmaxnreg) and ptxas's other advisories, which cost speed silently.
-  llvm::outs() << "  tuner            " << tunerVerdict(*binary) << "\n";
+  llvm::outs() << "  tuner            " << verdictText(rejectionOf(*binary)) << "\n";
   for (const std::string &note : runtime::ptxasNotes(binary->log))
     llvm::outs() << "  ptxas note       " << note << "\n";
   return 0;
