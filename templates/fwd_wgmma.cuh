@@ -154,13 +154,14 @@ struct Work {
 
 // The work tile of query block m_block of (batch, head) bh. With cu_seqlens the grid
 // covers the longest sequence; a block past a shorter one's end has no rows (and no
-// key tiles).
+// key tiles). by_heads and by_group divide by heads_q and heads_q / heads_kv.
 template <typename Cfg>
-__device__ __forceinline__ Work work_at(const FjForwardParams &p, int bh, int m_block) {
+__device__ __forceinline__ Work work_at(const FjForwardParams &p, const FastDiv &by_heads,
+                                        const FastDiv &by_group, int bh, int m_block) {
   Work w;
-  w.h = bh % p.heads_q;
-  w.b = bh / p.heads_q;
-  w.h_kv = w.h / (p.heads_q / p.heads_kv);
+  w.b = by_heads(bh);
+  w.h = bh - w.b * p.heads_q;
+  w.h_kv = by_group(w.h);
   w.seq = seq_extent(p, w.b);
   w.q0 = m_block * Cfg::kBlockM;
   w.diag = w.seq.seqlen_k - w.seq.seqlen_q;
@@ -181,20 +182,22 @@ __device__ __forceinline__ Work work_at(const FjForwardParams &p, int bh, int m_
 // blocks differ in work (block m sees ~m + 1 key tiles), so a causal unit is the pair of
 // blocks M-1-i and i of one head (heaviest first): every pair costs the same, and a
 // static assignment of pairs is as balanced as the non-causal one.
+// The divisions by run-time sizes sit at the start of every work tile, where both
+// consumers wait on them with the tensor cores idle; they are FastDivs, set up once.
 template <typename Cfg> struct TileWalk {
   int m_blocks, per_head, units, unit;
   bool second_half = false;
-  __device__ explicit TileWalk(const FjForwardParams &p) {
-    m_blocks = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
-    per_head = Cfg::kCausal ? (m_blocks + 1) / 2 : m_blocks;
-    units = per_head * p.heads_q * p.batch;
-    unit = blockIdx.x;
-  }
+  FastDiv by_per_head, by_heads, by_group;
+  __device__ explicit TileWalk(const FjForwardParams &p)
+      : m_blocks((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM),
+        per_head(Cfg::kCausal ? (m_blocks + 1) / 2 : m_blocks),
+        units(per_head * p.heads_q * p.batch), unit(blockIdx.x), by_per_head(per_head),
+        by_heads(p.heads_q), by_group(p.heads_q / p.heads_kv) {}
   // The next work tile into w; false when this CTA is done.
   __device__ bool next(const FjForwardParams &p, Work &w) {
     if (unit >= units)
       return false;
-    const int bh = unit / per_head, i = unit % per_head;
+    const int bh = by_per_head(unit), i = unit - bh * per_head;
     int m_block = i;
     if (Cfg::kCausal && !second_half) {
       m_block = m_blocks - 1 - i;
@@ -204,7 +207,7 @@ template <typename Cfg> struct TileWalk {
     }
     if (!second_half)
       unit += gridDim.x;
-    w = work_at<Cfg>(p, bh, m_block);
+    w = work_at<Cfg>(p, by_heads, by_group, bh, m_block);
     return true;
   }
 };
