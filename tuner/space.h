@@ -106,4 +106,11 @@ std::vector<SpaceEntry> buildSpace(const generator::KernelSpec &spec, const Buck
 const SpaceEntry *heuristicChoice(llvm::ArrayRef<SpaceEntry> space,
                                   const generator::KernelSpec &spec);
 
+// Moves the heuristic choice to the front of `space`, the other entries keeping their
+// order: the order candidates are tried in. A tune whose budget allows one timing then
+// gets what heuristic mode would, not the tile the model's tie-break (smallest
+// footprint) happens to put first. Returns the choice's new position (0), or -1 when
+// there is none.
+int leadWithHeuristicChoice(std::vector<SpaceEntry> &space, const generator::KernelSpec &spec);
+
 } // namespace flashjit::tuner

@@ -172,11 +172,10 @@ llvm::Expected<Selection> Tuner::Impl::heuristic(const generator::KernelSpec &sp
   std::vector<SpaceEntry> space =
       buildSpace(spec, bucket, deviceModelFor(device->properties()), spaceOptions);
   // The model's choice first; should it not compile cleanly, the next best.
+  leadWithHeuristicChoice(space, spec);
   std::vector<const SpaceEntry *> order;
-  if (const SpaceEntry *choice = heuristicChoice(space, spec))
-    order.push_back(choice);
   for (const SpaceEntry &e : space)
-    if (e.verdict == Verdict::Candidate && (order.empty() || &e != order.front()))
+    if (e.verdict == Verdict::Candidate)
       order.push_back(&e);
   std::string failures;
   BuildOptions build;

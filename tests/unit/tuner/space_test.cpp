@@ -177,6 +177,34 @@ TEST(Space, HeuristicPrefersTheDefaultTileAmongModelTies) {
   EXPECT_EQ(tuner::heuristicChoice(tuner::buildSpace(s, Bucket{}, h100(), none), s), nullptr);
 }
 
+TEST(Space, TheHeuristicChoiceIsTriedFirst) {
+  // d = 64 fwd_wgmma: the model predicts one time for every tile, so its order is the
+  // footprint tie-break (bm128.bn64 first); the default tile must lead instead.
+  for (bool causal : {false, true}) {
+    KernelSpec s = wgmma(64, causal);
+    auto space = tuner::buildSpace(s, Bucket::forShape(512, 512, 1024), h100());
+    ASSERT_GE(count(space, Verdict::Candidate), 2);
+    const generator::TileConfig choice = tuner::heuristicChoice(space, s)->tile;
+    EXPECT_EQ(choice, generator::defaultTile(s));
+    EXPECT_FALSE(space.front().tile == choice) << "the reordering is not exercised";
+    std::vector<std::string> before;
+    for (const SpaceEntry &e : space)
+      if (!(e.tile == choice))
+        before.push_back(e.tile.key());
+    EXPECT_EQ(tuner::leadWithHeuristicChoice(space, s), 0);
+    EXPECT_EQ(space.front().tile, choice);
+    std::vector<std::string> after;
+    for (size_t i = 1; i < space.size(); ++i)
+      after.push_back(space[i].tile.key());
+    EXPECT_EQ(after, before) << "the others keep their order";
+  }
+  // Nothing to choose from: nothing moves.
+  tuner::SpaceOptions none;
+  none.only = {{64, 64, 8, 2}};
+  auto pruned = tuner::buildSpace(spec(128), Bucket{}, h100(), none);
+  EXPECT_EQ(tuner::leadWithHeuristicChoice(pruned, spec(128)), -1);
+}
+
 TEST(Space, ModelCountsCausalWasteAndOccupancy) {
   tuner::DeviceModel gpu = h100();
   Bucket b = Bucket::forShape(1024, 1024, 32);
