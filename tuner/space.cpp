@@ -329,13 +329,13 @@ const SpaceEntry *heuristicChoice(llvm::ArrayRef<SpaceEntry> space,
   return &space.front();
 }
 
-int leadWithHeuristicChoice(std::vector<SpaceEntry> &space, const generator::KernelSpec &spec) {
+bool leadWithHeuristicChoice(std::vector<SpaceEntry> &space, const generator::KernelSpec &spec) {
   const SpaceEntry *choice = heuristicChoice(space, spec);
   if (!choice)
-    return -1;
+    return false;
   auto at = space.begin() + (choice - space.data());
   std::rotate(space.begin(), at, at + 1);
-  return 0;
+  return true;
 }
 
 } // namespace flashjit::tuner

@@ -109,8 +109,7 @@ const SpaceEntry *heuristicChoice(llvm::ArrayRef<SpaceEntry> space,
 // Moves the heuristic choice to the front of `space`, the other entries keeping their
 // order: the order candidates are tried in. A tune whose budget allows one timing then
 // gets what heuristic mode would, not the tile the model's tie-break (smallest
-// footprint) happens to put first. Returns the choice's new position (0), or -1 when
-// there is none.
-int leadWithHeuristicChoice(std::vector<SpaceEntry> &space, const generator::KernelSpec &spec);
+// footprint) happens to put first. False when there is no choice (nothing moves).
+bool leadWithHeuristicChoice(std::vector<SpaceEntry> &space, const generator::KernelSpec &spec);
 
 } // namespace flashjit::tuner

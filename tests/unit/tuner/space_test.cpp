@@ -191,7 +191,7 @@ TEST(Space, TheHeuristicChoiceIsTriedFirst) {
     for (const SpaceEntry &e : space)
       if (!(e.tile == choice))
         before.push_back(e.tile.key());
-    EXPECT_EQ(tuner::leadWithHeuristicChoice(space, s), 0);
+    EXPECT_TRUE(tuner::leadWithHeuristicChoice(space, s));
     EXPECT_EQ(space.front().tile, choice);
     std::vector<std::string> after;
     for (size_t i = 1; i < space.size(); ++i)
@@ -202,7 +202,7 @@ TEST(Space, TheHeuristicChoiceIsTriedFirst) {
   tuner::SpaceOptions none;
   none.only = {{64, 64, 8, 2}};
   auto pruned = tuner::buildSpace(spec(128), Bucket{}, h100(), none);
-  EXPECT_EQ(tuner::leadWithHeuristicChoice(pruned, spec(128)), -1);
+  EXPECT_FALSE(tuner::leadWithHeuristicChoice(pruned, spec(128)));
 }
 
 TEST(Space, ModelCountsCausalWasteAndOccupancy) {
