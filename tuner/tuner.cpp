@@ -173,16 +173,14 @@ llvm::Expected<Selection> Tuner::Impl::heuristic(const generator::KernelSpec &sp
       buildSpace(spec, bucket, deviceModelFor(device->properties()), spaceOptions);
   // The model's choice first; should it not compile cleanly, the next best.
   leadWithHeuristicChoice(space, spec);
-  std::vector<const SpaceEntry *> order;
-  for (const SpaceEntry &e : space)
-    if (e.verdict == Verdict::Candidate)
-      order.push_back(&e);
   std::string failures;
   BuildOptions build;
   build.threads = 1;
   build.mutateSource = options.mutateSource;
-  for (const SpaceEntry *entry : order) {
-    llvm::Expected<BuildResult> built = buildVariants(cache, spec, {entry->tile}, build);
+  for (const SpaceEntry &entry : space) {
+    if (entry.verdict != Verdict::Candidate)
+      continue;
+    llvm::Expected<BuildResult> built = buildVariants(cache, spec, {entry.tile}, build);
     if (!built)
       return built.takeError();
     compilations += built->compiled;
@@ -195,8 +193,8 @@ llvm::Expected<Selection> Tuner::Impl::heuristic(const generator::KernelSpec &sp
                               v.compiledNow ? Origin::CompiledNow : originOf(*v.cachedIn));
     s.note = llvm::formatv("heuristic: the model's tile for {0} ({1:F1} us predicted, {2}); "
                            "not timed",
-                           bucket.key(), entry->estimate.modelSeconds * 1e6,
-                           entry->estimate.limiter());
+                           bucket.key(), entry.estimate.modelSeconds * 1e6,
+                           entry.estimate.limiter());
     llvm::Expected<std::shared_ptr<ForwardKernel>> kernel = load(v);
     if (!kernel)
       return kernel.takeError();
