@@ -38,6 +38,13 @@ double median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
+double MeasureOptions::costMs(double launchMs) const {
+  launchMs = std::max(launchMs, 1e-3);
+  double warm = std::max(warmupMs, std::max(warmupLaunches, 1) * launchMs);
+  int runs = std::clamp((int)(targetMs / launchMs), minRuns, maxRuns);
+  return warm + runs * launchMs;
+}
+
 llvm::Expected<std::unique_ptr<TimingProblem>>
 TimingProblem::create(generator::DType dtype, const ForwardShape &shape, uint64_t l2Bytes,
                       uint64_t seed) {
@@ -72,8 +79,31 @@ FjForwardParams TimingProblem::params(int i) const {
   return makeParams(shape_, sets_[i % sets_.size()], false);
 }
 
+Measurement summarize(std::vector<double> us, int rotation) {
+  Measurement m;
+  if (us.empty())
+    return m;
+  std::sort(us.begin(), us.end());
+  m.medianUs = median(us);
+  m.minUs = us.front();
+  m.p10Us = percentile(us, 0.1);
+  m.p90Us = percentile(us, 0.9);
+  m.runs = (int)us.size();
+  m.rotation = rotation;
+  return m;
+}
+
 llvm::Expected<Measurement> TimingProblem::time(const ForwardKernel &kernel, CUstream stream,
                                                 const MeasureOptions &options) const {
+  llvm::Expected<std::vector<double>> us = sample(kernel, stream, options);
+  if (!us)
+    return us.takeError();
+  return summarize(std::move(*us), rotation());
+}
+
+llvm::Expected<std::vector<double>>
+TimingProblem::sample(const ForwardKernel &kernel, CUstream stream,
+                      const MeasureOptions &options) const {
   std::vector<FjForwardParams> params;
   for (size_t i = 0; i < sets_.size(); ++i)
     params.push_back(this->params((int)i));
@@ -84,7 +114,7 @@ llvm::Expected<Measurement> TimingProblem::time(const ForwardKernel &kernel, CUs
     return warm.takeError();
   int warmLaunches = 0;
   double warmMs = 0;
-  while (warmLaunches < 3 || warmMs < options.warmupMs) {
+  while (warmLaunches < std::max(options.warmupLaunches, 1) || warmMs < options.warmupMs) {
     if (auto err = warm->start(stream))
       return std::move(err);
     if (auto err = kernel.launch(params[warmLaunches % params.size()], stream))
@@ -127,15 +157,7 @@ llvm::Expected<Measurement> TimingProblem::time(const ForwardKernel &kernel, CUs
   }
   if (auto err = runtime::checkContext())
     return std::move(err);
-  std::sort(us.begin(), us.end());
-  Measurement m;
-  m.medianUs = median(us);
-  m.minUs = us.front();
-  m.p10Us = percentile(us, 0.1);
-  m.p90Us = percentile(us, 0.9);
-  m.runs = runs;
-  m.rotation = (int)sets_.size();
-  return m;
+  return us;
 }
 
 } // namespace flashjit::tuner

@@ -21,12 +21,20 @@
 
 namespace flashjit::tuner {
 
-constexpr int kMeasurementProtocolVersion = 1;
+constexpr int kMeasurementProtocolVersion = 2;
 
 struct MeasureOptions {
-  double warmupMs = 20;     // at least this long, and at least 3 launches
+  double warmupMs = 20;     // at least this long, and at least `warmupLaunches` launches
   double targetMs = 100;    // aim for about this much timed work
   int minRuns = 10, maxRuns = 200;
+  int warmupLaunches = 3;
+
+  // One of the tuner's two screening passes: a twentieth of the work, enough to tell a
+  // tile 10% slower from the fastest, not to rank the near-equal (the finalists get the
+  // full protocol). One warm-up launch: the GPU is busy already, it only loads the code.
+  static MeasureOptions screening() { return {0, 5, 3, 25, 1}; }
+  // What the full protocol costs for a kernel of `launchMs`, in milliseconds.
+  double costMs(double launchMs) const;
 };
 
 struct Measurement {
@@ -45,6 +53,10 @@ public:
 
   llvm::Expected<Measurement> time(const ForwardKernel &kernel, CUstream stream,
                                    const MeasureOptions &options = {}) const;
+  // The per-launch times (microseconds) that time() summarizes, unsorted: for callers
+  // that pool the launches of several rounds.
+  llvm::Expected<std::vector<double>> sample(const ForwardKernel &kernel, CUstream stream,
+                                             const MeasureOptions &options = {}) const;
 
   const ForwardShape &shape() const { return shape_; }
   // Parameters of rotation set `i` (for callers that launch kernels themselves).
@@ -58,5 +70,8 @@ private:
 
 // Median of a sample (sorted copy).
 double median(std::vector<double> values);
+
+// Median, min, p10 and p90 of per-launch times (microseconds).
+Measurement summarize(std::vector<double> us, int rotation);
 
 } // namespace flashjit::tuner

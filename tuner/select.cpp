@@ -37,22 +37,19 @@ std::vector<int> tiedWithFastest(llvm::ArrayRef<RankedCandidate> candidates) {
   return ties;
 }
 
-std::vector<int> contenders(llvm::ArrayRef<RankedCandidate> candidates, double band,
-                            int limit) {
+std::vector<int> finalists(llvm::ArrayRef<RankedCandidate> screened, double band, int limit) {
   std::vector<int> order;
-  for (int i = 0; i < (int)candidates.size(); ++i)
-    if (usable(candidates[i]))
+  for (int i = 0; i < (int)screened.size(); ++i)
+    if (usable(screened[i]))
       order.push_back(i);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return candidates[a].medianUs < candidates[b].medianUs;
+    return screened[a].medianUs < screened[b].medianUs;
   });
   std::vector<int> out;
   for (int i : order)
-    if ((int)out.size() < limit &&
-        candidates[i].medianUs <= candidates[order.front()].medianUs * (1 + band))
+    if ((int)out.size() < std::max(limit, 1) &&
+        screened[i].medianUs <= screened[order.front()].medianUs * (1 + band))
       out.push_back(i);
-  if (out.size() < 2)
-    out.clear();
   return out;
 }
 

@@ -32,10 +32,11 @@ bool smallerFootprint(const RankedCandidate &a, const RankedCandidate &b);
 // Indices of the candidates tied with the fastest (the fastest included).
 std::vector<int> tiedWithFastest(llvm::ArrayRef<RankedCandidate> candidates);
 
-// Candidates worth timing a second time before choosing: those within `band` of the
-// fastest, fastest first, at most `limit` of them (none when fewer than two).
-std::vector<int> contenders(llvm::ArrayRef<RankedCandidate> candidates, double band = 0.05,
-                            int limit = 4);
+// Candidates worth the full measurement after a screening pass: those within `band` of
+// the fastest screened time, fastest first, at most `limit` of them; never empty when
+// any candidate has a valid time (the fastest always goes on).
+std::vector<int> finalists(llvm::ArrayRef<RankedCandidate> screened, double band = 0.10,
+                           int limit = 4);
 
 // Index of the winner: the smallest footprint among those tied with the fastest.
 // -1 when there is none. Candidates with a non-positive or non-finite time are

@@ -20,6 +20,15 @@ llvm::json::Object shapeJson(const ForwardShape &s) {
 // Times in microseconds, rounded to what the events resolve.
 double us(double value) { return std::round(value * 1000) / 1000; }
 
+llvm::json::Object measureJson(const MeasureOptions &m) {
+  return llvm::json::Object{{"warmup_ms", m.warmupMs},
+                            {"target_ms", m.targetMs},
+                            {"min_runs", m.minRuns},
+                            {"max_runs", m.maxRuns},
+                            {"warmup_launches", m.warmupLaunches},
+                            {"statistic", "median of per-launch event times"}};
+}
+
 llvm::json::Object candidateJson(const CandidateRecord &c) {
   llvm::json::Object o{{"tile", c.tile.key()}, {"fate", fateName(c.fate)}};
   if (!c.reason.empty())
@@ -38,6 +47,13 @@ llvm::json::Object candidateJson(const CandidateRecord &c) {
     o["max_error"] = c.maxError;
     o["tolerance"] = c.tolerance;
   }
+  if (c.screened) {
+    // What the finalists were chosen by: the mean of both passes' medians.
+    double reverse = c.screenReverseUs > 0 ? c.screenReverseUs : c.screen.medianUs;
+    o["screen_median_us"] = us(0.5 * (c.screen.medianUs + reverse));
+    o["screen_pass_us"] = llvm::json::Array{us(c.screen.medianUs), us(reverse)};
+    o["screen_runs"] = c.screen.runs;
+  }
   if (c.timed) {
     const Measurement &m = c.measurement;
     o["median_us"] = us(m.medianUs);
@@ -46,8 +62,12 @@ llvm::json::Object candidateJson(const CandidateRecord &c) {
     o["p90_us"] = us(m.p90Us);
     o["runs"] = m.runs;
     o["rotation"] = m.rotation;
-    if (c.rerunMedianUs > 0)
-      o["rerun_median_us"] = us(c.rerunMedianUs);
+    if (!c.roundMediansUs.empty()) {
+      llvm::json::Array rounds;
+      for (double r : c.roundMediansUs)
+        rounds.push_back(us(r));
+      o["round_medians_us"] = std::move(rounds);
+    }
     o["ranked_us"] = us(c.rankedUs > 0 ? c.rankedUs : m.medianUs);
   }
   if (c.winner)
@@ -66,6 +86,7 @@ llvm::StringRef fateName(CandidateFate fate) {
   case CandidateFate::LoadFailed: return "load-failed";
   case CandidateFate::Wrong: return "wrong";
   case CandidateFate::SkippedBudget: return "skipped-budget";
+  case CandidateFate::Screened: return "screened";
   case CandidateFate::Timed: return "timed";
   }
   return "unknown";
@@ -86,11 +107,8 @@ std::string candidatesJson(const TuneRecord &r) {
       {"mode", r.mode},
       {"timing_shape", shapeJson(r.timingShape)},
       {"check_shapes", std::move(checks)},
-      {"measure", llvm::json::Object{{"warmup_ms", r.measure.warmupMs},
-                                     {"target_ms", r.measure.targetMs},
-                                     {"min_runs", r.measure.minRuns},
-                                     {"max_runs", r.measure.maxRuns},
-                                     {"statistic", "median of per-launch event times"}}},
+      {"measure", measureJson(r.measure)},
+      {"screen", measureJson(r.screen)},
       {"tie_tolerance", r.tieTolerance},
       {"ties", std::move(ties)},
       {"winner", r.winner},

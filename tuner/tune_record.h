@@ -24,7 +24,9 @@ enum class CandidateFate {
   LoadFailed,      // the driver would not load it
   Wrong,           // failed the correctness bar: never selected
   SkippedBudget,   // passed the bar, not timed: the budget ran out
-  Timed,
+  Screened,        // timed briefly; more than 10% slower than the fastest (or not
+                   // among the 4 fastest): no full timing
+  Timed,           // a finalist: screened, then timed with the full protocol
 };
 llvm::StringRef fateName(CandidateFate fate); // "pruned-fit", ..., "timed"
 
@@ -40,11 +42,13 @@ struct CandidateRecord {
   bool fromCache = false;     // its binary was already cached
   bool checked = false;       // ran against the reference
   double maxError = 0, tolerance = 0;
+  bool screened = false;
+  Measurement screen;         // the first (forward) screening pass
+  double screenReverseUs = 0; // the median of the second (reverse) screening pass
   bool timed = false;
-  Measurement measurement;    // the first timing
-  double rerunMedianUs = 0;   // the second timing of a contender (0: not re-timed)
-  double rankedUs = 0;        // what the winner was chosen by: the median, or the mean
-                              // of both medians for a re-timed contender
+  Measurement measurement;    // the full timing (finalists only): all rounds' launches
+  std::vector<double> roundMediansUs; // the median of each interleaved round
+  double rankedUs = 0;        // what the winner was chosen by: the measurement's median
   bool winner = false;
 };
 
@@ -52,7 +56,7 @@ struct TuneRecord {
   std::string spec, bucket, mode;
   ForwardShape timingShape;
   std::vector<ForwardShape> checkShapes;
-  MeasureOptions measure;
+  MeasureOptions measure, screen;
   double tieTolerance = 0;
   std::vector<std::string> ties;  // tiles tied with the fastest, the winner among them
   std::string winner;

@@ -35,8 +35,9 @@ struct TuneReport {
   int compiled = 0;         // NVRTC compilations run now (the rest came from the cache)
   int rejectedCompile = 0;  // failed to compile, spilled, or the log reported problems
   int rejectedWrong = 0;    // failed the correctness bar
-  int timed = 0;
-  int skippedBudget = 0;    // passed the bar but not timed: the budget ran out
+  int screened = 0;         // timed briefly (the screening pass)
+  int timed = 0;            // finalists: timed with the full protocol
+  int skippedBudget = 0;    // passed the bar but not screened: the budget ran out
   double compileSeconds = 0, checkSeconds = 0, timeSeconds = 0, totalSeconds = 0;
   double smClockMHzBefore = 0, smClockMHzAfter = 0; // 0 when NVML is unavailable
 };
@@ -61,11 +62,15 @@ struct Selection {
 
 struct TunerOptions {
   TuneMode mode = TuneMode::Default;
-  double budgetSeconds = 30;  // per (spec, bucket) tune; candidates not yet timed when it
-                              // runs out are skipped (the model's best are timed first)
+  double budgetSeconds = 30;  // per (spec, bucket) tune; candidates not yet screened when it
+                              // runs out are skipped (heuristic mode's tile, then the
+                              // model's best, are screened first)
   std::function<void(llvm::StringRef)> log; // progress / warnings; may be empty
   unsigned compileThreads = 0;              // 0: one per core
-  MeasureOptions measure;                   // the timing protocol's knobs
+  MeasureOptions measure;                   // the timing protocol's knobs (finalists)
+  // The screening pass every candidate gets first; the few near the fastest then get
+  // `measure` (docs/TUNING.md, "Screening").
+  MeasureOptions screen = MeasureOptions::screening();
   bool retune = false;        // tune even when the cache has a row (replaces it)
   // The device key to look rows up under when there is no device (select() then
   // returns cache hits without loading them). Ignored with a device.

@@ -4,8 +4,9 @@
 // (checked again here, on other shapes) and whose re-run performs 0 compilations and
 // 0 timings; a planted wrong candidate rejected and recorded, never selected; two
 // independent tunes that agree (same winner, or winners within 2%); heuristic and
-// cached modes; concurrent requests for one (spec, bucket) tuned once; and each cold
-// tune within the 30 s budget. Prints what it measured.
+// cached modes; concurrent requests for one (spec, bucket) tuned once; the screening
+// pass and the finalists' full timings; and each cold tune within the 30 s budget.
+// Prints what it measured.
 #include "gpu_skip.h"
 
 #include "support/error.h"
@@ -385,7 +386,9 @@ void expectAgreement(const KernelSpec &spec, const Bucket &bucket) {
   // What each tune ranked a tile by (its median, or the mean of two for a re-timed one).
   auto time = [](const PublishedRow &r, const std::string &tile) {
     const llvm::json::Object *c = candidate(r, tile);
-    return c ? c->getNumber("ranked_us").getValueOr(0) : 0.0;
+    // A tile only screened in this tune (not a finalist) has its screening time.
+    return !c ? 0.0 : c->getNumber("ranked_us").getValueOr(
+                          c->getNumber("screen_median_us").getValueOr(0));
   };
   double aInA = time(*rowA, winnerA), bInA = time(*rowA, winnerB);
   double aInB = time(*rowB, winnerA), bInB = time(*rowB, winnerB);
@@ -407,6 +410,88 @@ TEST(TunerGpu, TwoIndependentTunesAgree) {
   FLASHJIT_REQUIRE_GPU();
   expectAgreement(specFor(128, false), {4096, 4096, 32});
   expectAgreement(specFor(64, true), {8192, 8192, 32});
+}
+
+// Two passes: every candidate screened briefly, the few within 10% of the fastest
+// screened time (at most 4) timed in full, the winner among those. Checked on the
+// row of a whole-space tune: the fates agree with the screened times, and a finalist's
+// screened and full medians tell the same story.
+TEST(TunerGpu, ScreeningTimesOnlyTheNearFastestInFull) {
+  FLASHJIT_REQUIRE_GPU();
+  KernelSpec spec = specFor(64, false);
+  Bucket bucket{2048, 2048, 32};
+  auto cache = openCache(std::nullopt);
+  Tuner tuner(flashjit::testing::openTestDevice().get(), *cache, TunerOptions{});
+  auto sel = tuner.select(spec, bucket);
+  ASSERT_TRUE(bool(sel)) << llvm::toString(sel.takeError());
+  const tuner::TuneReport &report = sel->report;
+  EXPECT_EQ(report.skippedBudget, 0) << "a 30 s budget screens a fwd_mma space whole";
+  EXPECT_GE(report.timed, 1);
+  EXPECT_LE(report.timed, 4);
+  EXPECT_GE(report.screened, report.timed);
+  auto row = publishedRow(*cache, tuner, spec, bucket);
+  ASSERT_TRUE(row.has_value());
+  const llvm::json::Array *list = row->candidates.getAsObject()->getArray("candidates");
+  ASSERT_NE(list, nullptr);
+  double bestScreen = INFINITY;
+  for (const llvm::json::Value &v : *list)
+    if (auto t = v.getAsObject()->getNumber("screen_median_us"))
+      bestScreen = std::min(bestScreen, *t);
+  ASSERT_TRUE(std::isfinite(bestScreen));
+  int finalists = 0, screenedOnly = 0, fasterLeftOut = 0;
+  double worstFinalistScreen = 0;
+  for (const llvm::json::Value &v : *list) {
+    const llvm::json::Object *c = v.getAsObject();
+    llvm::StringRef fate = c->getString("fate").getValueOr("");
+    if (fate == "timed") {
+      ++finalists;
+      double screen = c->getNumber("screen_median_us").getValueOr(0);
+      double full = c->getNumber("median_us").getValueOr(0);
+      ASSERT_GT(screen, 0);
+      ASSERT_GT(full, 0);
+      worstFinalistScreen = std::max(worstFinalistScreen, screen);
+      EXPECT_LE(screen, 1.10 * bestScreen + 1e-3) << c->getString("tile")->str();
+      EXPECT_NEAR(screen / full, 1.0, 0.2)
+          << c->getString("tile")->str() << ": screened " << screen << " us, full " << full;
+      std::printf("  finalist %-20s screened %8.1f us, full %8.1f us%s\n",
+                  c->getString("tile")->str().c_str(), screen, full,
+                  c->getBoolean("winner").getValueOr(false) ? "  (winner)" : "");
+    } else if (fate == "screened") {
+      ++screenedOnly;
+      EXPECT_FALSE(c->getNumber("median_us").hasValue());
+      if (c->getNumber("screen_median_us").getValueOr(0) <= 1.10 * bestScreen)
+        ++fasterLeftOut;
+    }
+  }
+  EXPECT_EQ(finalists, report.timed);
+  EXPECT_EQ(finalists + screenedOnly, report.screened);
+  // A screened tile within 10% of the fastest was left out only because 4 went on.
+  if (fasterLeftOut > 0)
+    EXPECT_EQ(finalists, 4);
+  const llvm::json::Object *winner = candidate(*row, row->row.config);
+  ASSERT_NE(winner, nullptr);
+  EXPECT_EQ(winner->getString("fate"), llvm::StringRef("timed")) << "the winner is a finalist";
+  std::printf("  %d screened (best %.1f us), %d timed in full, tune %.1f s (timing %.1f s)\n",
+              report.screened, bestScreen, report.timed, report.totalSeconds,
+              report.timeSeconds);
+}
+
+// A budget spent before timing begins still screens one candidate and times it in full.
+TEST(TunerGpu, SpentBudgetStillTimesOneCandidate) {
+  FLASHJIT_REQUIRE_GPU();
+  KernelSpec spec = specFor(64, true);
+  TunerOptions options;
+  options.candidates = {{64, 64, 4, 2}, {128, 64, 8, 2}, {128, 32, 4, 2}};
+  options.budgetSeconds = 1e-6;
+  auto cache = openCache(std::nullopt);
+  Tuner tuner(flashjit::testing::openTestDevice().get(), *cache, options);
+  auto sel = tuner.select(spec, {1024, 1024, 16});
+  ASSERT_TRUE(bool(sel)) << llvm::toString(sel.takeError());
+  EXPECT_EQ(sel->report.screened, 1);
+  EXPECT_EQ(sel->report.timed, 1);
+  EXPECT_EQ(sel->report.skippedBudget, 2);
+  EXPECT_GT(sel->tunedUs, 0);
+  std::printf("  %s\n", sel->note.c_str());
 }
 
 TEST(TunerGpu, HeuristicCompilesOneTileAndCachedNeverCompiles) {

@@ -31,6 +31,10 @@ TEST(TuneRecord, CandidatesJsonKeepsEveryFateAndTheProtocol) {
   tuner::CandidateRecord timed;
   timed.tile = {64, 64, 4, 2};
   timed.fate = tuner::CandidateFate::Timed;
+  timed.screened = true;
+  timed.screen.medianUs = 125.0;
+  timed.screen.runs = 40;
+  timed.screenReverseUs = 127.0;
   timed.timed = true;
   timed.measurement.medianUs = 123.4567;
   timed.measurement.runs = 50;
@@ -39,7 +43,13 @@ TEST(TuneRecord, CandidatesJsonKeepsEveryFateAndTheProtocol) {
   pruned.tile = {256, 128, 8, 3};
   pruned.fate = tuner::CandidateFate::PrunedFit;
   pruned.reason = "does not fit";
-  r.candidates = {wrong, timed, pruned};
+  tuner::CandidateRecord screened;
+  screened.tile = {128, 32, 8, 2};
+  screened.fate = tuner::CandidateFate::Screened;
+  screened.screened = true;
+  screened.screen.medianUs = 200.0;
+  screened.screen.runs = 25;
+  r.candidates = {wrong, timed, pruned, screened};
 
   auto parsed = llvm::json::parse(tuner::candidatesJson(r));
   ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
@@ -48,9 +58,10 @@ TEST(TuneRecord, CandidatesJsonKeepsEveryFateAndTheProtocol) {
   EXPECT_EQ(o->getInteger("protocol").getValueOr(-1), tuner::kMeasurementProtocolVersion);
   EXPECT_EQ(o->getString("winner"), llvm::StringRef("bm128.bn64.w8.s2"));
   ASSERT_NE(o->getObject("measure"), nullptr);
+  ASSERT_NE(o->getObject("screen"), nullptr);
   const llvm::json::Array *c = o->getArray("candidates");
   ASSERT_NE(c, nullptr);
-  ASSERT_EQ(c->size(), 3u);
+  ASSERT_EQ(c->size(), 4u);
   EXPECT_EQ((*c)[0].getAsObject()->getString("fate"), llvm::StringRef("wrong"));
   EXPECT_EQ((*c)[0].getAsObject()->getNumber("max_error").getValueOr(-1), 1.5);
   EXPECT_EQ((*c)[1].getAsObject()->getString("fate"), llvm::StringRef("timed"));
@@ -58,6 +69,16 @@ TEST(TuneRecord, CandidatesJsonKeepsEveryFateAndTheProtocol) {
   EXPECT_EQ((*c)[1].getAsObject()->getBoolean("winner").getValueOr(false), true);
   EXPECT_EQ((*c)[2].getAsObject()->getString("fate"), llvm::StringRef("pruned-fit"));
   EXPECT_EQ((*c)[2].getAsObject()->getString("reason"), llvm::StringRef("does not fit"));
+  EXPECT_EQ((*c)[1].getAsObject()->getNumber("screen_median_us").getValueOr(-1), 126.0)
+      << "the mean of the forward and reverse screening passes";
+  const llvm::json::Array *passes = (*c)[1].getAsObject()->getArray("screen_pass_us");
+  ASSERT_NE(passes, nullptr);
+  EXPECT_EQ((*passes)[1].getAsNumber().getValueOr(-1), 127.0);
+  const llvm::json::Object *s = (*c)[3].getAsObject();
+  EXPECT_EQ(s->getString("fate"), llvm::StringRef("screened"));
+  EXPECT_EQ(s->getNumber("screen_median_us").getValueOr(-1), 200.0);
+  EXPECT_EQ(s->getInteger("screen_runs").getValueOr(-1), 25);
+  EXPECT_FALSE(s->getNumber("median_us").hasValue()) << "screened only: no full timing";
 }
 
 TEST(TuneRecord, ClocksJsonWithAndWithoutNvml) {

@@ -64,15 +64,17 @@ TEST(Select, MeasuredSpreadWidensTheBandUpToTwoPercent) {
   EXPECT_DOUBLE_EQ(tuner::tieTolerance(NAN), 0.01);
 }
 
-TEST(Select, ContendersAreTheNearEqualFastestFirst) {
-  std::vector<RankedCandidate> c = {cand("bm128.bn64.w8.s2", 1, 1, 104.0),
+TEST(Select, FinalistsAreTheScreenedNearTheFastestAndNeverNone) {
+  std::vector<RankedCandidate> c = {cand("bm128.bn64.w8.s2", 1, 1, 109.0),
                                     cand("bm64.bn64.w4.s2", 1, 1, 100.0),
-                                    cand("bm64.bn32.w4.s2", 1, 1, 106.0),
-                                    cand("bm128.bn32.w8.s2", 1, 1, 101.0),
-                                    cand("bm256.bn32.w8.s2", 1, 1, 0)};
-  EXPECT_EQ(tuner::contenders(c), (std::vector<int>{1, 3, 0}));
-  EXPECT_EQ(tuner::contenders(c, 0.05, 2), (std::vector<int>{1, 3}));
-  EXPECT_TRUE(tuner::contenders(c, 0.001).empty()) << "one alone is no contest";
+                                    cand("bm64.bn32.w4.s2", 1, 1, 111.0),
+                                    cand("bm128.bn32.w8.s2", 1, 1, 103.0),
+                                    cand("bm256.bn32.w8.s2", 1, 1, NAN)};
+  EXPECT_EQ(tuner::finalists(c), (std::vector<int>{1, 3, 0}));
+  EXPECT_EQ(tuner::finalists(c, 0.10, 2), (std::vector<int>{1, 3}));
+  EXPECT_EQ(tuner::finalists(c, 0.001), (std::vector<int>{1})) << "the fastest always goes on";
+  EXPECT_EQ(tuner::finalists(c, 0.10, 0), (std::vector<int>{1}));
+  EXPECT_TRUE(tuner::finalists({cand("bm64.bn64.w4.s2", 1, 1, 0)}).empty());
 }
 
 TEST(Select, OrderOfCandidatesDoesNotMatter) {
