@@ -22,6 +22,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 namespace flashjit::tools {
@@ -146,6 +147,11 @@ llvm::Expected<SweepConfig> sweepConfig() {
   for (int v : c.batchHeads)
     if (v < 1)
       return makeError(ErrorCode::InvalidValue, "--batch-heads: {0} is not a count", v);
+  // Checked whatever the mode, so a mistyped budget fails before a long sweep, not in it.
+  if (!std::isfinite(budget) || budget <= 0)
+    return makeError(ErrorCode::InvalidValue,
+                     "--budget-s: {0} is not a time budget (seconds, finite and > 0)",
+                     budget.getValue());
   if (c.headDims.empty() || c.dtypes.empty() || c.causal.empty() || c.seqlens.empty() ||
       c.batchHeads.empty())
     return makeError(ErrorCode::InvalidValue, "the sweep is empty");

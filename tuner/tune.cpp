@@ -284,9 +284,9 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
   // launches. Timed one after the other, finalists would be compared at different
   // clocks; interleaved, they share them. As many finalists as the budget has left
   // time for, at least one.
-  int room = (int)((options.budgetSeconds - secondsSince(start)) /
-                   std::max(finalistSeconds, 1e-6));
-  std::vector<int> finals = finalists(screened, kFinalistBand, std::clamp(room, 1, kFinalists));
+  double room = (options.budgetSeconds - secondsSince(start)) / std::max(finalistSeconds, 1e-6);
+  std::vector<int> finals =
+      finalists(screened, kFinalistBand, (int)std::clamp(room, 1.0, (double)kFinalists));
   MeasureOptions round = options.measure;
   round.warmupMs = 0;
   round.warmupLaunches = 1;
