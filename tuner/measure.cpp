@@ -38,6 +38,17 @@ double median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
+MeasureOptions MeasureOptions::round(int rounds) const {
+  rounds = std::max(rounds, 1);
+  MeasureOptions r = *this;
+  r.warmupMs = 0;
+  r.warmupLaunches = 1;
+  r.targetMs = targetMs / rounds;
+  r.minRuns = (minRuns + rounds - 1) / rounds;
+  r.maxRuns = (maxRuns + rounds - 1) / rounds;
+  return r;
+}
+
 double MeasureOptions::costMs(double launchMs) const {
   launchMs = std::max(launchMs, 1e-3);
   double warm = std::max(warmupMs, std::max(warmupLaunches, 1) * launchMs);

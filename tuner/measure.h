@@ -33,6 +33,9 @@ struct MeasureOptions {
   // tile 10% slower from the fastest, not to rank the near-equal (the finalists get the
   // full protocol). One warm-up launch: the GPU is busy already, it only loads the code.
   static MeasureOptions screening() { return {0, 5, 3, 25, 1}; }
+  // One of `rounds` interleaved rounds that together take this protocol's launches: a
+  // share of the work and runs, one warm-up launch (the GPU is busy already).
+  MeasureOptions round(int rounds) const;
   // What the full protocol costs for a kernel of `launchMs`, in milliseconds.
   double costMs(double launchMs) const;
 };

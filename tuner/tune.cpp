@@ -2,6 +2,7 @@
 #include "support/elapsed.h"
 #include "support/error.h"
 #include "tuner/roofline.h"
+#include "tuner/screening.h"
 #include "tuner/select.h"
 #include "tuner/space.h"
 #include "tuner/tune_record.h"
@@ -17,12 +18,6 @@ namespace flashjit::tuner {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The finals: candidates screened within 10% of the fastest, at most 4, timed over 4
-// interleaved rounds.
-constexpr double kFinalistBand = 0.10;
-constexpr int kFinalists = 4;
-constexpr int kFinalRounds = 4;
 
 // A candidate on its way through the gates.
 struct Candidate {
@@ -219,111 +214,41 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
                      bucket.key(), why);
   }
 
-  // 4. Timing. Screening: every candidate briefly, in the order of step 1 while the
-  // budget lasts (keeping back what the rest of the timing will cost), then again in the
-  // reverse order. Finals: the few near the fastest screened time get the full protocol.
-  // Most tiles are far from the fastest, and ~10 ms of launches shows that as well as
-  // ~100 ms does. Two passes in opposite orders because the SM clock drifts during a
-  // tune (an H100 fell from 1980 to 1455 MHz in one of 3 s): each candidate's mean of
-  // the two then carries the same share of the drift.
+  // 4. Timing (tuner/screening.h): every candidate screened briefly, in the order of
+  // step 1 while the budget lasts; the few near the fastest timed in full.
   Clock::time_point timeStart = Clock::now();
   llvm::Expected<std::unique_ptr<TimingProblem>> problem =
       TimingProblem::create(spec.dtype, record.timingShape, (uint64_t)props.l2Bytes);
   if (!problem)
     return problem.takeError();
   runtime::ClockReading before = runtime::readClocks(props.ordinal);
-  std::vector<Candidate *> screenedOf;
-  double finalistSeconds = 0; // the full protocol's cost for one candidate
-  Clock::time_point screenStart = Clock::now();
+  std::vector<TimedCandidate> timed;
   for (Candidate *a : passed) {
-    // What is spent so far, the reverse pass over those screened, and one finalist.
-    double committed = secondsSince(start) + secondsSince(screenStart) + finalistSeconds;
-    if (!screenedOf.empty() && committed > options.budgetSeconds) {
-      a->record->fate = CandidateFate::SkippedBudget;
-      a->record->reason = llvm::formatv("the {0} s budget ran out", options.budgetSeconds);
-      ++report.skippedBudget;
-      continue;
-    }
-    MeasureOptions screen = options.screen;
-    if (screenedOf.empty()) { // the first launches of a tune also bring the clocks up
-      screen.warmupMs = std::max(screen.warmupMs, options.measure.warmupMs);
-      screen.warmupLaunches = std::max(screen.warmupLaunches, options.measure.warmupLaunches);
-    }
-    llvm::Expected<Measurement> m = (*problem)->time(*a->kernel, *s, screen);
-    ++timings;
-    if (!m)
-      return makeError(ErrorCode::Cuda, "timing {0}: {1}", a->variant->keyText,
-                       llvm::toString(m.takeError()));
-    if (screenedOf.empty())
-      finalistSeconds = options.measure.costMs(m->medianUs * 1e-3) * 1e-3;
-    a->record->fate = CandidateFate::Screened;
-    a->record->screened = true;
-    a->record->screen = *m;
-    ++report.screened;
-    screenedOf.push_back(a);
+    TimedCandidate t;
+    t.kernel = a->kernel.get();
+    t.record = a->record;
+    t.name = a->variant->keyText;
+    t.ranked.tile = a->record->tile;
+    t.ranked.sharedBytes = a->variant->emitted.sharedBytes;
+    t.ranked.registers = a->kernel->registers();
+    timed.push_back(std::move(t));
   }
-  std::vector<RankedCandidate> screened(screenedOf.size());
-  for (int i = (int)screenedOf.size() - 1; i >= 0; --i) {
-    Candidate *a = screenedOf[i];
-    llvm::Expected<Measurement> m = (*problem)->time(*a->kernel, *s, options.screen);
-    ++timings;
-    if (!m)
-      return makeError(ErrorCode::Cuda, "timing {0}: {1}", a->variant->keyText,
-                       llvm::toString(m.takeError()));
-    a->record->screenReverseUs = m->medianUs;
-    RankedCandidate &r = screened[i];
-    r.tile = a->record->tile;
-    r.sharedBytes = a->variant->emitted.sharedBytes;
-    r.registers = a->kernel->registers();
-    r.medianUs = 0.5 * (a->record->screen.medianUs + m->medianUs);
-    r.spread = std::max(a->record->screen.spread(), m->spread());
-  }
-
-  // The finals: the full protocol's launches for each finalist, dealt out over rounds
-  // that visit the finalists in alternating order, each ranked by the median of all its
-  // launches. Timed one after the other, finalists would be compared at different
-  // clocks; interleaved, they share them. As many finalists as the budget has left
-  // time for, at least one.
-  double room = (options.budgetSeconds - secondsSince(start)) / std::max(finalistSeconds, 1e-6);
-  std::vector<int> finals =
-      finalists(screened, kFinalistBand, (int)std::clamp(room, 1.0, (double)kFinalists));
-  MeasureOptions round = options.measure;
-  round.warmupMs = 0;
-  round.warmupLaunches = 1;
-  round.targetMs = options.measure.targetMs / kFinalRounds;
-  round.minRuns = (options.measure.minRuns + kFinalRounds - 1) / kFinalRounds;
-  round.maxRuns = (options.measure.maxRuns + kFinalRounds - 1) / kFinalRounds;
-  std::vector<std::vector<double>> launches(finals.size());
-  for (int r = 0; r < kFinalRounds; ++r) {
-    for (size_t k = 0; k < finals.size(); ++k) {
-      size_t j = r % 2 ? k : finals.size() - 1 - k; // slowest first, then fastest first
-      CandidateRecord &c = *screenedOf[finals[j]]->record;
-      llvm::Expected<std::vector<double>> us =
-          (*problem)->sample(*screenedOf[finals[j]]->kernel, *s, round);
-      if (!us)
-        return makeError(ErrorCode::Cuda, "timing {0}: {1}",
-                         screenedOf[finals[j]]->variant->keyText, llvm::toString(us.takeError()));
-      c.roundMediansUs.push_back(median(*us));
-      launches[j].insert(launches[j].end(), us->begin(), us->end());
-    }
-  }
-  timings += (int)finals.size();
-  std::vector<RankedCandidate> ranked;
+  TimingPlan plan;
+  plan.measure = options.measure;
+  plan.screen = options.screen;
+  plan.budgetSeconds = options.budgetSeconds;
+  plan.spentSeconds = secondsSince(start);
+  llvm::Expected<TimingOutcome> outcome = screenAndTime(timed, **problem, *s, plan);
+  if (!outcome)
+    return outcome.takeError();
+  report.screened = outcome->screened;
+  report.skippedBudget = outcome->skippedBudget;
+  report.timed = (int)outcome->finalists.size();
+  timings += outcome->screened + report.timed;
+  const std::vector<RankedCandidate> &ranked = outcome->ranked;
   std::vector<Candidate *> rankedOf;
-  for (size_t j = 0; j < finals.size(); ++j) {
-    Candidate *a = screenedOf[finals[j]];
-    Measurement m = summarize(std::move(launches[j]), (*problem)->rotation());
-    a->record->fate = CandidateFate::Timed;
-    a->record->timed = true;
-    a->record->measurement = m;
-    a->record->rankedUs = m.medianUs;
-    ++report.timed;
-    RankedCandidate r = screened[finals[j]];
-    r.medianUs = m.medianUs;
-    r.spread = m.spread();
-    ranked.push_back(r);
-    rankedOf.push_back(a);
-  }
+  for (int i : outcome->finalists)
+    rankedOf.push_back(passed[i]);
   runtime::ClockReading after = runtime::readClocks(props.ordinal);
   problem->reset();  // free the timing buffers before anything else is allocated
   report.timeSeconds = secondsSince(timeStart);

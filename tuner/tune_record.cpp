@@ -48,10 +48,9 @@ llvm::json::Object candidateJson(const CandidateRecord &c) {
     o["tolerance"] = c.tolerance;
   }
   if (c.screened) {
-    // What the finalists were chosen by: the mean of both passes' medians.
-    double reverse = c.screenReverseUs > 0 ? c.screenReverseUs : c.screen.medianUs;
-    o["screen_median_us"] = us(0.5 * (c.screen.medianUs + reverse));
-    o["screen_pass_us"] = llvm::json::Array{us(c.screen.medianUs), us(reverse)};
+    o["screen_median_us"] = us(c.screenedUs());
+    o["screen_pass_us"] = llvm::json::Array{
+        us(c.screen.medianUs), us(c.screenReverseUs > 0 ? c.screenReverseUs : c.screen.medianUs)};
     o["screen_runs"] = c.screen.runs;
   }
   if (c.timed) {

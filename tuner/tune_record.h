@@ -45,6 +45,11 @@ struct CandidateRecord {
   bool screened = false;
   Measurement screen;         // the first (forward) screening pass
   double screenReverseUs = 0; // the median of the second (reverse) screening pass
+  // What the finalists are chosen by: the mean of both passes' medians (the forward
+  // pass's alone before the reverse pass has run).
+  double screenedUs() const {
+    return screenReverseUs > 0 ? 0.5 * (screen.medianUs + screenReverseUs) : screen.medianUs;
+  }
   bool timed = false;
   Measurement measurement;    // the full timing (finalists only): all rounds' launches
   std::vector<double> roundMediansUs; // the median of each interleaved round

@@ -69,7 +69,7 @@ struct TunerOptions {
   unsigned compileThreads = 0;              // 0: one per core
   MeasureOptions measure;                   // the timing protocol's knobs (finalists)
   // The screening pass every candidate gets first; the few near the fastest then get
-  // `measure` (docs/TUNING.md, "Screening").
+  // `measure` (docs/TUNING.md, "The measurement protocol").
   MeasureOptions screen = MeasureOptions::screening();
   bool retune = false;        // tune even when the cache has a row (replaces it)
   // The device key to look rows up under when there is no device (select() then

@@ -466,8 +466,9 @@ TEST(TunerGpu, ScreeningTimesOnlyTheNearFastestInFull) {
   EXPECT_EQ(finalists, report.timed);
   EXPECT_EQ(finalists + screenedOnly, report.screened);
   // A screened tile within 10% of the fastest was left out only because 4 went on.
-  if (fasterLeftOut > 0)
+  if (fasterLeftOut > 0) {
     EXPECT_EQ(finalists, 4);
+  }
   const llvm::json::Object *winner = candidate(*row, row->row.config);
   ASSERT_NE(winner, nullptr);
   EXPECT_EQ(winner->getString("fate"), llvm::StringRef("timed")) << "the winner is a finalist";
