@@ -39,6 +39,16 @@ struct FastDiv {
   __device__ int operator()(int n) const { return (int)(((u64)(u32)n * mul) >> shift); }
 };
 
+// a / b for 0 <= a < 2^20 and 0 < b < 2^30, where a division is too rare to earn a
+// FastDiv but the ~20-instruction software sequence would crowd the producer's 24
+// registers: a float estimate (off by at most one: its relative error is ~2^-22), fixed.
+__device__ __forceinline__ int small_div(int a, int b) {
+  int q = (int)((float)a * __frcp_rn((float)b));
+  const int r = a - q * b;
+  q += r < 0 ? -1 : (r >= b ? 1 : 0);
+  return q;
+}
+
 // Two floats -> one register of two 16-bit values, `lo` at the lower address.
 template <typename T> __device__ __forceinline__ u32 pack2(float lo, float hi) {
   u32 r;
@@ -84,6 +94,11 @@ __device__ __forceinline__ u32 smem_addr(const void *p) {
 
 __device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ u32 ld_shared_u32(u32 addr) {
+  u32 v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
 }
 __device__ __forceinline__ uint4 ld_shared_v4(u32 addr) {
   uint4 v;

@@ -2,8 +2,9 @@
 //
 // A persistent grid (one CTA per SM) walks work tiles of kBlockM = 64 * kConsumers query
 // rows of one (batch, head), with 128 * (kConsumers + 1) threads in warpgroups:
-// - warpgroup 0 is the producer: one thread issues TMA loads of Q and of the K and V
-//   tiles into a kStages-deep ring, each completing on an mbarrier, and runs ahead into
+// - warpgroup 0 is the producer: one thread walks the work tiles, hands each to the
+//   consumers through shared memory, and issues TMA loads of Q and of the K and V
+//   tiles into a kStages-deep ring, each completing on an mbarrier. It runs ahead into
 //   the next work tile while the consumers finish the current one (into a second Q
 //   buffer where shared memory has room). It gives most of its registers to the
 //   consumers (setmaxnreg).
@@ -57,15 +58,17 @@ struct FwdWgmmaConfig {
   // consumers still read this one's (the consumers' step from one tile to the next then
   // never waits for Q).
   static constexpr int kMaxSmemBytes = 227 * 1024;
-  static constexpr int kQBuffers =
-      1024 + 2 * kQBytes + kStages * (kKBytes + kVBytes) + (4 + 4 * kStages) * 8 <=
-              kMaxSmemBytes
-          ? 2
-          : 1;
+  // Each Q buffer comes with the work tile it holds (a TileId, written by the producer).
+  static constexpr int kTileSlotBytes = 16;
+  static constexpr int kQBuffers = 1024 + 2 * kQBytes + kStages * (kKBytes + kVBytes) +
+                                               (4 + 4 * kStages) * 8 + 2 * kTileSlotBytes <=
+                                           kMaxSmemBytes
+                                       ? 2
+                                       : 1;
   static constexpr int kBarriers = 2 * kQBuffers + 4 * kStages;  // Q full/empty, K, V
   // 1024 bytes of slack to align the operands to the 128-byte swizzle's period.
-  static constexpr int kSmemBytes =
-      1024 + kQBuffers * kQBytes + kStages * (kKBytes + kVBytes) + kBarriers * 8;
+  static constexpr int kSmemBytes = 1024 + kQBuffers * kQBytes + kStages * (kKBytes + kVBytes) +
+                                    kBarriers * 8 + kQBuffers * kTileSlotBytes;
 
   // Registers per thread after setmaxnreg: the producer keeps the minimum.
   static constexpr int kProducerRegs = 24;
@@ -123,6 +126,10 @@ template <typename Cfg> struct SmemLayout {
     v = k + Cfg::kStages * Cfg::kKBytes;
     bar = v + Cfg::kStages * Cfg::kVBytes;
   }
+  // The work tile of Q buffer round % kQB (see produce), after the barriers.
+  __device__ u32 tile(int round) const {
+    return bar + Cfg::kBarriers * 8 + (round % kQB) * Cfg::kTileSlotBytes;
+  }
   __device__ u32 q(int round) const { return q0 + (round % kQB) * Cfg::kQBytes; }
   __device__ u32 q_full(int round) const { return bar + 8 * (round % kQB); }
   __device__ u32 q_empty(int round) const { return bar + 8 * (kQB + round % kQB); }
@@ -152,18 +159,33 @@ struct Work {
   }
 };
 
-// The work tile of query block m_block of (batch, head) bh. With cu_seqlens the grid
-// covers the longest sequence; a block past a shorter one's end has no rows (and no
-// key tiles). by_heads and by_group divide by heads_q and heads_q / heads_kv.
+// What the producer hands the consumers of a work tile (see produce); they derive the
+// rest (work_of) without a division. q0 < 0 marks the end.
+struct TileId {
+  int b, h, h_kv, q0;
+  // Scalar stores and loads: a vector one wants four aligned consecutive registers, dear
+  // in the producer's 24 and the consumers' full files.
+  __device__ void publish(u32 slot) const {
+    st_shared_u32(slot, (u32)b);
+    st_shared_u32(slot + 4, (u32)h);
+    st_shared_u32(slot + 8, (u32)h_kv);
+    st_shared_u32(slot + 12, (u32)q0);
+  }
+  __device__ static TileId read(u32 slot) {
+    return TileId{(int)ld_shared_u32(slot), (int)ld_shared_u32(slot + 4),
+                  (int)ld_shared_u32(slot + 8), (int)ld_shared_u32(slot + 12)};
+  }
+};
+// The work tile of a TileId. With cu_seqlens the grid covers the longest sequence; a
+// block past a shorter one's end has no rows (and no key tiles).
 template <typename Cfg>
-__device__ __forceinline__ Work work_at(const FjForwardParams &p, const FastDiv &by_heads,
-                                        const FastDiv &by_group, int bh, int m_block) {
+__device__ __forceinline__ Work work_of(const FjForwardParams &p, const TileId &id) {
   Work w;
-  w.b = by_heads(bh);
-  w.h = bh - w.b * p.heads_q;
-  w.h_kv = by_group(w.h);
+  w.b = id.b;
+  w.h = id.h;
+  w.h_kv = id.h_kv;
   w.seq = seq_extent(p, w.b);
-  w.q0 = m_block * Cfg::kBlockM;
+  w.q0 = id.q0;
   w.diag = w.seq.seqlen_k - w.seq.seqlen_q;
   w.n_blocks =
       w.q0 < w.seq.seqlen_q ? (w.seq.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN : 0;
@@ -174,6 +196,18 @@ __device__ __forceinline__ Work work_at(const FjForwardParams &p, const FastDiv 
   }
   return w;
 }
+// The work tile of query block m_block of (batch, head) bh; by_heads and by_group divide
+// by heads_q and heads_q / heads_kv.
+template <typename Cfg>
+__device__ __forceinline__ Work work_at(const FjForwardParams &p, const FastDiv &by_heads,
+                                        const FastDiv &by_group, int bh, int m_block) {
+  TileId id;
+  id.b = by_heads(bh);
+  id.h = bh - id.b * p.heads_q;
+  id.h_kv = by_group(id.h);
+  id.q0 = m_block * Cfg::kBlockM;
+  return work_of<Cfg>(p, id);
+}
 
 // The work tiles of this CTA, in order. The grid is persistent (one CTA per SM): CTA c
 // takes units c, c + gridDim.x, ..., so its producer loads the next tile while the
@@ -182,38 +216,112 @@ __device__ __forceinline__ Work work_at(const FjForwardParams &p, const FastDiv 
 // blocks differ in work (block m sees ~m + 1 key tiles), so a causal unit is the pair of
 // blocks M-1-i and i of one head (heaviest first): every pair costs the same, and a
 // static assignment of pairs is as balanced as the non-causal one.
-// The divisions by run-time sizes sit at the start of every work tile, where both
-// consumers wait on them with the tensor cores idle; they are FastDivs, set up once.
+// Except in the last round: when the pairs do not fill it (units % gridDim.x of them
+// are left), its pairs are split into single blocks, taken largest first: CTA c takes
+// the c-th largest, then the (2 gridDim.x - 1 - c)-th, so the CTAs with the largest
+// blocks get none or the smallest second (docs/PERF.md, v5.6).
+// Only the producer walks (see produce). Its divisions by run-time sizes are FastDivs,
+// set up once; the last round's few are small_divs.
 template <typename Cfg> struct TileWalk {
-  int m_blocks, per_head, units, unit;
-  bool second_half = false;
+  // Only what changes or is dear to recompute is kept: the producer runs this walk in
+  // 24 registers. Sizes come from the launch parameters (constant memory) each time.
+  int unit;          // this CTA's next pair; in the tail, paired + its next item
+  bool second_half;  // pairs: the light half is next; tail: the second item is next
   FastDiv by_per_head, by_heads, by_group;
+  static constexpr int kDone = 0x7fffffff;
+  __device__ static int m_blocks(const FjForwardParams &p) {
+    return (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  }
+  __device__ static int per_head(const FjForwardParams &p) {
+    return Cfg::kCausal ? (m_blocks(p) + 1) / 2 : m_blocks(p);
+  }
   __device__ explicit TileWalk(const FjForwardParams &p)
-      : m_blocks((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM),
-        per_head(Cfg::kCausal ? (m_blocks + 1) / 2 : m_blocks),
-        units(per_head * p.heads_q * p.batch), unit(blockIdx.x), by_per_head(per_head),
+      : unit(blockIdx.x), second_half(false), by_per_head(per_head(p)),
         by_heads(p.heads_q), by_group(p.heads_q / p.heads_kv) {}
-  // The next work tile into w; false when this CTA is done.
-  __device__ bool next(const FjForwardParams &p, Work &w) {
-    if (unit >= units)
+  // Item k of the last round (see above): (batch * head, query block) of the k-th block
+  // in order of decreasing size; false past the last. The round holds the pairs
+  // paired .. units - 1: the end of head h0 (from pair i0 on) and `whole` whole heads
+  // after it. Heavy halves come first, by i upwards (size M - i), then light halves by i
+  // downwards (size i + 1; an odd M's middle block has none). At most twice per CTA.
+  __device__ __forceinline__ bool tail_item(const FjForwardParams &p, int k, int paired,
+                                            int units, int &bh, int &m_block) {
+    const int per = per_head(p), m = m_blocks(p), tail = units - paired;
+    const int h0 = by_per_head(paired), i0 = paired - h0 * per;
+    const int whole = by_per_head(units) - 1 - h0;
+    const int lights = m / 2;                              // pairs with a light half
+    const int first = (whole + 1) * imax(lights - i0, 0);  // light halves with i >= i0
+    if (tail <= 0 || k >= tail + first + whole * imin(i0, lights))
       return false;
-    const int bh = by_per_head(unit), i = unit - bh * per_head;
-    int m_block = i;
-    if (Cfg::kCausal && !second_half) {
-      m_block = m_blocks - 1 - i;
-      second_half = m_block != i;  // the middle block of an odd count has no partner
+    if (k < tail) {  // heavy: whole * i0 of them with i < i0, from whole heads only
+      int i;
+      if (k < whole * i0) {
+        i = small_div(k, whole);
+        bh = h0 + 1 + (k - i * whole);
+      } else {
+        const int r = small_div(k - whole * i0, whole + 1);
+        i = i0 + r;
+        bh = h0 + (k - whole * i0 - r * (whole + 1));
+      }
+      m_block = m - 1 - i;
     } else {
-      second_half = false;
+      k -= tail;
+      if (k < first) {
+        const int r = small_div(k, whole + 1);
+        m_block = lights - 1 - r;
+        bh = h0 + (k - r * (whole + 1));
+      } else {
+        const int r = small_div(k - first, whole);
+        m_block = imin(i0, lights) - 1 - r;
+        bh = h0 + 1 + (k - first - r * whole);
+      }
     }
-    if (!second_half)
-      unit += gridDim.x;
+    return true;
+  }
+  // The next work tile into w; false when this CTA is done.
+  __device__ __forceinline__ bool next(const FjForwardParams &p, Work &w) {
+    const int units = per_head(p) * p.heads_q * p.batch, g = gridDim.x, c = blockIdx.x;
+    if (unit == kDone)
+      return false;
+    if (!Cfg::kCausal) {  // one block per unit, every round
+      if (unit >= units)
+        return false;
+      const int bh = by_per_head(unit), i = unit - bh * per_head(p);
+      unit += g;
+      w = work_at<Cfg>(p, by_heads, by_group, bh, i);
+      return true;
+    }
+    int bh, m_block;
+    // unit = c + k g is below paired = floor(units / g) g exactly when (k + 1) g <= units.
+    if (unit - c + g <= units) {
+      bh = by_per_head(unit);
+      const int i = unit - bh * per_head(p);
+      m_block = second_half ? i : m_blocks(p) - 1 - i;
+      // The light half follows; the middle block of an odd count has no partner.
+      second_half = !second_half && m_block != i;
+      if (!second_half)
+        unit += g;
+    } else {
+      // The last round, block by block: this CTA takes items c, then 2 g - 1 - c (there
+      // are fewer than 2 g). unit holds paired + the item.
+      const int k = second_half ? 2 * g - 1 - c : c, paired = unit - k;
+      if (!tail_item(p, k, paired, units, bh, m_block)) {
+        unit = kDone;
+        return false;
+      }
+      unit = second_half ? kDone : paired + 2 * g - 1 - c;
+      second_half = true;
+    }
     w = work_at<Cfg>(p, by_heads, by_group, bh, m_block);
     return true;
   }
 };
 
-// Warpgroup 0, one thread: for each work tile, Q (once the consumers are done with the
-// previous one), then K and V of every key tile, last tile first, into the ring.
+// Warpgroup 0, one thread: walks the work tiles and, for each, once the consumers are
+// done with the Q buffer it takes: publishes the tile in the buffer's slot (so the
+// consumers, whose registers are the tight ones, never run the walk), loads Q, then K and
+// V of every key tile, last tile first, into the ring. A tile with no key tile gets no
+// loads (its Q-full barrier completes on the arrival alone); after the last tile a slot
+// with q0 = -1 tells the consumers to stop.
 template <typename Cfg>
 __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayout<Cfg> &sm,
                                         const TensorMap &tm_q, const TensorMap &tm_k,
@@ -227,9 +335,13 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
   TileWalk<Cfg> walk(p);
   Work w;
   while (walk.next(p, w)) {
-    if (w.n_blocks == 0)
-      continue;
     mbar_wait(sm.q_empty(q_round), sm.q_parity(q_round) ^ 1);
+    TileId{w.b, w.h, w.h_kv, w.q0}.publish(sm.tile(q_round));  // seen after the arrival
+    if (w.n_blocks == 0) {
+      mbar_arrive(sm.q_full(q_round));
+      ++q_round;
+      continue;
+    }
     mbar_arrive_expect_tx(sm.q_full(q_round), Cfg::kQBytes);
 #pragma unroll
     for (int pn = 0; pn < kPanelsD; ++pn)
@@ -256,6 +368,9 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
               kPanelsDv, Cfg::kPanelDv, Cfg::kSwizzleDv);
     }
   }
+  mbar_wait(sm.q_empty(q_round), sm.q_parity(q_round) ^ 1);
+  TileId{0, 0, 0, -1}.publish(sm.tile(q_round));
+  mbar_arrive(sm.q_full(q_round));
 }
 
 // S = Q K^T for this warpgroup's 64 rows: K-major operands, one wgmma per 16 of d.
@@ -538,9 +653,13 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
     named_arrive(1, 256);
 
   int q_round = 0, kv_iter = 0;
-  TileWalk<Cfg> walk(p);
-  Work w;
-  while (walk.next(p, w)) {
+  for (;;) {
+    // The producer's next work tile (see produce).
+    mbar_wait(sm.q_full(q_round), sm.q_parity(q_round));
+    const TileId id = TileId::read(sm.tile(q_round));
+    if (id.q0 < 0)
+      break;
+    const Work w = work_of<Cfg>(p, id);
     const int row[2] = {w.q0 + wg_row0 + warp_in_wg * 16 + g,
                         w.q0 + wg_row0 + warp_in_wg * 16 + g + 8};
     RowState<Cfg> st;
@@ -550,10 +669,14 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
     st.row_max[0] = st.row_max[1] = neg_inf();
     st.row_sum[0] = st.row_sum[1] = 0.f;
     if (w.n_blocks == 0) {  // rows that see no key: O = 0, LSE = -inf
+      // No Q was loaded; the slot is read. The last tile's O store is settled first: its
+      // buffer is the one the tile after this one takes.
+      settle_o_store();
+      __syncwarp();
+      release(sm.q_empty(q_round++));
       store_rows<Cfg>(p, w, st, row, t);
       continue;
     }
-    mbar_wait(sm.q_full(q_round), sm.q_parity(q_round));
     const u32 q_rows = sm.q(q_round) + wg_row0 * Cfg::kSwizzleD;
     const int q_this = q_round++;
 
@@ -673,6 +796,7 @@ __device__ __forceinline__ void run(const FjForwardParams &p, const TensorMap &t
                                     const TensorMap &tm_o, bool o_by_tma,
                                     unsigned char *smem) {
   const SmemLayout<Cfg> sm((smem_addr(smem) + 1023) & ~1023u);
+  static_assert(sizeof(TileId) <= Cfg::kTileSlotBytes, "a work tile fits its slot");
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {

@@ -136,6 +136,29 @@ TEST(FwdWgmma, SanitizerShapes) {
     }
 }
 
+// Causal work on a grid of more pairs of query blocks than CTAs: full rounds of pairs,
+// then a last round split into single blocks, one or two per CTA (odd block counts leave
+// a middle block with no partner; seq_k > seq_q moves the diagonal). Every block must be
+// computed once: a block left out keeps its poison, one done twice races.
+TEST(FwdWgmma, CausalLastRoundInSingleBlocks) {
+  FLASHJIT_REQUIRE_SM90A();
+  const int sms = openTestDevice()->properties().smCount;
+  for (int d : {64, 128, 256}) {
+    KernelSpec spec = wgmmaSpec(d, d, DType::BF16, true);
+    TileConfig tile = generator::defaultTile(spec);
+    for (auto [sq, sk] : {std::pair{1100, 1100}, {1000, 1300}, {2048, 2048}})
+      // 1.3 or 1.8 rounds of pairs on this device: a last round of fewer blocks than
+      // CTAs, or of more (some CTAs take two).
+      for (int tenths : {13, 18}) {
+        const int blocks = (sq + tile.blockM - 1) / tile.blockM, pairs = (blocks + 1) / 2;
+        const int heads = 4, batch = (sms * tenths / 10 + pairs * heads - 1) / (pairs * heads);
+        EXPECT_EQ(checkShape(spec, tile, shapeOf(batch, heads, heads, sq, sk), 31), "")
+            << spec.key() << " " << tile.key() << " seq (" << sq << ", " << sk << ") batch "
+            << batch;
+      }
+  }
+}
+
 // Variable-length batches through TMA: the packed rows are one sequence to the tensor
 // maps, so a tile's loads run into the next sequence (masked, never stored) and past the
 // last one (zero fill). Lengths of 1, shorter than a tile, not multiples of one, q
