@@ -107,15 +107,15 @@ TEST(SharedMemory, WgmmaDoublesQWhereItFits) {
   spec.target = "sm_90a";
   spec.headDim = spec.headDimV = 128;
   // bm128 bn128 s2: 32 KiB of Q + a 128 KiB ring leaves room for a second Q buffer.
-  // Each Q buffer has a 16-byte slot for the work tile it holds.
+  // Each Q buffer has a 32-byte slot for the work tile it holds.
   EXPECT_EQ(sharedBytes(spec, TileConfig{128, 128, 12, 2}),
-            1024 + 2 * 128 * 256 + 2 * (2 * 128 * 256) + (4 + 8) * 8 + 2 * 16);
+            1024 + 2 * 128 * 256 + 2 * (2 * 128 * 256) + (4 + 8) * 8 + 2 * 32);
   // bm128 bn176 s2: a 176 KiB ring; two Q buffers would pass 227 KiB, so one.
   EXPECT_EQ(sharedBytes(spec, TileConfig{128, 176, 12, 2}),
-            1024 + 128 * 256 + 2 * (2 * 176 * 256) + (2 + 8) * 8 + 16);
+            1024 + 128 * 256 + 2 * (2 * 176 * 256) + (2 + 8) * 8 + 32);
   spec.headDim = spec.headDimV = 72;  // padded to 96
   EXPECT_EQ(sharedBytes(spec, TileConfig{64, 64, 8, 2}),
-            1024 + 2 * 64 * 192 + 2 * (2 * 64 * 192) + (4 + 8) * 8 + 2 * 16);
+            1024 + 2 * 64 * 192 + 2 * (2 * 64 * 192) + (4 + 8) * 8 + 2 * 32);
 }
 
 // O goes out by TMA only where the kernel stages it in a Q buffer it owns alone (two Q
