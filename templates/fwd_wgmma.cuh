@@ -75,13 +75,14 @@ struct FwdWgmmaConfig {
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 240;
   // Overlapping a tile's softmax with the previous tile's P V keeps S, P and O live
-  // at once; only when they fit the consumers' registers. With two consumers (240
-  // registers each) S and P count their size, O a quarter more, plus 16: fitted to ptxas
-  // over the tile space so that no tile it admits spills or has its wgmma serialised.
-  // Three consumers (160 each) keep the older, wider margin: overlapping there gained
-  // little or lost at d = 64 (docs/PERF.md, v5.1).
+  // at once; only when they fit the consumers' registers: S and P count their size, O a
+  // quarter more, plus 16, fitted to ptxas over the tile space so that no tile it admits
+  // spills or has its wgmma serialised. Three consumers (160 registers each) below
+  // head_dim_v 128 keep an older, wider margin: at d = 64 overlapping moved their tiles
+  // by -4.5 to +4.9 % (softmax-bound, docs/PERF.md v5.1 and v5.7), while at d = 128 it
+  // gained 3 to 14 % (v5.7, once the tile walk had left the consumers).
   static constexpr bool kOverlap =
-      kConsumers == 3
+      kConsumers == 3 && kDvPad < 128
           ? kBlockN / 2 + kBlockN / 4 + kDvPad / 2 + 56 <= kConsumerRegs
           : kBlockN / 2 + kBlockN / 4 + kDvPad / 2 + kDvPad / 8 + 16 <= kConsumerRegs;
   // Two consumer warpgroups take turns issuing their products.

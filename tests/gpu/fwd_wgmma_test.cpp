@@ -85,12 +85,13 @@ TEST(FwdWgmma, HeadDimVDiffers) {
 
 TEST(FwdWgmma, EveryTileShapeOfTheSpace) {
   FLASHJIT_REQUIRE_SM90A();
-  // One, two and three consumer warpgroups; narrow and wide key tiles; deep
-  // rings.
+  // One, two and three consumer warpgroups (three with and without the softmax/P V
+  // overlap); narrow and wide key tiles; deep rings.
   const std::pair<int, TileConfig> cases[] = {
       {64, {64, 64, 8, 2}},   {64, {192, 128, 16, 2}},  {64, {192, 192, 16, 2}},
       {64, {128, 16, 12, 4}}, {128, {128, 176, 12, 2}}, {128, {128, 96, 12, 3}},
-      {128, {64, 128, 8, 2}}, {256, {128, 80, 12, 2}},  {256, {64, 64, 8, 3}}};
+      {128, {64, 128, 8, 2}}, {128, {192, 80, 16, 2}},  {256, {128, 80, 12, 2}},
+      {256, {64, 64, 8, 3}}};
   for (auto [d, tile] : cases)
     for (bool causal : {false, true}) {
       KernelSpec spec = wgmmaSpec(d, d, DType::FP16, causal);
