@@ -123,13 +123,14 @@ int tileBytes(int rows, int cols) {
 namespace {
 int roundUp(int x, int m) { return (x + m - 1) / m * m; }
 
-// fwd_wgmma (mirrors FwdWgmmaConfig): head dims padded to 32, one or (where they fit)
-// two Q buffers + a K/V ring, two mbarriers per Q buffer and four per stage, a 32-byte
-// work-tile slot (with its own mbarrier) per Q buffer, 1024 bytes of alignment slack.
+// fwd_wgmma (mirrors FwdWgmmaConfig::smem_bytes): head dims padded to 32, one or (where
+// they fit) two Q buffers + a K/V ring, two mbarriers per Q buffer and four per stage, a
+// work-tile slot (a TileId and its mbarrier) per Q buffer, 1024 bytes of alignment slack.
+constexpr int kWgmmaTileSlotBytes = 32;
 int wgmmaBytes(const KernelSpec &spec, const TileConfig &tile, int qBuffers) {
   int d = roundUp(spec.headDim, 32), dv = roundUp(spec.headDimV, 32);
   return 1024 + qBuffers * tile.blockM * d * 2 + tile.stages * tile.blockN * (d + dv) * 2 +
-         (2 * qBuffers + 4 * tile.stages) * 8 + qBuffers * 32;
+         (2 * qBuffers + 4 * tile.stages) * 8 + qBuffers * kWgmmaTileSlotBytes;
 }
 bool wgmmaTwoQBuffers(const KernelSpec &spec, const TileConfig &tile) {
   return wgmmaBytes(spec, tile, 2) <= 227 * 1024;

@@ -61,15 +61,16 @@ struct FwdWgmmaConfig {
   // Each Q buffer comes with the work tile it holds: a TileId written by the producer, and
   // an mbarrier on which every consumer thread arrives once it has read it.
   static constexpr int kTileSlotBytes = 32;
-  static constexpr int kQBuffers = 1024 + 2 * kQBytes + kStages * (kKBytes + kVBytes) +
-                                               (4 + 4 * kStages) * 8 + 2 * kTileSlotBytes <=
-                                           kMaxSmemBytes
-                                       ? 2
-                                       : 1;
+  // Shared memory with q Q buffers: 1024 bytes of slack to align the operands to the
+  // 128-byte swizzle's period, the buffers, the K/V ring, two mbarriers per Q buffer and
+  // four per stage, and the tile slots (generator/spec.cpp's wgmmaBytes mirrors it).
+  __host__ __device__ static constexpr int smem_bytes(int q) {
+    return 1024 + q * kQBytes + kStages * (kKBytes + kVBytes) + (2 * q + 4 * kStages) * 8 +
+           q * kTileSlotBytes;
+  }
+  static constexpr int kQBuffers = smem_bytes(2) <= kMaxSmemBytes ? 2 : 1;
   static constexpr int kBarriers = 2 * kQBuffers + 4 * kStages;  // Q full/empty, K, V
-  // 1024 bytes of slack to align the operands to the 128-byte swizzle's period.
-  static constexpr int kSmemBytes = 1024 + kQBuffers * kQBytes + kStages * (kKBytes + kVBytes) +
-                                    kBarriers * 8 + kQBuffers * kTileSlotBytes;
+  static constexpr int kSmemBytes = smem_bytes(kQBuffers);
 
   // Registers per thread after setmaxnreg: the producer keeps the minimum.
   static constexpr int kProducerRegs = 24;
