@@ -1,10 +1,11 @@
 // fwd_wgmma (sm_90a) against the reference on the GPU: the foundation grid
 // (head dims x fp16/bf16 x causal x sequence pairs x MHA/GQA/MQA), strided
-// layouts, head_dim_v != head_dim, every tile shape the tuner may pick, 250
-// bitwise-identical reruns (races), and a clear refusal of the arguments TMA
-// cannot take. Skips off Hopper.
+// layouts, head_dim_v != head_dim, every tile shape the tuner may pick, scores
+// that rise far after a row's first tile, 250 bitwise-identical reruns (races),
+// and a clear refusal of the arguments TMA cannot take. Skips off Hopper.
 #include "kernel_pool.h"
 
+#include <cmath>
 #include <tuple>
 
 using namespace flashjit;
@@ -98,6 +99,31 @@ TEST(FwdWgmma, EveryTileShapeOfTheSpace) {
       EXPECT_EQ(checkShape(spec, tile, shapeOf(2, 2, 1, 301, 457), 3), "")
           << spec.key() << " " << tile.key();
     }
+}
+
+// Scores that rise after a row's first key tile, by a little, by more than the rescale
+// slack (O and the sum rescaled) and by hundreds of units (log2): a large softmax scale
+// spreads the random scores that far, so every case meets rises of each size. It guards
+// the online softmax's rescaling, and any softmax that skips the tile max: two such
+// versions, one without its rebase and one without its second pass, failed it (docs/
+// PERF.md, v5.8).
+TEST(FwdWgmma, ScoresThatRiseAfterTheFirstTile) {
+  FLASHJIT_REQUIRE_SM90A();
+  const std::pair<int, TileConfig> cases[] = {{64, {128, 128, 12, 2}},
+                                              {64, {192, 96, 16, 2}},
+                                              {128, {128, 128, 12, 2}},
+                                              {128, {192, 64, 16, 2}},
+                                              {256, {128, 64, 12, 2}}};
+  for (auto [d, tile] : cases)
+    for (DType dtype : {DType::BF16, DType::FP16})
+      for (bool causal : {false, true})
+        for (float spread : {2.f, 16.f, 64.f}) {
+          KernelSpec spec = wgmmaSpec(d, d, dtype, causal);
+          tuner::ForwardShape shape = shapeOf(2, 4, 2, 515, 1029);
+          shape.softmaxScale = spread / std::sqrt((float)d);
+          EXPECT_EQ(checkShape(spec, tile, shape, 21), "")
+              << spec.key() << " " << tile.key() << " scale " << shape.softmaxScale;
+        }
 }
 
 // Races show up as run-to-run differences: the same inputs must give the same
