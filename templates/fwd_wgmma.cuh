@@ -20,8 +20,9 @@
 // of the next sequence, loaded but unused) and stores only its own rows.
 // Head dims are padded up to the swizzle panel (32 or 64 elements) by TMA's zero fill,
 // so any multiple of 8 is exact. The softmax is online, in base 2, with the scale folded
-// into one FMA; causal is aligned bottom-right and iterates the key tiles from the last
-// to the first, so only the first few tiles a row meets need masks.
+// into one FMA, and after a row's first key tile it skips the tile's own max where
+// registers allow (softmax_tile). Causal is aligned bottom-right and iterates the key
+// tiles from the last to the first, so only the first few tiles a row meets need masks.
 #pragma once
 
 #include "fj_common.cuh"
@@ -86,6 +87,13 @@ struct FwdWgmmaConfig {
       kConsumers == 3 && kDvPad < 128
           ? kBlockN / 2 + kBlockN / 4 + kDvPad / 2 + 56 <= kConsumerRegs
           : kBlockN / 2 + kBlockN / 4 + kDvPad / 2 + kDvPad / 8 + 16 <= kConsumerRegs;
+  // The softmax without the tile max (softmax_tile) where the loop overlaps and its rare
+  // second pass fits too: 8 registers more than the overlap's rule, fitted to ptxas over
+  // the tile space (of the tiles it admits, d128 causal bm128.bn176 and d256 bm128.bn64
+  // still spill 40 and 16 B; the tuner rejects them). Without the overlap (three
+  // consumers at d = 64) it gained -3 to +4 % as an upper bound (docs/PERF.md, v5.8/v5.9).
+  static constexpr bool kFastSoftmax =
+      kOverlap && kBlockN / 2 + kBlockN / 4 + kDvPad / 2 + kDvPad / 8 + 24 <= kConsumerRegs;
   // Two consumer warpgroups take turns issuing their products.
   static constexpr bool kPingPong = kConsumers == 2;
   // O leaves through shared memory: each warpgroup writes its normalised rows into its
@@ -117,6 +125,7 @@ __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); 
 // How far (in log2 units) a row's max may grow before O and the sum are rescaled (as in
 // fwd_mma: P stays below 2^8, exact in fp32 and in the 16-bit P).
 constexpr float kRescaleSlack = 8.f;
+constexpr float kRescaleSlackFactor = 256.f;  // 2^kRescaleSlack
 
 // Where the operands live in shared memory (all offsets 1024-byte aligned).
 // Work tile number r (counted per CTA) uses Q buffer r % kQBuffers.
@@ -446,12 +455,13 @@ __device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2],
     }
 }
 
-// Online softmax of one tile: S -> P (in place, fp32), new row max and sum, and the
-// factor O must be scaled by before this tile's P V is added. Each row lives in one
-// quad of lanes.
+// The exact online softmax of one tile: S -> P (in place, fp32), the rows' new max and
+// sum, and the factor O must be scaled by before this tile's P V is added. A row's max
+// moves only when the tile's exceeds it by kRescaleSlack. Each row lives in one quad of
+// lanes.
 template <typename Cfg>
-__device__ __forceinline__ void softmax_tile(float (&acc_s)[Cfg::kBlockN / 2],
-                                             RowState<Cfg> &st, float scale_log2) {
+__device__ __forceinline__ void softmax_exact(float (&acc_s)[Cfg::kBlockN / 2],
+                                              RowState<Cfg> &st, float scale_log2) {
   constexpr int NT = Cfg::kBlockN / 8;
   st.rescale = false;
 #pragma unroll
@@ -484,6 +494,154 @@ __device__ __forceinline__ void softmax_tile(float (&acc_s)[Cfg::kBlockN / 2],
   }
 }
 
+// A thread's share of a row may sum to this much against the row's running max before
+// the row is rebased (softmax_tile): every P then stays below 2^15, inside fp16's range.
+constexpr float kFastSumBound = 32768.f;
+// A row's largest P beyond this (or infinite) means its scores rose by 64 or more
+// (log2): too far to rebase P, which may have overflowed. The warp then computes its
+// S again (rescore_tile) and takes the exact path.
+constexpr float kRebaseBound = 18446744073709551616.f;  // 2^64
+
+// The largest P of each of this thread's two rows (all four threads of a row agree).
+template <typename Cfg>
+__device__ __forceinline__ void row_max_p(const float (&acc_s)[Cfg::kBlockN / 2],
+                                          float (&mp)[2]) {
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    float m = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
+      m = fmaxf(m, fmaxf(acc_s[nt * 4 + 2 * hf], acc_s[nt * 4 + 2 * hf + 1]));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
+    mp[hf] = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
+  }
+}
+
+// Rows whose largest P mp passed 2^kRescaleSlack take a new max, a power of two above
+// the old (the exponent of mp), so that rescaling P, the sum and O is exact.
+template <typename Cfg>
+__device__ __forceinline__ void rebase_rows(float (&acc_s)[Cfg::kBlockN / 2],
+                                            RowState<Cfg> &st, const float (&sum)[2],
+                                            const float (&mp)[2]) {
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    // 2^shift <= mp < 2^(shift + 1)
+    const int shift =
+        mp[hf] > kRescaleSlackFactor ? (int)(__float_as_uint(mp[hf]) >> 23) - 127 : 0;
+    const float factor = __uint_as_float((u32)(127 - shift) << 23);  // 2^-shift
+#pragma unroll
+    for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
+#pragma unroll
+      for (int e = 2 * hf; e < 2 * hf + 2; ++e)
+        acc_s[nt * 4 + e] *= factor;
+    st.rescale |= shift > 0;
+    st.correction[hf] = factor;
+    st.row_max[hf] += (float)shift;
+    st.row_sum[hf] = (st.row_sum[hf] + sum[hf]) * factor;
+  }
+}
+
+// What softmax_tile leaves to do once the previous P V is out of the registers.
+enum class SoftmaxLeft { kNothing, kExact, kRescoreAndExact };
+
+// Online softmax of one tile: S -> P (in place, fp32), the rows' max and sum, and the
+// factor O must be scaled by (see softmax_exact).
+// Once every row of a warp has a max, P is taken against it as it stands, without the
+// tile's own max. That max cost one FMNMX per score and the shuffles and bookkeeping of
+// every row, and after a row's first tile it rarely moves (docs/PERF.md, v5.8: the
+// consumers' instruction count sets the pace). A score that rose shows in the row sums
+// instead (a thread's share above kFastSumBound, or not finite), and only then does the
+// warp look at its rows' largest P: rows that rose are rebased by a power of two
+// (rebase_rows), unless some P went past kRebaseBound, which P cannot recover from.
+// The exact path (a warp's first tile) and that rare case are left to the caller, to do
+// after the wait on the previous P V, where registers are free: one copy of each in the
+// code. Nothing is changed then.
+template <typename Cfg>
+__device__ __forceinline__ SoftmaxLeft softmax_tile(float (&acc_s)[Cfg::kBlockN / 2],
+                                                    RowState<Cfg> &st, float scale_log2) {
+  constexpr int NT = Cfg::kBlockN / 8;
+  if (!Cfg::kFastSoftmax ||
+      !__all_sync(0xffffffff, st.row_max[0] != neg_inf() && st.row_max[1] != neg_inf()))
+    return SoftmaxLeft::kExact;
+  st.rescale = false;
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const float base = st.row_max[hf];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
+        const float pv = fast_exp2(acc_s[nt * 4 + e] * scale_log2 - base);
+        acc_s[nt * 4 + e] = pv;
+        sum[hf] += pv;
+      }
+  }
+  // NaN fails the test too (scores from NaN inputs) and is rebased, staying NaN.
+  if (__builtin_expect(__any_sync(0xffffffff, !(sum[0] <= kFastSumBound) ||
+                                                  !(sum[1] <= kFastSumBound)),
+                       0)) {
+    float mp[2];
+    row_max_p<Cfg>(acc_s, mp);
+    if (__any_sync(0xffffffff, !(mp[0] <= kRebaseBound) || !(mp[1] <= kRebaseBound)))
+      return SoftmaxLeft::kRescoreAndExact;
+    rebase_rows<Cfg>(acc_s, st, sum, mp);
+    return SoftmaxLeft::kNothing;
+  }
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    st.correction[hf] = 1.f;
+    st.row_sum[hf] += sum[hf];
+  }
+  return SoftmaxLeft::kNothing;
+}
+
+// S of a tile again, for the warp's 16 rows, from Q and K in global memory (softmax_tile's
+// rare case: scores that rose beyond what rebasing P can recover). With
+// mma.sync, whose m16n8 accumulator is laid out as a warp's share of the wgmma one, and
+// in a loop over head_dim: small code, off the hot path. Rows past the sequence end
+// score 0, as the zero-filled rows of Q do in S = Q K^T. Strides are multiples of 8
+// elements (the tensor maps need them), so pairs load as one 32-bit word.
+template <typename Cfg>
+__device__ __forceinline__ void rescore_tile(float (&acc_s)[Cfg::kBlockN / 2],
+                                             const FjForwardParams &p, const Work &w,
+                                             int key0, const int (&row)[2], int t) {
+  typedef typename Cfg::Element T;
+  const int g = (threadIdx.x & 31) >> 2;
+  const u16 *q = (const u16 *)p.q + tensor_base(w.seq.q_offset, w.b, w.h, p.q_batch_stride,
+                                                 p.q_row_stride, p.q_head_stride) + 2 * t;
+  const u16 *k = (const u16 *)p.k + tensor_base(w.seq.k_offset, w.b, w.h_kv,
+                                                 p.k_batch_stride, p.k_row_stride,
+                                                 p.k_head_stride) + 2 * t;
+  const u32 *q_lo = (const u32 *)(q + (long long)row[0] * p.q_row_stride);
+  const u32 *q_hi = (const u32 *)(q + (long long)row[1] * p.q_row_stride);
+  const bool has_lo = row[0] < w.seq.seqlen_q, has_hi = row[1] < w.seq.seqlen_q;
+  // One 8-key column group at a time, each a short loop over head_dim, so that few
+  // registers are live beside the tile's (a loop over head_dim outside would keep the
+  // loads of every group in flight).
+#pragma unroll
+  for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt) {
+    const int key = key0 + nt * 8 + g;
+    const u32 *k_row = (const u32 *)(k + (long long)key * p.k_row_stride);
+    const bool has_key = key < w.seq.seqlen_k;
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+    for (int d0 = 0; d0 < Cfg::kHeadDim; d0 += 16) {
+      const bool upper = d0 + 8 < Cfg::kHeadDim;  // the step's dims 8..15 exist
+      const int wd = d0 / 2;                      // in 32-bit words
+      u32 a[4];
+      a[0] = has_lo ? q_lo[wd] : 0u;
+      a[1] = has_hi ? q_hi[wd] : 0u;
+      a[2] = has_lo && upper ? q_lo[wd + 4] : 0u;
+      a[3] = has_hi && upper ? q_hi[wd + 4] : 0u;
+      const u32 b0 = has_key ? k_row[wd] : 0u, b1 = has_key && upper ? k_row[wd + 4] : 0u;
+      mma_16816<T>(d, a, b0, b1);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc_s[nt * 4 + e] = d[e];
+  }
+}
 template <typename Cfg> __device__ __forceinline__ void rescale_o(RowState<Cfg> &st) {
   if (__any_sync(0xffffffff, st.rescale)) {
 #pragma unroll
@@ -710,7 +868,7 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
       if (!Cfg::kStageO && i == w.n_blocks - 1)
         release(sm.q_empty(q_this));
       mask_tile<Cfg>(acc_s, p, w, (w.n_blocks - 1 - i) * Cfg::kBlockN, wg_row0, row, t);
-      softmax_tile<Cfg>(acc_s, st, p.scale_log2);
+      softmax_exact<Cfg>(acc_s, st, p.scale_log2);  // no overlap: never kFastSoftmax
     };
     // O += P V of key tile i on its own, P packed from acc_s.
     auto pv_alone = [&](int i) {
@@ -748,12 +906,20 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
         release(sm.empty_k(s));
         if (!Cfg::kStageO && i == w.n_blocks - 1)
           release(sm.q_empty(q_this));
-        mask_tile<Cfg>(acc_s, p, w, (w.n_blocks - 1 - i) * Cfg::kBlockN, wg_row0, row, t);
-        softmax_tile<Cfg>(acc_s, st, p.scale_log2);
+        const int key0 = (w.n_blocks - 1 - i) * Cfg::kBlockN;
+        mask_tile<Cfg>(acc_s, p, w, key0, wg_row0, row, t);
+        const SoftmaxLeft left = softmax_tile<Cfg>(acc_s, st, p.scale_log2);
         wgmma_wait<0>();
         pin_registers(st.acc_o);
         if (i > 0)
           release(sm.empty_v(sp));
+        if (left != SoftmaxLeft::kNothing) {
+          if (__builtin_expect(left == SoftmaxLeft::kRescoreAndExact, 0)) {
+            rescore_tile<Cfg>(acc_s, p, w, key0, row, t);
+            mask_tile<Cfg>(acc_s, p, w, key0, wg_row0, row, t);
+          }
+          softmax_exact<Cfg>(acc_s, st, p.scale_log2);
+        }
         rescale_o<Cfg>(st);
         if (i == w.n_blocks - 1)
           break;
