@@ -455,6 +455,22 @@ __device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2],
     }
 }
 
+// P = 2^(S * scale - base) in place for row half hf of this thread, and its sum.
+template <typename Cfg>
+__device__ __forceinline__ float exp_row_half(float (&acc_s)[Cfg::kBlockN / 2], int hf,
+                                              float scale_log2, float base) {
+  float sum = 0.f;
+#pragma unroll
+  for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
+#pragma unroll
+    for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
+      const float pv = fast_exp2(acc_s[nt * 4 + e] * scale_log2 - base);
+      acc_s[nt * 4 + e] = pv;
+      sum += pv;
+    }
+  return sum;
+}
+
 // The exact online softmax of one tile: S -> P (in place, fp32), the rows' new max and
 // sum, and the factor O must be scaled by before this tile's P V is added. A row's max
 // moves only when the tile's exceeds it by kRescaleSlack. Each row lives in one quad of
@@ -481,15 +497,7 @@ __device__ __forceinline__ void softmax_exact(float (&acc_s)[Cfg::kBlockN / 2],
     const float base = new_max == neg_inf() ? 0.f : new_max;
     st.correction[hf] = moved ? fast_exp2(old_max - base) : 1.f;
     st.row_max[hf] = new_max;
-    float sum = 0.f;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
-        const float pv = fast_exp2(acc_s[nt * 4 + e] * scale_log2 - base);
-        acc_s[nt * 4 + e] = pv;
-        sum += pv;
-      }
+    const float sum = exp_row_half<Cfg>(acc_s, hf, scale_log2, base);
     st.row_sum[hf] = st.row_sum[hf] * st.correction[hf] + sum;
   }
 }
@@ -559,24 +567,14 @@ enum class SoftmaxLeft { kNothing, kExact, kRescoreAndExact };
 template <typename Cfg>
 __device__ __forceinline__ SoftmaxLeft softmax_tile(float (&acc_s)[Cfg::kBlockN / 2],
                                                     RowState<Cfg> &st, float scale_log2) {
-  constexpr int NT = Cfg::kBlockN / 8;
   if (!Cfg::kFastSoftmax ||
       !__all_sync(0xffffffff, st.row_max[0] != neg_inf() && st.row_max[1] != neg_inf()))
     return SoftmaxLeft::kExact;
   st.rescale = false;
-  float sum[2] = {0.f, 0.f};
+  float sum[2];
 #pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const float base = st.row_max[hf];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
-        const float pv = fast_exp2(acc_s[nt * 4 + e] * scale_log2 - base);
-        acc_s[nt * 4 + e] = pv;
-        sum[hf] += pv;
-      }
-  }
+  for (int hf = 0; hf < 2; ++hf)
+    sum[hf] = exp_row_half<Cfg>(acc_s, hf, scale_log2, st.row_max[hf]);
   // NaN fails the test too (scores from NaN inputs) and is rebased, staying NaN.
   if (__builtin_expect(__any_sync(0xffffffff, !(sum[0] <= kFastSumBound) ||
                                                   !(sum[1] <= kFastSumBound)),
