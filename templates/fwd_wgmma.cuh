@@ -125,7 +125,7 @@ __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); 
 // How far (in log2 units) a row's max may grow before O and the sum are rescaled (as in
 // fwd_mma: P stays below 2^8, exact in fp32 and in the 16-bit P).
 constexpr float kRescaleSlack = 8.f;
-constexpr float kRescaleSlackFactor = 256.f;  // 2^kRescaleSlack
+constexpr float kRescaleSlackFactor = (float)(1 << (int)kRescaleSlack);
 
 // Where the operands live in shared memory (all offsets 1024-byte aligned).
 // Work tile number r (counted per CTA) uses Q buffer r % kQBuffers.
@@ -471,6 +471,19 @@ __device__ __forceinline__ float exp_row_half(float (&acc_s)[Cfg::kBlockN / 2], 
   return sum;
 }
 
+// The largest of `init` and row half hf's values in acc_s, over the row's quad of lanes
+// (all four agree).
+template <typename Cfg>
+__device__ __forceinline__ float quad_row_max(const float (&acc_s)[Cfg::kBlockN / 2], int hf,
+                                              float init) {
+  float m = init;
+#pragma unroll
+  for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
+    m = fmaxf(m, fmaxf(acc_s[nt * 4 + 2 * hf], acc_s[nt * 4 + 2 * hf + 1]));
+  m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
+  return fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
+}
+
 // The exact online softmax of one tile: S -> P (in place, fp32), the rows' new max and
 // sum, and the factor O must be scaled by before this tile's P V is added. A row's max
 // moves only when the tile's exceeds it by kRescaleSlack. Each row lives in one quad of
@@ -478,16 +491,10 @@ __device__ __forceinline__ float exp_row_half(float (&acc_s)[Cfg::kBlockN / 2], 
 template <typename Cfg>
 __device__ __forceinline__ void softmax_exact(float (&acc_s)[Cfg::kBlockN / 2],
                                               RowState<Cfg> &st, float scale_log2) {
-  constexpr int NT = Cfg::kBlockN / 8;
   st.rescale = false;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    float mx = neg_inf();
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-      mx = fmaxf(mx, fmaxf(acc_s[nt * 4 + 2 * hf], acc_s[nt * 4 + 2 * hf + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+    const float mx = quad_row_max<Cfg>(acc_s, hf, neg_inf());
     const float old_max = st.row_max[hf];
     const float tile_max = mx * scale_log2;
     const bool moved = tile_max > old_max + kRescaleSlack;
@@ -509,21 +516,6 @@ constexpr float kFastSumBound = 32768.f;
 // (log2): too far to rebase P, which may have overflowed. The warp then computes its
 // S again (rescore_tile) and takes the exact path.
 constexpr float kRebaseBound = 18446744073709551616.f;  // 2^64
-
-// The largest P of each of this thread's two rows (all four threads of a row agree).
-template <typename Cfg>
-__device__ __forceinline__ void row_max_p(const float (&acc_s)[Cfg::kBlockN / 2],
-                                          float (&mp)[2]) {
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    float m = 0.f;
-#pragma unroll
-    for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
-      m = fmaxf(m, fmaxf(acc_s[nt * 4 + 2 * hf], acc_s[nt * 4 + 2 * hf + 1]));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
-    mp[hf] = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
-  }
-}
 
 // Rows whose largest P mp passed 2^kRescaleSlack take a new max, a power of two above
 // the old (the exponent of mp), so that rescaling P, the sum and O is exact.
@@ -563,12 +555,15 @@ enum class SoftmaxLeft { kNothing, kExact, kRescoreAndExact };
 // (rebase_rows), unless some P went past kRebaseBound, which P cannot recover from.
 // The exact path (a warp's first tile) and that rare case are left to the caller, to do
 // after the wait on the previous P V, where registers are free: one copy of each in the
-// code. Nothing is changed then.
+// code. Nothing is changed then. Tiles without kFastSoftmax take the exact path here.
 template <typename Cfg>
 __device__ __forceinline__ SoftmaxLeft softmax_tile(float (&acc_s)[Cfg::kBlockN / 2],
                                                     RowState<Cfg> &st, float scale_log2) {
-  if (!Cfg::kFastSoftmax ||
-      !__all_sync(0xffffffff, st.row_max[0] != neg_inf() && st.row_max[1] != neg_inf()))
+  if (!Cfg::kFastSoftmax) {  // as before: the exact softmax, overlapping the P V in flight
+    softmax_exact<Cfg>(acc_s, st, scale_log2);
+    return SoftmaxLeft::kNothing;
+  }
+  if (!__all_sync(0xffffffff, st.row_max[0] != neg_inf() && st.row_max[1] != neg_inf()))
     return SoftmaxLeft::kExact;
   st.rescale = false;
   float sum[2];
@@ -579,8 +574,8 @@ __device__ __forceinline__ SoftmaxLeft softmax_tile(float (&acc_s)[Cfg::kBlockN 
   if (__builtin_expect(__any_sync(0xffffffff, !(sum[0] <= kFastSumBound) ||
                                                   !(sum[1] <= kFastSumBound)),
                        0)) {
-    float mp[2];
-    row_max_p<Cfg>(acc_s, mp);
+    // The largest P of each row (P >= 0).
+    const float mp[2] = {quad_row_max<Cfg>(acc_s, 0, 0.f), quad_row_max<Cfg>(acc_s, 1, 0.f)};
     if (__any_sync(0xffffffff, !(mp[0] <= kRebaseBound) || !(mp[1] <= kRebaseBound)))
       return SoftmaxLeft::kRescoreAndExact;
     rebase_rows<Cfg>(acc_s, st, sum, mp);
