@@ -589,12 +589,13 @@ __device__ __forceinline__ SoftmaxLeft softmax_tile(float (&acc_s)[Cfg::kBlockN 
   return SoftmaxLeft::kNothing;
 }
 
-// S of a tile again, for the warp's 16 rows, from Q and K in global memory (softmax_tile's
-// rare case: scores that rose beyond what rebasing P can recover). With
-// mma.sync, whose m16n8 accumulator is laid out as a warp's share of the wgmma one, and
-// in a loop over head_dim: small code, off the hot path. Rows past the sequence end
-// score 0, as the zero-filled rows of Q do in S = Q K^T. Strides are multiples of 8
-// elements (the tensor maps need them), so pairs load as one 32-bit word.
+// S of a tile again, masked as mask_tile masks it, for the warp's 16 rows, from Q and K
+// in global memory (softmax_tile's rare case: scores that rose beyond what rebasing P can
+// recover). With mma.sync, whose m16n8 accumulator is laid out as a warp's share of the
+// wgmma one, in loops that are not unrolled: small code, off the hot path (unrolled, it
+// cost 0.2 to 0.6 s of NVRTC time per kernel, docs/PERF.md v5.10). Rows past the
+// sequence end score 0, as the zero-filled rows of Q do in S = Q K^T. Strides are
+// multiples of 8 elements (the tensor maps need them), so pairs load as one 32-bit word.
 template <typename Cfg>
 __device__ __forceinline__ void rescore_tile(float (&acc_s)[Cfg::kBlockN / 2],
                                              const FjForwardParams &p, const Work &w,
@@ -609,10 +610,11 @@ __device__ __forceinline__ void rescore_tile(float (&acc_s)[Cfg::kBlockN / 2],
   const u32 *q_lo = (const u32 *)(q + (long long)row[0] * p.q_row_stride);
   const u32 *q_hi = (const u32 *)(q + (long long)row[1] * p.q_row_stride);
   const bool has_lo = row[0] < w.seq.seqlen_q, has_hi = row[1] < w.seq.seqlen_q;
-  // One 8-key column group at a time, each a short loop over head_dim, so that few
-  // registers are live beside the tile's (a loop over head_dim outside would keep the
-  // loads of every group in flight).
-#pragma unroll
+  // One 8-key column group at a time, each a short loop over head_dim. The groups' loop
+  // is not unrolled either: its scores go through local memory (a register array needs
+  // constant indices), so the code holds one copy of it instead of one per group.
+  float scores[Cfg::kBlockN / 2];
+#pragma unroll 1
   for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt) {
     const int key = key0 + nt * 8 + g;
     const u32 *k_row = (const u32 *)(k + (long long)key * p.k_row_stride);
@@ -630,10 +632,18 @@ __device__ __forceinline__ void rescore_tile(float (&acc_s)[Cfg::kBlockN / 2],
       const u32 b0 = has_key ? k_row[wd] : 0u, b1 = has_key && upper ? k_row[wd + 4] : 0u;
       mma_16816<T>(d, a, b0, b1);
     }
+    // The mask of mask_tile, here where it is one copy in the code.
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      acc_s[nt * 4 + e] = d[e];
+    for (int e = 0; e < 4; ++e) {
+      const int col = key0 + nt * 8 + 2 * t + (e & 1);
+      const bool masked =
+          col >= w.seq.seqlen_k || (Cfg::kCausal && col > row[e >> 1] + w.diag);
+      scores[nt * 4 + e] = masked ? neg_inf() : d[e];
+    }
   }
+#pragma unroll
+  for (int i = 0; i < Cfg::kBlockN / 2; ++i)
+    acc_s[i] = scores[i];
 }
 template <typename Cfg> __device__ __forceinline__ void rescale_o(RowState<Cfg> &st) {
   if (__any_sync(0xffffffff, st.rescale)) {
@@ -907,10 +917,8 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
         if (i > 0)
           release(sm.empty_v(sp));
         if (left != SoftmaxLeft::kNothing) {
-          if (__builtin_expect(left == SoftmaxLeft::kRescoreAndExact, 0)) {
+          if (__builtin_expect(left == SoftmaxLeft::kRescoreAndExact, 0))
             rescore_tile<Cfg>(acc_s, p, w, key0, row, t);
-            mask_tile<Cfg>(acc_s, p, w, key0, wg_row0, row, t);
-          }
           softmax_exact<Cfg>(acc_s, st, p.scale_log2);
         }
         rescale_o<Cfg>(st);
