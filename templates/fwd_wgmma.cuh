@@ -434,6 +434,16 @@ template <typename Cfg> struct RowState {
   bool rescale;
 };
 
+// Sets score v, accumulator element (nt, e) of a tile whose first key is key0, to -inf
+// where its key is past the sequence end or, when causal, past its row's diagonal.
+template <typename Cfg>
+__device__ __forceinline__ void mask_score(float &v, const Work &w, int key0,
+                                           const int (&row)[2], int t, int nt, int e) {
+  const int col = key0 + nt * 8 + 2 * t + (e & 1);
+  if (col >= w.seq.seqlen_k || (Cfg::kCausal && col > row[e >> 1] + w.diag))
+    v = neg_inf();
+}
+
 // Masks keys past the sequence end and, when causal, past the diagonal; only tiles
 // that cross either boundary pay for it.
 template <typename Cfg>
@@ -448,11 +458,8 @@ __device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2],
 #pragma unroll
   for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int col = key0 + nt * 8 + 2 * t + (e & 1);
-      if (col >= w.seq.seqlen_k || (Cfg::kCausal && col > row[e >> 1] + w.diag))
-        acc_s[nt * 4 + e] = neg_inf();
-    }
+    for (int e = 0; e < 4; ++e)
+      mask_score<Cfg>(acc_s[nt * 4 + e], w, key0, row, t, nt, e);
 }
 
 // P = 2^(S * scale - base) in place for row half hf of this thread, and its sum.
@@ -632,13 +639,11 @@ __device__ __forceinline__ void rescore_tile(float (&acc_s)[Cfg::kBlockN / 2],
       const u32 b0 = has_key ? k_row[wd] : 0u, b1 = has_key && upper ? k_row[wd + 4] : 0u;
       mma_16816<T>(d, a, b0, b1);
     }
-    // The mask of mask_tile, here where it is one copy in the code.
+    // mask_tile's mask, here where it is one copy in the code.
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int col = key0 + nt * 8 + 2 * t + (e & 1);
-      const bool masked =
-          col >= w.seq.seqlen_k || (Cfg::kCausal && col > row[e >> 1] + w.diag);
-      scores[nt * 4 + e] = masked ? neg_inf() : d[e];
+      scores[nt * 4 + e] = d[e];
+      mask_score<Cfg>(scores[nt * 4 + e], w, key0, row, t, nt, e);
     }
   }
 #pragma unroll
