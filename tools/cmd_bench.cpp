@@ -46,6 +46,11 @@ cl::opt<std::string> jsonOut("json", cl::desc("Write the results as JSON to this
                              cl::sub(benchCommand));
 cl::opt<int> device("device", cl::desc("CUDA device ordinal"), cl::init(0),
                     cl::sub(benchCommand));
+cl::opt<bool> unchecked(
+    "time-wrong-output",
+    cl::desc("Also time tiles whose output fails the check, marked WRONG (for experiments "
+             "that drop part of the work to find its cost; never a result)"),
+    cl::init(false), cl::sub(benchCommand));
 
 const char *kDefaultMmaTiles[] = {
     "bm128.bn64.w8.s2", "bm128.bn128.w8.s2", "bm128.bn128.w8.s3", "bm64.bn64.w4.s2",
@@ -68,6 +73,7 @@ struct Candidate {
   generator::TileConfig tile;
   std::unique_ptr<tuner::ForwardKernel> kernel;
   std::string rejected;  // why it is not timed
+  bool wrong = false;    // failed the check, timed only under --time-wrong-output
   int registers = 0;
 };
 
@@ -179,8 +185,13 @@ int runBench() {
     if (!report)
       return fail(report.takeError());
     if (!report->passed) {
-      c.rejected = "wrong output: " + report->summary();
-      continue;
+      if (!unchecked) {
+        c.rejected = "wrong output: " + report->summary();
+        continue;
+      }
+      c.wrong = true;
+      llvm::errs() << "  WRONG output, timed anyway: " << c.spec.key() << " "
+                   << c.tile.key() << ": " << report->summary() << "\n";
     }
     c.registers = (*loaded)->registers();
     c.kernel = std::move(*loaded);
@@ -227,7 +238,8 @@ int runBench() {
             double flops = (double)tuner::attentionFlops(model);
             perTile[c.tile.key()] = llvm::json::Object{
                 {"us", m->medianUs}, {"tflops", flops / m->medianUs / 1e6},
-                {"spread", m->spread()}, {"registers", c.registers}};
+                {"spread", m->spread()}, {"registers", c.registers},
+                {"wrong_output", c.wrong}};
             if (!best || m->medianUs < bestUs) {
               best = &c;
               bestUs = m->medianUs;
@@ -246,9 +258,10 @@ int runBench() {
             llvm::consumeError(est.takeError());
           }
           llvm::outs() << llvm::formatv(
-              "{0,-5} {1,4} {2,6} {3,4} {4,4} {5,-7} {6,-18} {7,10:f1} {8,8:f1} {9,8:f1}%\n",
+              "{0,-5} {1,4} {2,6} {3,4} {4,4} {5,-7} {6,-18} {7,10:f1} {8,8:f1} {9,8:f1}%{10}\n",
               type, d, n, shape.batch, shape.headsQ, causal ? "yes" : "no",
-              best->tile.key(), bestUs, flops / bestUs / 1e6, 100 * fraction);
+              best->tile.key(), bestUs, flops / bestUs / 1e6, 100 * fraction,
+              best->wrong ? "  WRONG OUTPUT" : "");
           llvm::outs().flush();
           rows.push_back(llvm::json::Object{{"dtype", type},
                                             {"d", d},
@@ -260,6 +273,7 @@ int runBench() {
                                             {"us", bestUs},
                                             {"tflops", flops / bestUs / 1e6},
                                             {"roofline_fraction", fraction},
+                                            {"wrong_output", best->wrong},
                                             {"tiles", std::move(perTile)}});
         }
   if (!jsonOut.empty()) {
