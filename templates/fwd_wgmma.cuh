@@ -434,32 +434,45 @@ template <typename Cfg> struct RowState {
   bool rescale;
 };
 
-// Sets score v, accumulator element (nt, e) of a tile whose first key is key0, to -inf
-// where its key is past the sequence end or, when causal, past its row's diagonal.
+// The mask of row half hf of this thread in a tile whose first key is key0: its element
+// (nt, e) (e in 2 hf, 2 hf + 1) is masked, for a key past the sequence end or, when
+// causal, past the row's diagonal, exactly when nt * 8 + (e & 1) > mask_limit. One
+// compare with a constant per score (testing the key against both bounds took 2.5
+// instructions per score, docs/PERF.md v5.11).
 template <typename Cfg>
-__device__ __forceinline__ void mask_score(float &v, const Work &w, int key0,
-                                           const int (&row)[2], int t, int nt, int e) {
-  const int col = key0 + nt * 8 + 2 * t + (e & 1);
-  if (col >= w.seq.seqlen_k || (Cfg::kCausal && col > row[e >> 1] + w.diag))
+__device__ __forceinline__ int mask_limit(const Work &w, int key0, int row, int t) {
+  int last_key = w.seq.seqlen_k - 1;
+  if (Cfg::kCausal)
+    last_key = imin(last_key, row + w.diag);
+  return last_key - key0 - 2 * t;
+}
+__device__ __forceinline__ void mask_score(float &v, int nt, int e, int limit) {
+  if (nt * 8 + (e & 1) > limit)
     v = neg_inf();
 }
 
-// Masks keys past the sequence end and, when causal, past the diagonal; only tiles
-// that cross either boundary pay for it.
+// Whether a tile crosses the sequence end or, when causal, the diagonal of one of this
+// warpgroup's rows: only those tiles are masked.
 template <typename Cfg>
-__device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2],
-                                          const FjForwardParams &p, const Work &w, int key0,
-                                          int wg_row0, const int (&row)[2], int t) {
+__device__ __forceinline__ bool tile_needs_mask(const Work &w, int key0, int wg_row0) {
   const bool crosses_end = key0 + Cfg::kBlockN > w.seq.seqlen_k;
   const bool crosses_diag =
       Cfg::kCausal && key0 + Cfg::kBlockN - 1 > w.q0 + wg_row0 + w.diag;
-  if (!crosses_end && !crosses_diag)
-    return;
+  return crosses_end || crosses_diag;
+}
+// Masks keys past the sequence end and, when causal, past the diagonal (-inf scores).
+template <typename Cfg>
+__device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2], const Work &w,
+                                          int key0, const int (&row)[2], int t) {
 #pragma unroll
-  for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
+  for (int hf = 0; hf < 2; ++hf) {
+    const int limit = mask_limit<Cfg>(w, key0, row[hf], t);
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      mask_score<Cfg>(acc_s[nt * 4 + e], w, key0, row, t, nt, e);
+    for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
+#pragma unroll
+      for (int e = 2 * hf; e < 2 * hf + 2; ++e)
+        mask_score(acc_s[nt * 4 + e], nt, e, limit);
+  }
 }
 
 // P = 2^(S * scale - base) in place for row half hf of this thread, and its sum.
@@ -560,17 +573,22 @@ enum class SoftmaxLeft { kNothing, kExact, kRescoreAndExact };
 // instead (a thread's share above kFastSumBound, or not finite), and only then does the
 // warp look at its rows' largest P: rows that rose are rebased by a power of two
 // (rebase_rows), unless some P went past kRebaseBound, which P cannot recover from.
-// The exact path (a warp's first tile) and that rare case are left to the caller, to do
-// after the wait on the previous P V, where registers are free: one copy of each in the
-// code. Nothing is changed then. Tiles without kFastSoftmax take the exact path here.
+// The exact path (a warp's first tile, and a tile that needs the mask, which the caller
+// masks there: the mask's code then sits off the hot path, +1 to 2 % at short causal
+// lengths, docs/PERF.md v5.11) and that rare case are left to the caller, to do after
+// the wait on the previous P V, where registers are free: one copy of each in the code.
+// Nothing is changed then. Tiles without kFastSoftmax take the exact path here (masked
+// before).
 template <typename Cfg>
 __device__ __forceinline__ SoftmaxLeft softmax_tile(float (&acc_s)[Cfg::kBlockN / 2],
-                                                    RowState<Cfg> &st, float scale_log2) {
+                                                    RowState<Cfg> &st, float scale_log2,
+                                                    bool needs_mask) {
   if (!Cfg::kFastSoftmax) {  // as before: the exact softmax, overlapping the P V in flight
     softmax_exact<Cfg>(acc_s, st, scale_log2);
     return SoftmaxLeft::kNothing;
   }
-  if (!__all_sync(0xffffffff, st.row_max[0] != neg_inf() && st.row_max[1] != neg_inf()))
+  if (needs_mask ||
+      !__all_sync(0xffffffff, st.row_max[0] != neg_inf() && st.row_max[1] != neg_inf()))
     return SoftmaxLeft::kExact;
   st.rescale = false;
   float sum[2];
@@ -621,6 +639,8 @@ __device__ __forceinline__ void rescore_tile(float (&acc_s)[Cfg::kBlockN / 2],
   // is not unrolled either: its scores go through local memory (a register array needs
   // constant indices), so the code holds one copy of it instead of one per group.
   float scores[Cfg::kBlockN / 2];
+  const int limit[2] = {mask_limit<Cfg>(w, key0, row[0], t),
+                        mask_limit<Cfg>(w, key0, row[1], t)};
 #pragma unroll 1
   for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt) {
     const int key = key0 + nt * 8 + g;
@@ -639,11 +659,11 @@ __device__ __forceinline__ void rescore_tile(float (&acc_s)[Cfg::kBlockN / 2],
       const u32 b0 = has_key ? k_row[wd] : 0u, b1 = has_key && upper ? k_row[wd + 4] : 0u;
       mma_16816<T>(d, a, b0, b1);
     }
-    // mask_tile's mask, here where it is one copy in the code.
+    // mask_tile's mask.
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       scores[nt * 4 + e] = d[e];
-      mask_score<Cfg>(scores[nt * 4 + e], w, key0, row, t, nt, e);
+      mask_score(scores[nt * 4 + e], nt, e, limit[e >> 1]);
     }
   }
 #pragma unroll
@@ -875,7 +895,9 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
       release(sm.empty_k(s));
       if (!Cfg::kStageO && i == w.n_blocks - 1)
         release(sm.q_empty(q_this));
-      mask_tile<Cfg>(acc_s, p, w, (w.n_blocks - 1 - i) * Cfg::kBlockN, wg_row0, row, t);
+      const int key0 = (w.n_blocks - 1 - i) * Cfg::kBlockN;
+      if (tile_needs_mask<Cfg>(w, key0, wg_row0))
+        mask_tile<Cfg>(acc_s, w, key0, row, t);
       softmax_exact<Cfg>(acc_s, st, p.scale_log2);  // no overlap: never kFastSoftmax
     };
     // O += P V of key tile i on its own, P packed from acc_s.
@@ -915,15 +937,21 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
         if (!Cfg::kStageO && i == w.n_blocks - 1)
           release(sm.q_empty(q_this));
         const int key0 = (w.n_blocks - 1 - i) * Cfg::kBlockN;
-        mask_tile<Cfg>(acc_s, p, w, key0, wg_row0, row, t);
-        const SoftmaxLeft left = softmax_tile<Cfg>(acc_s, st, p.scale_log2);
+        // With the fast softmax a tile that needs the mask takes the exact path and is
+        // masked there (see softmax_tile).
+        const bool needs_mask = tile_needs_mask<Cfg>(w, key0, wg_row0);
+        if (!Cfg::kFastSoftmax && needs_mask)
+          mask_tile<Cfg>(acc_s, w, key0, row, t);
+        const SoftmaxLeft left = softmax_tile<Cfg>(acc_s, st, p.scale_log2, needs_mask);
         wgmma_wait<0>();
         pin_registers(st.acc_o);
         if (i > 0)
           release(sm.empty_v(sp));
         if (left != SoftmaxLeft::kNothing) {
           if (__builtin_expect(left == SoftmaxLeft::kRescoreAndExact, 0))
-            rescore_tile<Cfg>(acc_s, p, w, key0, row, t);
+            rescore_tile<Cfg>(acc_s, p, w, key0, row, t);  // masks as it scores
+          else if (needs_mask)
+            mask_tile<Cfg>(acc_s, w, key0, row, t);
           softmax_exact<Cfg>(acc_s, st, p.scale_log2);
         }
         rescale_o<Cfg>(st);
