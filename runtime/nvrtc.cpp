@@ -29,6 +29,10 @@ llvm::Expected<std::string> nvrtcVersion() {
   return llvm::formatv("{0}.{1}", major, minor).str();
 }
 
+bool nvrtcCachesPrograms(int major, int minor) {
+  return major > 12 || (major == 12 && minor >= 9);
+}
+
 bool isValidTarget(llvm::StringRef target) {
   if (!target.consume_front("sm_"))
     return false;
@@ -60,6 +64,13 @@ llvm::Expected<CompiledBinary> compile(llvm::StringRef source, const CompileOpti
   // ptxas -v makes the log report registers, spills, stack and shared memory.
   std::vector<std::string> owned = {"--gpu-architecture=" + options.target,
                                      "--ptxas-options=-v"};
+  // NVRTC 12.9 and newer serve a program they compiled before (in any process on the
+  // machine) from their own cache, without running ptxas: the log then has no report,
+  // and a kernel that spills looks like one that does not. flashjit caches binaries
+  // itself (cache/), so NVRTC's cache only hid what the tuner checks.
+  int major = 0, minor = 0;
+  if (api->nvrtcVersion(&major, &minor) == NVRTC_SUCCESS && nvrtcCachesPrograms(major, minor))
+    owned.push_back("--no-cache");
   owned.insert(owned.end(), options.options.begin(), options.options.end());
   llvm::SmallVector<const char *, 16> argv;
   for (const std::string &option : owned)

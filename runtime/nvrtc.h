@@ -37,6 +37,10 @@ struct CompiledBinary {
   double compileMs = 0;
 };
 
+// Whether this NVRTC version keeps its own cache of compiled programs (12.9 and newer),
+// which compile() turns off: a program served from it comes without ptxas's report.
+bool nvrtcCachesPrograms(int major, int minor);
+
 // "13.0": the version of the NVRTC library that compile() uses.
 llvm::Expected<std::string> nvrtcVersion();
 

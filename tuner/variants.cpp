@@ -74,6 +74,11 @@ llvm::Expected<BuildResult> buildVariants(cache::Cache &cache, const generator::
     llvm::Expected<std::optional<cache::Found<cache::BinaryRow>>> found = cache.findBinary(v.key);
     if (!found)
       return found.takeError();
+    // A binary stored without ptxas's report (NVRTC 12.9+ served it from its own cache
+    // before compile() turned that off) may spill or have its wgmma serialised unseen:
+    // compiled again, it replaces the row.
+    if (*found && (*found)->row.registers < 0 && options.allowCompile)
+      found->reset();
     if (*found) {
       v.binary = std::move((*found)->row);
       v.cachedIn = (*found)->source;

@@ -131,6 +131,27 @@ TEST(Nvrtc, ReportsSpillsUnderARegisterCap) {
   EXPECT_GT(binary.spillLoadBytes, 0) << binary.log;
 }
 
+// NVRTC 12.9+ would serve the second compile from its own cache, without ptxas and so
+// without the report the tuner's spill check reads (seen on the GPU machine, where it
+// is on; compile() turns it off).
+TEST(Nvrtc, ReportsSpillsOnARepeatedCompile) {
+  CompileOptions options;
+  options.target = "sm_80";
+  options.options = {"--maxrregcount=32"};
+  for (int i = 0; i < 2; ++i) {
+    CompiledBinary binary = compileOrFail(kRegisterHungryKernel, options);
+    EXPECT_GT(binary.registers, 0) << "compile " << i << ":\n" << binary.log;
+    EXPECT_GT(binary.spillStoreBytes, 0) << "compile " << i << ":\n" << binary.log;
+  }
+}
+
+TEST(Nvrtc, CachesProgramsFromVersion12_9) {
+  EXPECT_FALSE(nvrtcCachesPrograms(12, 8));
+  EXPECT_TRUE(nvrtcCachesPrograms(12, 9));
+  EXPECT_TRUE(nvrtcCachesPrograms(13, 0));
+  EXPECT_FALSE(nvrtcCachesPrograms(11, 9));
+}
+
 TEST(Nvrtc, ReportsStaticSharedMemory) {
   CompiledBinary binary = compileOrFail(kSharedKernel, {});
   EXPECT_EQ(binary.staticSharedBytes, 512 * 4) << binary.log;
