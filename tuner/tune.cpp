@@ -316,9 +316,17 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
       slot = std::shared_ptr<ForwardKernel>(std::move(winner.kernel));
     sel.kernel = slot;
   }
-  log(llvm::formatv("  {0} at {1}: {2}, {3:F1} us, {4:F1} TFLOP/s ({5} compiled, {6:F1} s)",
+  // Say when the budget cut the search short: the winner is then the best of part of it.
+  std::string unscreened =
+      report.skippedBudget
+          ? llvm::formatv(", {0} not screened: the {1} s budget ran out", report.skippedBudget,
+                          options.budgetSeconds)
+                .str()
+          : "";
+  log(llvm::formatv("  {0} at {1}: {2}, {3:F1} us, {4:F1} TFLOP/s ({5} compiled, {6} screened"
+                    "{7}, {8:F1} s)",
                     spec.key(), bucket.key(), row.config, row.medianUs, row.tflops,
-                    report.compiled, report.totalSeconds)
+                    report.compiled, report.screened, unscreened, report.totalSeconds)
           .str());
   return std::move(sel);
 }
