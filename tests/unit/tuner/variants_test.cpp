@@ -84,6 +84,29 @@ TEST(BuildVariants, CompilesOnceThenComesFromTheCache) {
   EXPECT_EQ(second->variants[0].binary->cubin, good.binary->cubin);
 }
 
+// A row stored without ptxas's report (NVRTC 12.9+'s own cache served the compile
+// before compile() turned it off) could hide spills: it is compiled again and replaced.
+TEST(BuildVariants, ARowWithoutPtxasReportIsCompiledAgain) {
+  auto cache = memoryCache();
+  std::vector<TileConfig> tiles = {{64, 64, 4, 2}};
+  tuner::BuildOptions options;
+  auto first = tuner::buildVariants(*cache, spec64(), tiles, options);
+  ASSERT_TRUE(bool(first)) << llvm::toString(first.takeError());
+  cache::BinaryRow stale = *first->variants[0].binary;
+  stale.registers = -1;
+  stale.spillBytes = 0;
+  ASSERT_FALSE(bool(cache->publish(&stale, nullptr)));
+
+  auto second = tuner::buildVariants(*cache, spec64(), tiles, options);
+  ASSERT_TRUE(bool(second)) << llvm::toString(second.takeError());
+  EXPECT_EQ(second->compiled, 1);
+  EXPECT_TRUE(second->variants[0].compiledNow);
+  EXPECT_GT(second->variants[0].binary->registers, 0);
+  auto third = tuner::buildVariants(*cache, spec64(), tiles, options);
+  ASSERT_TRUE(bool(third)) << llvm::toString(third.takeError());
+  EXPECT_EQ(third->compiled, 0) << "the row was replaced";
+}
+
 TEST(BuildVariants, MutatedSourceGetsItsOwnKeyAndNoCompileWhenForbidden) {
   auto cache = memoryCache();
   tuner::BuildOptions options;
