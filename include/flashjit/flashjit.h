@@ -104,7 +104,7 @@ typedef enum fj_tune_mode {
   FJ_TUNE_CACHED = 2,     /* never compile or tune: the hinted bucket's winner, else
                              the nearest tuned bucket, else the default tile if its
                              binary is cached; FJ_ERROR_NOT_FOUND when none is */
-  FJ_TUNE_HEURISTIC = 3,  /* compile the model's choice without tuning */
+  FJ_TUNE_HEURISTIC = 3,  /* compile the heuristic tile (docs/TUNING.md) without tuning */
   FJ_TUNE_EXHAUSTIVE = 4  /* tune every candidate, no budget cut */
 } fj_tune_mode;
 
