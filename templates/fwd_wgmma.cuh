@@ -434,9 +434,9 @@ template <typename Cfg> struct RowState {
   bool rescale;
 };
 
-// The mask of row half hf of this thread in a tile whose first key is key0: its element
-// (nt, e) (e in 2 hf, 2 hf + 1) is masked, for a key past the sequence end or, when
-// causal, past the row's diagonal, exactly when nt * 8 + (e & 1) > mask_limit. One
+// The mask of this thread's `row` in a tile whose first key is key0: its element (nt, e)
+// (e in 2 hf, 2 hf + 1 for the row's half hf) is masked, for a key past the sequence end
+// or, when causal, past the row's diagonal, exactly when nt * 8 + (e & 1) > mask_limit. One
 // compare with a constant per score (testing the key against both bounds took 2.5
 // instructions per score, docs/PERF.md v5.11).
 template <typename Cfg>

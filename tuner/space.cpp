@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <tuple>
 
 namespace flashjit::tuner {
@@ -319,15 +320,13 @@ const SpaceEntry *heuristicChoice(llvm::ArrayRef<SpaceEntry> space,
   if (space.empty() || space.front().verdict != Verdict::Candidate)
     return nullptr;
   generator::TileConfig preferred = generator::defaultTile(spec);
-  // fwd_wgmma's model is priors (the constants above), and its default tiles are measured
-  // picks: its tile leads wherever it is a candidate. The model put bm128.bn256 first for
-  // d64 N = 512 on an H200, which runs 10 % slower than the default bm192.bn128, and a
-  // cold 5 s tune had time to screen only the first tile (docs/TUNING.md).
-  if (isWgmma(spec))
-    for (const SpaceEntry &e : space)
-      if (e.verdict == Verdict::Candidate && e.tile == preferred)
-        return &e;
-  double limit = space.front().estimate.modelSeconds * 1.01;
+  // The default tile is taken where the model ties it with its first (within 1 %); for
+  // fwd_wgmma wherever it is a candidate: that model is priors (the constants above) and
+  // its default tiles are measured picks. The model put bm128.bn256 first for d64
+  // N = 512 on an H200, 10 % slower than the default bm192.bn128, and a cold 5 s tune had
+  // time to screen only the first tile (docs/TUNING.md).
+  double limit = isWgmma(spec) ? std::numeric_limits<double>::infinity()
+                               : space.front().estimate.modelSeconds * 1.01;
   for (const SpaceEntry &e : space) {
     if (e.verdict != Verdict::Candidate || e.estimate.modelSeconds > limit)
       break;
