@@ -186,6 +186,23 @@ TEST(FwdWgmma, CausalLastRoundInSingleBlocks) {
   }
 }
 
+// Causal shapes whose diagonal tiles start at a work tile's first row: square tiles and
+// aligned lengths (equal, or k longer by a multiple of the tile), in both element types;
+// the last shape's lengths are not multiples of the tile. (docs/PERF.md v5.12 masked such
+// tiles on the tensor cores; this checked it, and keeps checking the aligned case.)
+TEST(FwdWgmma, CausalAlignedDiagonals) {
+  FLASHJIT_REQUIRE_SM90A();
+  for (DType dtype : {DType::BF16, DType::FP16})
+    for (auto [d, tileKey] : {std::pair{64, "bm128.bn128.w12.s2"}, {64, "bm64.bn64.w8.s2"},
+                              {96, "bm128.bn128.w12.s2"}, {128, "bm64.bn64.w8.s2"}}) {
+      KernelSpec spec = wgmmaSpec(d, d, dtype, true);
+      TileConfig tile = llvm::cantFail(TileConfig::parse(tileKey));
+      for (auto [sq, sk] : {std::pair{1024, 1024}, {256, 640}, {384, 384}, {1000, 1128}})
+        EXPECT_EQ(checkShape(spec, tile, shapeOf(2, 3, 3, sq, sk), 41), "")
+            << spec.key() << " " << tile.key() << " seq (" << sq << ", " << sk << ")";
+    }
+}
+
 // Variable-length batches through TMA: the packed rows are one sequence to the tensor
 // maps, so a tile's loads run into the next sequence (masked, never stored) and past the
 // last one (zero fill). Lengths of 1, shorter than a tile, not multiples of one, q
