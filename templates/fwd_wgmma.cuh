@@ -96,6 +96,12 @@ struct FwdWgmmaConfig {
       kOverlap && kBlockN / 2 + kBlockN / 4 + kDvPad / 2 + kDvPad / 8 + 24 <= kConsumerRegs;
   // Two consumer warpgroups take turns issuing their products.
   static constexpr bool kPingPong = kConsumers == 2;
+  // A causal work tile's first key tile, which holds the diagonal, gets a masked softmax
+  // of its own before the loop (softmax_first): +2 to +9 % at d = 64 (docs/PERF.md
+  // v5.13). Not with one consumer warpgroup: three of its tiles (bm64 with bn 224 at
+  // d = 64, bn 176 at d = 128, bn 64 at d = 256) spilled with the added code, and no
+  // other tile did.
+  static constexpr bool kFirstTileSoftmax = kCausal && kOverlap && kConsumers > 1;
   // O leaves through shared memory: each warpgroup writes its normalised rows into its
   // own rows of the tile's Q buffer (free once the last S = Q K^T is done). With two Q
   // buffers one thread then stores them by TMA, so the consumers start the next tile at
@@ -474,14 +480,32 @@ __device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2], cons
         mask_score(acc_s[nt * 4 + e], nt, e, limit);
   }
 }
+// mask_tile's mask for the 8-key groups kFrom .. kTo - 1 only.
+template <typename Cfg, int kFrom, int kTo>
+__device__ __forceinline__ void mask_groups(float (&acc_s)[Cfg::kBlockN / 2],
+                                            const int (&limit)[2]) {
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+    for (int nt = kFrom; nt < kTo; ++nt)
+#pragma unroll
+      for (int e = 2 * hf; e < 2 * hf + 2; ++e)
+        mask_score(acc_s[nt * 4 + e], nt, e, limit[hf]);
+}
 
 // P = 2^(S * scale - base) in place for row half hf of this thread, and its sum.
-template <typename Cfg>
+// Groups from kLive on are masked for every row: their P is 0, without an exponential.
+template <typename Cfg, int kLive = Cfg::kBlockN / 8>
 __device__ __forceinline__ float exp_row_half(float (&acc_s)[Cfg::kBlockN / 2], int hf,
                                               float scale_log2, float base) {
   float sum = 0.f;
 #pragma unroll
-  for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
+  for (int nt = kLive; nt < Cfg::kBlockN / 8; ++nt)
+#pragma unroll
+    for (int e = 2 * hf; e < 2 * hf + 2; ++e)
+      acc_s[nt * 4 + e] = 0.f;
+#pragma unroll
+  for (int nt = 0; nt < kLive; ++nt)
 #pragma unroll
     for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
       const float pv = fast_exp2(acc_s[nt * 4 + e] * scale_log2 - base);
@@ -492,13 +516,13 @@ __device__ __forceinline__ float exp_row_half(float (&acc_s)[Cfg::kBlockN / 2], 
 }
 
 // The largest of `init` and row half hf's values in acc_s, over the row's quad of lanes
-// (all four agree).
-template <typename Cfg>
+// (all four agree), over the groups below kLive.
+template <typename Cfg, int kLive = Cfg::kBlockN / 8>
 __device__ __forceinline__ float quad_row_max(const float (&acc_s)[Cfg::kBlockN / 2], int hf,
                                               float init) {
   float m = init;
 #pragma unroll
-  for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
+  for (int nt = 0; nt < kLive; ++nt)
     m = fmaxf(m, fmaxf(acc_s[nt * 4 + 2 * hf], acc_s[nt * 4 + 2 * hf + 1]));
   m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
   return fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
@@ -507,14 +531,14 @@ __device__ __forceinline__ float quad_row_max(const float (&acc_s)[Cfg::kBlockN 
 // The exact online softmax of one tile: S -> P (in place, fp32), the rows' new max and
 // sum, and the factor O must be scaled by before this tile's P V is added. A row's max
 // moves only when the tile's exceeds it by kRescaleSlack. Each row lives in one quad of
-// lanes.
-template <typename Cfg>
+// lanes. Groups from kLive on are masked for every row of the warp (softmax_first).
+template <typename Cfg, int kLive = Cfg::kBlockN / 8>
 __device__ __forceinline__ void softmax_exact(float (&acc_s)[Cfg::kBlockN / 2],
                                               RowState<Cfg> &st, float scale_log2) {
   st.rescale = false;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    const float mx = quad_row_max<Cfg>(acc_s, hf, neg_inf());
+    const float mx = quad_row_max<Cfg, kLive>(acc_s, hf, neg_inf());
     const float old_max = st.row_max[hf];
     const float tile_max = mx * scale_log2;
     const bool moved = tile_max > old_max + kRescaleSlack;
@@ -524,9 +548,46 @@ __device__ __forceinline__ void softmax_exact(float (&acc_s)[Cfg::kBlockN / 2],
     const float base = new_max == neg_inf() ? 0.f : new_max;
     st.correction[hf] = moved ? fast_exp2(old_max - base) : 1.f;
     st.row_max[hf] = new_max;
-    const float sum = exp_row_half<Cfg>(acc_s, hf, scale_log2, base);
+    const float sum = exp_row_half<Cfg, kLive>(acc_s, hf, scale_log2, base);
     st.row_sum[hf] = st.row_sum[hf] * st.correction[hf] + sum;
   }
+}
+
+// The softmax of a causal work tile's first key tile, the one that holds the diagonal.
+// A warp's 16 rows meet their bounds (diagonal, sequence end) within 16 keys, so most
+// warps find them all in one half of the tile: in the first half, the second half is seen
+// by none of the warp's rows and takes no exponential (its P is 0); in the second half,
+// the first is seen by all of them. Either way only one half's scores are compared.
+// The half is chosen once per warp, into code specialised for it (branches per 8-key
+// group inside one body cost more through ptxas's schedule than they saved,
+// docs/PERF.md v5.11); a warp whose bounds straddle the halves returns false and takes
+// the loop's exact path, which masks the whole tile.
+template <typename Cfg>
+__device__ __forceinline__ bool softmax_first(float (&acc_s)[Cfg::kBlockN / 2],
+                                              RowState<Cfg> &st, float scale_log2,
+                                              const Work &w, int key0, const int (&row)[2],
+                                              int t, int warp_row0) {
+  constexpr int NT = Cfg::kBlockN / 8, kHalf = NT / 2;
+  // The last key the warp's first and last rows see, counted from key0.
+  const int lo = mask_limit<Cfg>(w, key0, warp_row0, 0);
+  const int hi = mask_limit<Cfg>(w, key0, warp_row0 + 15, 0);
+  const int limit[2] = {mask_limit<Cfg>(w, key0, row[0], t),
+                        mask_limit<Cfg>(w, key0, row[1], t)};
+  // Each test is the same for the whole warp; the votes tell ptxas so, so that the
+  // shuffles below need no path for a diverged warp and the loop's stage and
+  // descriptor arithmetic stays on the uniform datapath (without them the issue of
+  // S and P V took twice the instructions and long lengths lost 2 to 4 %).
+  if (__all_sync(0xffffffff, hi < 8 * kHalf)) {
+    mask_groups<Cfg, 0, kHalf>(acc_s, limit);
+    softmax_exact<Cfg, kHalf>(acc_s, st, scale_log2);
+    return true;
+  }
+  if (__all_sync(0xffffffff, lo >= 8 * kHalf - 1)) {
+    mask_groups<Cfg, kHalf, NT>(acc_s, limit);
+    softmax_exact<Cfg>(acc_s, st, scale_log2);
+    return true;
+  }
+  return false;
 }
 
 // A thread's share of a row may sum to this much against the row's running max before
@@ -926,35 +987,53 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
         settle_o_store();
         wgmma_wait<0>();
       }
+      // Causal: the first tile holds the diagonal. A warp whose bounds lie in one half
+      // of it takes its softmax here (softmax_first), and the loop's first iteration
+      // only issues S(1) and P(0) V(0). No P V is in flight yet and O is still 0:
+      // nothing to rescale.
+      int first = 0;
+      if constexpr (Cfg::kFirstTileSoftmax) {
+        const int key0 = (w.n_blocks - 1) * Cfg::kBlockN;
+        pin_registers(acc_s);  // S(0), after the wait
+        if (softmax_first<Cfg>(acc_s, st, p.scale_log2, w, key0, row, t,
+                               w.q0 + wg_row0 + warp_in_wg * 16)) {
+          release(sm.empty_k(kv_iter % Cfg::kStages));
+          if (!Cfg::kStageO && w.n_blocks == 1)
+            release(sm.q_empty(q_this));
+          first = 1;
+        }
+      }
       // Iteration i: the softmax of key tile i (while P(i-1) V(i-1) runs), then S(i+1)
       // and P(i) V(i) issued together. Rotated so that the mask and softmax appear once
       // in the code (a peeled first tile doubled them, and the compile time with them).
       for (int i = 0;; ++i) {
         const int it = kv_iter + i;
         const int s = it % Cfg::kStages, sp = (it + Cfg::kStages - 1) % Cfg::kStages;
-        pin_registers(acc_s);
-        release(sm.empty_k(s));
-        if (!Cfg::kStageO && i == w.n_blocks - 1)
-          release(sm.q_empty(q_this));
-        const int key0 = (w.n_blocks - 1 - i) * Cfg::kBlockN;
-        // With the fast softmax a tile that needs the mask takes the exact path and is
-        // masked there (see softmax_tile).
-        const bool needs_mask = tile_needs_mask<Cfg>(w, key0, wg_row0);
-        if (!Cfg::kFastSoftmax && needs_mask)
-          mask_tile<Cfg>(acc_s, w, key0, row, t);
-        const SoftmaxLeft left = softmax_tile<Cfg>(acc_s, st, p.scale_log2, needs_mask);
-        wgmma_wait<0>();
-        pin_registers(st.acc_o);
-        if (i > 0)
-          release(sm.empty_v(sp));
-        if (left != SoftmaxLeft::kNothing) {
-          if (__builtin_expect(left == SoftmaxLeft::kRescoreAndExact, 0))
-            rescore_tile<Cfg>(acc_s, p, w, key0, row, t);  // masks as it scores
-          else if (needs_mask)
+        if (!Cfg::kFirstTileSoftmax || i >= first) {
+          pin_registers(acc_s);
+          release(sm.empty_k(s));
+          if (!Cfg::kStageO && i == w.n_blocks - 1)
+            release(sm.q_empty(q_this));
+          const int key0 = (w.n_blocks - 1 - i) * Cfg::kBlockN;
+          // With the fast softmax a tile that needs the mask takes the exact path and is
+          // masked there (see softmax_tile).
+          const bool needs_mask = tile_needs_mask<Cfg>(w, key0, wg_row0);
+          if (!Cfg::kFastSoftmax && needs_mask)
             mask_tile<Cfg>(acc_s, w, key0, row, t);
-          softmax_exact<Cfg>(acc_s, st, p.scale_log2);
+          const SoftmaxLeft left = softmax_tile<Cfg>(acc_s, st, p.scale_log2, needs_mask);
+          wgmma_wait<0>();
+          pin_registers(st.acc_o);
+          if (i > 0)
+            release(sm.empty_v(sp));
+          if (left != SoftmaxLeft::kNothing) {
+            if (__builtin_expect(left == SoftmaxLeft::kRescoreAndExact, 0))
+              rescore_tile<Cfg>(acc_s, p, w, key0, row, t);  // masks as it scores
+            else if (needs_mask)
+              mask_tile<Cfg>(acc_s, w, key0, row, t);
+            softmax_exact<Cfg>(acc_s, st, p.scale_log2);
+          }
+          rescale_o<Cfg>(st);
         }
-        rescale_o<Cfg>(st);
         if (i == w.n_blocks - 1)
           break;
         const int in = it + 1, sn = in % Cfg::kStages;
