@@ -98,10 +98,11 @@ struct FwdWgmmaConfig {
   static constexpr bool kPingPong = kConsumers == 2;
   // A causal work tile's first key tile, which holds the diagonal, gets a masked softmax
   // of its own before the loop (softmax_first): +2 to +9 % at d = 64 (docs/PERF.md
-  // v5.13). Not with one consumer warpgroup: three of its tiles (bm64 with bn 224 at
-  // d = 64, bn 176 at d = 128, bn 64 at d = 256) spilled with the added code, and no
-  // other tile did.
-  static constexpr bool kFirstTileSoftmax = kCausal && kOverlap && kConsumers > 1;
+  // v5.13). Only where the fast softmax fits, and not with one consumer warpgroup: with
+  // the added code, d256 bm128.bn80 (which the overlap admits, the fast softmax not)
+  // and three one-consumer tiles (bm64 with bn 224 at d = 64, bn 176 at d = 128, bn 64
+  // at d = 256) spilled, and no other tile of the space started to.
+  static constexpr bool kFirstTileSoftmax = kCausal && kFastSoftmax && kConsumers > 1;
   // O leaves through shared memory: each warpgroup writes its normalised rows into its
   // own rows of the tile's Q buffer (free once the last S = Q K^T is done). With two Q
   // buffers one thread then stores them by TMA, so the consumers start the next tile at
