@@ -22,7 +22,9 @@
 // so any multiple of 8 is exact. The softmax is online, in base 2, with the scale folded
 // into one FMA, and after a row's first key tile it skips the tile's own max where
 // registers allow (softmax_tile). Causal is aligned bottom-right and iterates the key
-// tiles from the last to the first, so only the first few tiles a row meets need masks.
+// tiles from the last to the first, so only the first few tiles a row meets need masks;
+// the first, which holds the diagonal, gets a masked softmax specialised per warp
+// (softmax_first).
 #pragma once
 
 #include "fj_common.cuh"
