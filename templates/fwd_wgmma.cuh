@@ -469,21 +469,7 @@ __device__ __forceinline__ bool tile_needs_mask(const Work &w, int key0, int wg_
       Cfg::kCausal && key0 + Cfg::kBlockN - 1 > w.q0 + wg_row0 + w.diag;
   return crosses_end || crosses_diag;
 }
-// Masks keys past the sequence end and, when causal, past the diagonal (-inf scores).
-template <typename Cfg>
-__device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2], const Work &w,
-                                          int key0, const int (&row)[2], int t) {
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int limit = mask_limit<Cfg>(w, key0, row[hf], t);
-#pragma unroll
-    for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
-#pragma unroll
-      for (int e = 2 * hf; e < 2 * hf + 2; ++e)
-        mask_score(acc_s[nt * 4 + e], nt, e, limit);
-  }
-}
-// mask_tile's mask for the 8-key groups kFrom .. kTo - 1 only.
+// The mask of the 8-key groups kFrom .. kTo - 1, for this thread's two rows' limits.
 template <typename Cfg, int kFrom, int kTo>
 __device__ __forceinline__ void mask_groups(float (&acc_s)[Cfg::kBlockN / 2],
                                             const int (&limit)[2]) {
@@ -494,6 +480,14 @@ __device__ __forceinline__ void mask_groups(float (&acc_s)[Cfg::kBlockN / 2],
 #pragma unroll
       for (int e = 2 * hf; e < 2 * hf + 2; ++e)
         mask_score(acc_s[nt * 4 + e], nt, e, limit[hf]);
+}
+// Masks keys past the sequence end and, when causal, past the diagonal (-inf scores).
+template <typename Cfg>
+__device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2], const Work &w,
+                                          int key0, const int (&row)[2], int t) {
+  const int limit[2] = {mask_limit<Cfg>(w, key0, row[0], t),
+                        mask_limit<Cfg>(w, key0, row[1], t)};
+  mask_groups<Cfg, 0, Cfg::kBlockN / 8>(acc_s, limit);
 }
 
 // P = 2^(S * scale - base) in place for row half hf of this thread, and its sum.
