@@ -105,6 +105,13 @@ struct FwdWgmmaConfig {
   // and three one-consumer tiles (bm64 with bn 224 at d = 64, bn 176 at d = 128, bn 64
   // at d = 256) spilled, and no other tile of the space started to.
   static constexpr bool kFirstTileSoftmax = kCausal && kFastSoftmax && kConsumers > 1;
+  // Without a mask, with three consumer warpgroups: a warpgroup whose rows all lie past
+  // the sequence end passes over the tile (pass_over_tile), and the walk spreads the
+  // heads' last blocks, made lighter so, over the CTAs (TileWalk::next): +5 % at d = 64
+  // N = 512 and 1024 (docs/PERF.md v5.14). Causal kernels lost 3 % with the first part,
+  // and two-consumer tiles (which have a row-less warpgroup only when N % 128 is 1..64)
+  // lost up to 3.6 % at lengths where it never runs: the code alone cost them that.
+  static constexpr bool kPassEmptyWarpgroups = !kCausal && kConsumers == 3;
   // O leaves through shared memory: each warpgroup writes its normalised rows into its
   // own rows of the tile's Q buffer (free once the last S = Q K^T is done). With two Q
   // buffers one thread then stores them by TMA, so the consumers start the next tile at
@@ -308,7 +315,21 @@ template <typename Cfg> struct TileWalk {
     if (!Cfg::kCausal) {  // one block per unit, every round
       if (unit >= units)
         return false;
-      const int bh = by_per_head(unit), i = unit - bh * per_head(p);
+      const int per = per_head(p), bh = by_per_head(unit);
+      int i = unit - bh * per;
+      // A head's last block, when it leaves a consumer warpgroup without rows, costs
+      // less (pass_over_tile). When gridDim.x is a multiple of the blocks per head, each
+      // CTA would take the same block of some head every round, and the light ones would
+      // all go to a few CTAs while the rest set the time. So each head's blocks are
+      // rotated by the round its first block falls in: a CTA's block then moves on by
+      // one each round. (small_div is exact below 2^20 units; any rotation within a head
+      // keeps the walk a permutation, so beyond that only the spread suffers.)
+      const int rows = p.seqlen_q - (per - 1) * Cfg::kBlockM;
+      if (Cfg::kPassEmptyWarpgroups && per > 1 && rows <= Cfg::kBlockM - 64) {
+        const int r = small_div(bh * per, g);
+        i += r - by_per_head(r) * per;
+        i -= i >= per ? per : 0;
+      }
       unit += g;
       w = work_at<Cfg>(p, by_heads, by_group, bh, i);
       return true;
@@ -876,6 +897,37 @@ __device__ __forceinline__ void copy_out_staged(const FjForwardParams &p, const 
     mbar_arrive(q_empty);
 }
 
+// A warpgroup whose 64 rows all lie past the sequence end (in the last query tile of a
+// length that is not a multiple of kBlockM) has nothing to compute or store. It keeps
+// the pipeline's count all the same: it frees each K and V stage once it is loaded (an
+// arrival before the load could count towards the stage's previous round) and takes as
+// many ping-pong turns as the loop does, one per stage freed (taking them all first
+// would deadlock once the other warpgroup waits for a stage only this one frees).
+template <typename Cfg>
+__device__ __forceinline__ void pass_over_tile(const SmemLayout<Cfg> &sm, int consumer,
+                                               int kv_iter, int n_blocks) {
+  const bool leader = (threadIdx.x & 31) == 0;  // one arrival per warp, as release's
+  for (int i = 0; i < n_blocks; ++i) {
+    const int it = kv_iter + i, s = it % Cfg::kStages;
+    const u32 parity = (it / Cfg::kStages) & 1;
+    mbar_wait(sm.full_k(s), parity);
+    mbar_wait(sm.full_v(s), parity);
+    if (leader) {
+      mbar_arrive(sm.empty_k(s));
+      mbar_arrive(sm.empty_v(s));
+    }
+    // The loop's turns: S and P V together (overlapped), or apart.
+    for (int turn = 0; turn < (Cfg::kOverlap ? 1 : 2); ++turn) {
+      wait_turn<Cfg>(consumer);
+      pass_turn<Cfg>(consumer);
+    }
+  }
+  if (Cfg::kOverlap) {  // and the last P V's on its own
+    wait_turn<Cfg>(consumer);
+    pass_turn<Cfg>(consumer);
+  }
+}
+
 // Consumer warpgroup `consumer` (0-based): rows q0 + 64 * consumer .. + 63 of each work
 // tile. With kOverlap, the softmax of key tile i runs while the tensor cores add
 // P(i-1) V(i-1): S(i) and P(i-1)V(i) are issued together and only S(i) is awaited.
@@ -932,6 +984,17 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
       __syncwarp();
       release(sm.q_empty(q_round++));
       store_rows<Cfg>(p, w, st, row, t);
+      continue;
+    }
+    // Rows that do not exist (the vote tells ptxas the branch is the warp's, see
+    // softmax_first): Q is not read, O and the log-sum-exp not written.
+    if (Cfg::kPassEmptyWarpgroups &&
+        __all_sync(0xffffffff, w.q0 + wg_row0 >= w.seq.seqlen_q)) {
+      settle_o_store();
+      __syncwarp();
+      release(sm.q_empty(q_round++));
+      pass_over_tile<Cfg>(sm, consumer, kv_iter, w.n_blocks);
+      kv_iter += w.n_blocks;
       continue;
     }
     const u32 q_rows = sm.q(q_round) + wg_row0 * Cfg::kSwizzleD;

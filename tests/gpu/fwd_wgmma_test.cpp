@@ -1,8 +1,9 @@
 // fwd_wgmma (sm_90a) against the reference on the GPU: the foundation grid
 // (head dims x fp16/bf16 x causal x sequence pairs x MHA/GQA/MQA), strided
 // layouts, head_dim_v != head_dim, every tile shape the tuner may pick, scores
-// that rise far after a row's first tile, 250 bitwise-identical reruns (races),
-// and a clear refusal of the arguments TMA cannot take. Skips off Hopper.
+// that rise far after a row's first tile, query tiles in which some warpgroups
+// have no row, 250 bitwise-identical reruns (races), and a clear refusal of the
+// arguments TMA cannot take. Skips off Hopper.
 #include "kernel_pool.h"
 
 #include <cmath>
@@ -126,6 +127,35 @@ TEST(FwdWgmma, ScoresThatRiseAfterTheFirstTile) {
         }
 }
 
+// Query lengths whose last tile leaves one or two consumer warpgroups without a row.
+// Without a mask, three-consumer tiles pass over the tile in those warpgroups (freeing
+// its K/V stages) and walk the heads' blocks rotated; the warpgroups with rows must
+// still see every key tile (more tiles than stages, so a stage freed twice or never
+// shows as a wrong O or a hang). Two-consumer tiles (with and without the overlap and
+// ping-pong turns) compute such rows and must not store them. Causal and not, keys as
+// many as the queries or more.
+TEST(FwdWgmma, WarpgroupsWithoutRows) {
+  FLASHJIT_REQUIRE_SM90A();
+  const std::pair<int, TileConfig> cases[] = {{64, {128, 128, 12, 2}},
+                                              {64, {128, 256, 12, 2}},
+                                              {64, {192, 80, 16, 3}},
+                                              {64, {192, 128, 16, 2}},
+                                              {256, {128, 80, 12, 2}}};
+  for (auto [d, tile] : cases)
+    for (bool causal : {false, true})
+      // 40 rows in the last tile: one warpgroup has rows; 100 with three: two have.
+      for (int rows : {40, 100}) {
+        if (rows > (tile.blockM / 64 - 1) * 64)
+          continue;
+        const int sq = 3 * tile.blockM + rows;
+        for (int sk : {sq, 1100}) {
+          KernelSpec spec = wgmmaSpec(d, d, DType::BF16, causal);
+          EXPECT_EQ(checkShape(spec, tile, shapeOf(2, 4, 2, sq, sk), 13), "")
+              << spec.key() << " " << tile.key() << " seq (" << sq << ", " << sk << ")";
+        }
+      }
+}
+
 // Races show up as run-to-run differences: the same inputs must give the same
 // bits.
 TEST(FwdWgmma, BitwiseIdenticalReruns) {
@@ -161,6 +191,10 @@ TEST(FwdWgmma, SanitizerShapes) {
       EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shapeOf(1, 2, 1, 150, 200), 9), "")
           << spec.key();
     }
+  // 70 rows in a 192-row tile: the third consumer warpgroup passes over it.
+  KernelSpec spec = wgmmaSpec(64, 64, DType::BF16, false);
+  EXPECT_EQ(checkShape(spec, TileConfig{192, 80, 16, 3}, shapeOf(1, 2, 1, 70, 200), 9), "")
+      << spec.key() << " bm192.bn80.w16.s3";
 }
 
 // Causal work on a grid of more pairs of query blocks than CTAs: full rounds of pairs,
