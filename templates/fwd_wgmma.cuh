@@ -14,7 +14,9 @@
 //   with A from registers and V read N-major. A K or V slot is released as soon as its
 //   product completes. Two consumers take turns issuing (ping-pong), and within one,
 //   the softmax of key tile i overlaps the tensor cores' P(i-1) V(i-1). O goes out
-//   through shared memory, by a TMA store where the output allows one.
+//   through shared memory, by a TMA store where the output allows one. Without a mask,
+//   a warpgroup of three whose rows all lie past the sequence end only frees the tile's
+//   stages (pass_over_tile), and the walk spreads the lighter blocks over the CTAs.
 // A variable-length batch (cu_seqlens) is one packed sequence to the tensor maps: a work
 // tile offsets its loads by its sequence's first row, masks keys past its own end (rows
 // of the next sequence, loaded but unused) and stores only its own rows.
@@ -242,7 +244,8 @@ __device__ __forceinline__ Work work_at(const FjForwardParams &p, const FastDiv 
 // The work tiles of this CTA, in order. The grid is persistent (one CTA per SM): CTA c
 // takes units c, c + gridDim.x, ..., so its producer loads the next tile while the
 // consumers finish the last. Units of one (batch, head) are neighbours, so CTAs running
-// together share K and V in L2. Without a mask a unit is one query block. Causal query
+// together share K and V in L2. Without a mask a unit is one query block (rotated within
+// its head where the head's last block is light, see next). Causal query
 // blocks differ in work (block m sees ~m + 1 key tiles), so a causal unit is the pair of
 // blocks M-1-i and i of one head (heaviest first): every pair costs the same, and a
 // static assignment of pairs is as balanced as the non-causal one.
