@@ -14,9 +14,10 @@
 //   with A from registers and V read N-major. A K or V slot is released as soon as its
 //   product completes. Two consumers take turns issuing (ping-pong), and within one,
 //   the softmax of key tile i overlaps the tensor cores' P(i-1) V(i-1). O goes out
-//   through shared memory, by a TMA store where the output allows one. Without a mask,
-//   a warpgroup of three whose rows all lie past the sequence end only frees the tile's
-//   stages (pass_over_tile), and the walk spreads the lighter blocks over the CTAs.
+//   through shared memory, by a TMA store where the output allows one. Without a mask
+//   and with three consumers, a consumer whose rows all lie past the sequence end only
+//   frees the tile's stages (pass_over_tile), and the walk spreads such lighter blocks
+//   over the CTAs.
 // A variable-length batch (cu_seqlens) is one packed sequence to the tensor maps: a work
 // tile offsets its loads by its sequence's first row, masks keys past its own end (rows
 // of the next sequence, loaded but unused) and stores only its own rows.
