@@ -904,12 +904,12 @@ __device__ __forceinline__ void copy_out_staged(const FjForwardParams &p, const 
 // A warpgroup whose 64 rows all lie past the sequence end (in the last query tile of a
 // length that is not a multiple of kBlockM) has nothing to compute or store. It keeps
 // the pipeline's count all the same: it frees each K and V stage once it is loaded (an
-// arrival before the load could count towards the stage's previous round) and takes as
-// many ping-pong turns as the loop does, one per stage freed (taking them all first
-// would deadlock once the other warpgroup waits for a stage only this one frees).
+// arrival before the load could count towards the stage's previous round). Only three-
+// consumer kernels do this (kPassEmptyWarpgroups), which take no ping-pong turns.
 template <typename Cfg>
-__device__ __forceinline__ void pass_over_tile(const SmemLayout<Cfg> &sm, int consumer,
-                                               int kv_iter, int n_blocks) {
+__device__ __forceinline__ void pass_over_tile(const SmemLayout<Cfg> &sm, int kv_iter,
+                                               int n_blocks) {
+  static_assert(!Cfg::kPingPong, "with ping-pong it would have to take the loop's turns");
   const bool leader = (threadIdx.x & 31) == 0;  // one arrival per warp, as release's
   for (int i = 0; i < n_blocks; ++i) {
     const int it = kv_iter + i, s = it % Cfg::kStages;
@@ -920,15 +920,6 @@ __device__ __forceinline__ void pass_over_tile(const SmemLayout<Cfg> &sm, int co
       mbar_arrive(sm.empty_k(s));
       mbar_arrive(sm.empty_v(s));
     }
-    // The loop's turns: S and P V together (overlapped), or apart.
-    for (int turn = 0; turn < (Cfg::kOverlap ? 1 : 2); ++turn) {
-      wait_turn<Cfg>(consumer);
-      pass_turn<Cfg>(consumer);
-    }
-  }
-  if (Cfg::kOverlap) {  // and the last P V's on its own
-    wait_turn<Cfg>(consumer);
-    pass_turn<Cfg>(consumer);
   }
 }
 
@@ -992,14 +983,15 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
     }
     // Rows that do not exist (the vote tells ptxas the branch is the warp's, see
     // softmax_first): Q is not read, O and the log-sum-exp not written.
-    if (Cfg::kPassEmptyWarpgroups &&
-        __all_sync(0xffffffff, w.q0 + wg_row0 >= w.seq.seqlen_q)) {
-      settle_o_store();
-      __syncwarp();
-      release(sm.q_empty(q_round++));
-      pass_over_tile<Cfg>(sm, consumer, kv_iter, w.n_blocks);
-      kv_iter += w.n_blocks;
-      continue;
+    if constexpr (Cfg::kPassEmptyWarpgroups) {
+      if (__all_sync(0xffffffff, w.q0 + wg_row0 >= w.seq.seqlen_q)) {
+        settle_o_store();
+        __syncwarp();
+        release(sm.q_empty(q_round++));
+        pass_over_tile<Cfg>(sm, kv_iter, w.n_blocks);
+        kv_iter += w.n_blocks;
+        continue;
+      }
     }
     const u32 q_rows = sm.q(q_round) + wg_row0 * Cfg::kSwizzleD;
     const int q_this = q_round++;
