@@ -25,6 +25,20 @@ struct TmaOperands {
   int panelD = 0, panelDv = 0;  // box columns for Q/K and for V and O
 };
 
+// A backward module's kernels (families bwd_*), launched in this order by the host:
+// prep, the main passes, then convert (or dq in deterministic mode, instead of
+// convert). Geometry the host needs to launch them.
+struct BackwardEntries {
+  bool enabled = false;
+  std::string prep, convert, dq;    // entry names
+  std::vector<std::string> passes;  // the main kernel: one entry, or dV then dK and dQ
+  int keysPerCta = 0;               // main: grid.x = ceil(seqlen_k / keysPerCta)
+  int dqRowsPerCta = 0;             // dq: grid.x = ceil(seqlen_q / dqRowsPerCta)
+  int dqSharedBytes = 0;            // dq's dynamic shared memory
+  int auxThreads = 256;             // prep and convert: one warp per query row
+  int auxRowsPerCta = 8;
+};
+
 struct EmittedKernel {
   std::string source;
   std::string entryName;                 // the extern "C" kernel to look up
@@ -38,10 +52,14 @@ struct EmittedKernel {
   // One CTA per multiprocessor walking the work tiles (grid.x = min(tiles, SMs),
   // grid.y = grid.z = 1) instead of one CTA per (query block, head, batch).
   bool persistent = false;
+  // Families of the backward operation: its kernels (entryName is the first pass).
+  BackwardEntries backward;
 };
 
-// The tuned forward kernel. Errors: NotSupported for an impossible spec,
-// InvalidValue for a tile that does not fit.
+// The kernel (module) of any family for a spec and tile. Errors: NotSupported for an
+// impossible spec, InvalidValue for a tile that does not fit.
+llvm::Expected<EmittedKernel> emitKernel(const KernelSpec &spec, const TileConfig &tile);
+// The same, for the forward families only.
 llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConfig &tile);
 
 // The naive reference for the dtype (head dims, causal and layout are run-time
@@ -51,6 +69,18 @@ llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConf
 // grid (seqlen_q, heads_q, batch), `threads` threads, no dynamic shared memory.
 llvm::Expected<EmittedKernel> emitReference(DType dtype, bool emulateLowPrecision,
                                             const std::string &target);
+
+// The naive backward reference: dQ, dK and dV by the textbook formulas, fp32 (or
+// rounding like the dtype). Entry points, each (FjBackwardParams, int head_dim,
+// int head_dim_v, int causal, float *lse_ref, float *dpsum_ref), `threads` threads:
+//   flashjit_reference_bwd_rows: grid (seqlen_q, heads_q, batch); the reference's own
+//     lse and D per query row (written to lse_ref and dpsum_ref, laid out like lse),
+//     and dQ;
+//   flashjit_reference_bwd_keys: grid (seqlen_k, heads_kv, batch), after the first;
+//     dK and dV.
+// With emulateLowPrecision the outputs are in the dtype, else fp32.
+llvm::Expected<EmittedKernel> emitBackwardReference(DType dtype, bool emulateLowPrecision,
+                                                    const std::string &target);
 
 // Just the generated configuration block and entry point (what `flashjit gen
 // --config-only` prints), without the inlined templates.

@@ -1,5 +1,7 @@
 #include "generator/spec.h"
 
+#include "generator/bwd_mma.h"
+#include "generator/smem_layout.h"
 #include "support/error.h"
 
 #include "llvm/ADT/SmallVector.h"
@@ -13,8 +15,17 @@ llvm::StringRef familyName(Family family) {
   switch (family) {
   case Family::FwdMma: return "fwd_mma";
   case Family::FwdWgmma: return "fwd_wgmma";
+  case Family::BwdMma: return "bwd_mma";
   }
   return "unknown";
+}
+
+llvm::StringRef operationName(Operation op) {
+  return op == Operation::Forward ? "forward" : "backward";
+}
+
+Operation operationOf(Family family) {
+  return family == Family::BwdMma ? Operation::Backward : Operation::Forward;
 }
 
 llvm::Expected<DType> parseDType(llvm::StringRef name) {
@@ -32,8 +43,11 @@ llvm::Expected<Family> parseFamily(llvm::StringRef name) {
     return Family::FwdMma;
   if (name == "fwd_wgmma")
     return Family::FwdWgmma;
+  if (name == "bwd_mma")
+    return Family::BwdMma;
   return makeError(ErrorCode::NotSupported,
-                   "unknown kernel family '{0}' (available: fwd_mma, fwd_wgmma)", name);
+                   "unknown kernel family '{0}' (available: fwd_mma, fwd_wgmma, bwd_mma)",
+                   name);
 }
 
 std::string KernelSpec::key() const {
@@ -111,14 +125,11 @@ llvm::Error validateSpec(const KernelSpec &spec) {
   return llvm::Error::success();
 }
 
-namespace {
-// Bytes of a rows x cols tile of 16-bit elements as templates/fj_smem.cuh lays it out.
-int tileBytes(int rows, int cols) {
+int smemTileBytes(int rows, int cols) {
   int chunks = cols / 8;
   int rowChunks = chunks % 8 == 0 ? chunks : (chunks | 1);
   return rows * rowChunks * 16;
 }
-} // namespace
 
 namespace {
 int roundUp(int x, int m) { return (x + m - 1) / m * m; }
@@ -179,8 +190,11 @@ bool wgmmaStoresOByTma(const KernelSpec &spec, const TileConfig &tile) {
 int sharedBytes(const KernelSpec &spec, const TileConfig &tile) {
   if (spec.family == Family::FwdWgmma)
     return wgmmaSharedBytes(spec, tile);
-  int q = std::max(tileBytes(tile.blockM, spec.headDim), tileBytes(tile.blockM, spec.headDimV));
-  int stage = tileBytes(tile.blockN, spec.headDim) + tileBytes(tile.blockN, spec.headDimV);
+  if (spec.family == Family::BwdMma)
+    return bwdMmaSharedBytes(spec, tile);
+  int q = std::max(smemTileBytes(tile.blockM, spec.headDim),
+                   smemTileBytes(tile.blockM, spec.headDimV));
+  int stage = smemTileBytes(tile.blockN, spec.headDim) + smemTileBytes(tile.blockN, spec.headDimV);
   return q + tile.stages * stage;
 }
 
@@ -189,6 +203,9 @@ llvm::Error validateTile(const KernelSpec &spec, const TileConfig &tile) {
     return makeError(ErrorCode::InvalidValue, "tile {0}: sizes must be positive", tile.key());
   if (spec.family == Family::FwdWgmma) {
     if (auto err = validateWgmmaTile(spec, tile))
+      return err;
+  } else if (spec.family == Family::BwdMma) {
+    if (auto err = validateBwdMmaTile(spec, tile))
       return err;
   } else if (tile.blockM % (16 * tile.warps) != 0)
     return makeError(ErrorCode::InvalidValue,
@@ -216,6 +233,8 @@ llvm::Error validateTile(const KernelSpec &spec, const TileConfig &tile) {
 TileConfig defaultTile(const KernelSpec &spec) {
   int dmax = std::max(spec.headDim, spec.headDimV);
   TileConfig tile;
+  if (spec.family == Family::BwdMma)
+    return bwdMmaDefaultTile(spec);
   if (spec.family == Family::FwdWgmma) {
     // FlashAttention-3's starting points, rounded to what this schedule allows, except
     // causal d <= 64: there three consumer warpgroups lost 12-30 % to two up to N = 2048

@@ -10,10 +10,14 @@
 namespace flashjit::generator {
 
 enum class DType { FP16, BF16 };
-enum class Family { FwdMma, FwdWgmma };
+// A kernel family is one schedule of one operation (DESIGN.md, "Adding an operation").
+enum class Family { FwdMma, FwdWgmma, BwdMma };
+enum class Operation { Forward, Backward };
 
 llvm::StringRef dtypeName(DType dtype);        // "fp16", "bf16"
-llvm::StringRef familyName(Family family);     // "fwd_mma", "fwd_wgmma"
+llvm::StringRef familyName(Family family);     // "fwd_mma", "fwd_wgmma", "bwd_mma"
+llvm::StringRef operationName(Operation op);   // "forward", "backward"
+Operation operationOf(Family family);
 llvm::Expected<DType> parseDType(llvm::StringRef name);
 llvm::Expected<Family> parseFamily(llvm::StringRef name);
 
@@ -54,7 +58,7 @@ struct TargetInfo {
 llvm::Expected<TargetInfo> targetInfo(llvm::StringRef target);
 
 // Checks the spec: head dims multiples of 8 in [8, 256], a supported target, and a
-// target the family runs on (fwd_wgmma: sm_90a only).
+// target the family runs on (fwd_wgmma: sm_90a only; fwd_mma and bwd_mma: sm_80+).
 llvm::Error validateSpec(const KernelSpec &spec);
 
 // Dynamic shared memory a tile needs for a spec, in bytes (mirrors templates/).
@@ -67,7 +71,9 @@ bool wgmmaStoresOByTma(const KernelSpec &spec, const TileConfig &tile);
 
 // Checks a tile against the spec and the target: divisibility, threads, shared memory
 // (and for fwd_wgmma: block_m = 64 per consumer warpgroup, warps = 4 per warpgroup
-// including the producer's, and an accumulator estimate within the register budget).
+// including the producer's, and an accumulator estimate within the register budget;
+// for bwd_mma: 16 or 32 key rows per warp and its accumulator estimate).
+// A backward tile's block_m is the query rows per step and block_n the keys per CTA.
 llvm::Error validateTile(const KernelSpec &spec, const TileConfig &tile);
 
 // The hand-picked tile used when nothing has been tuned (fits the target).

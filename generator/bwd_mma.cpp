@@ -1,0 +1,174 @@
+#include "generator/bwd_mma.h"
+
+#include "generator/emit_common.h"
+#include "generator/smem_layout.h"
+#include "support/error.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+
+namespace flashjit::generator {
+namespace {
+
+// Registers a thread needs beyond the accumulators the estimate counts (addresses,
+// fragments in flight, loop state): where the estimate starts to mean spills.
+constexpr int kOverheadRegisters = 64;
+constexpr int kMaxRegisters = 255;
+
+int keyTilesPerWarp(const TileConfig &tile) { return tile.blockN / tile.warps / 16; }
+
+// Accumulator registers per thread of the main kernel (its worst pass): dK and/or dV,
+// plus P^T and dP^T of one step; and of the dq kernel: dQ, S and dP.
+int mainAccumulators(const KernelSpec &spec, const TileConfig &tile) {
+  int kt = keyTilesPerWarp(tile);
+  int dkdv = bwdMmaSplitPasses(spec, tile) ? std::max(spec.headDim, spec.headDimV)
+                                           : spec.headDim + spec.headDimV;
+  return kt * dkdv / 2 + kt * tile.blockM;
+}
+int dqAccumulators(const KernelSpec &spec, const TileConfig &tile) {
+  int kt = keyTilesPerWarp(tile);
+  return kt * spec.headDim / 2 + kt * tile.blockM;
+}
+
+} // namespace
+
+bool bwdMmaSplitPasses(const KernelSpec &spec, const TileConfig &tile) {
+  return keyTilesPerWarp(tile) * (spec.headDim + spec.headDimV) / 2 > 128;
+}
+
+int bwdMmaMainSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
+  int stage = smemTileBytes(tile.blockM, spec.headDim) +
+              smemTileBytes(tile.blockM, spec.headDimV) + 2 * tile.blockM * 4;
+  return smemTileBytes(tile.blockN, spec.headDim) + smemTileBytes(tile.blockN, spec.headDimV) +
+         tile.stages * stage + smemTileBytes(tile.blockN, tile.blockM);
+}
+
+int bwdMmaDqSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
+  int stage = smemTileBytes(tile.blockM, spec.headDim) + smemTileBytes(tile.blockM, spec.headDimV);
+  return smemTileBytes(tile.blockN, spec.headDim) + smemTileBytes(tile.blockN, spec.headDimV) +
+         tile.stages * stage;
+}
+
+int bwdMmaSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
+  return std::max(bwdMmaMainSharedBytes(spec, tile), bwdMmaDqSharedBytes(spec, tile));
+}
+
+llvm::Error validateBwdMmaTile(const KernelSpec &spec, const TileConfig &tile) {
+  if (tile.warps != 4 && tile.warps != 8)
+    return makeError(ErrorCode::InvalidValue, "tile {0}: bwd_mma takes 4 or 8 warps",
+                     tile.key());
+  if (tile.blockN % tile.warps != 0 ||
+      (tile.blockN / tile.warps != 16 && tile.blockN / tile.warps != 32))
+    return makeError(ErrorCode::InvalidValue,
+                     "tile {0}: bwd_mma block_n (keys per CTA) must be 16 or 32 key rows per "
+                     "warp",
+                     tile.key());
+  if (tile.blockM != 16 && tile.blockM != 32 && tile.blockM != 64 && tile.blockM != 128)
+    return makeError(ErrorCode::InvalidValue,
+                     "tile {0}: bwd_mma block_m (queries per step) must be 16, 32, 64 or 128",
+                     tile.key());
+  if (tile.stages > 3)
+    return makeError(ErrorCode::InvalidValue, "tile {0}: bwd_mma takes 2 or 3 stages",
+                     tile.key());
+  int worst = std::max(mainAccumulators(spec, tile), dqAccumulators(spec, tile));
+  if (worst + kOverheadRegisters > kMaxRegisters)
+    return makeError(ErrorCode::InvalidValue,
+                     "tile {0}: needs about {1} registers per thread for {2} (at most {3})",
+                     tile.key(), worst + kOverheadRegisters, spec.key(), kMaxRegisters);
+  return llvm::Error::success();
+}
+
+TileConfig bwdMmaDefaultTile(const KernelSpec &spec) {
+  int dmax = std::max(spec.headDim, spec.headDimV);
+  // The largest query step that compiled without spills for sm_80 and sm_90a (nvcc
+  // 13.0): 8 warps of 16 key rows with 64 (d <= 64) or 32 (d <= 128) queries a step;
+  // beyond, 4 warps over 64 keys and 32 queries, in two passes. Steps halve until the
+  // tile fits the target's shared memory.
+  TileConfig tile = dmax <= 64    ? TileConfig{64, 128, 8, 2}
+                    : dmax <= 128 ? TileConfig{32, 128, 8, 2}
+                                  : TileConfig{32, 64, 4, 2};
+  while (true) {
+    llvm::Error err = validateTile(spec, tile);
+    if (!err || tile.blockM == 16) {
+      llvm::consumeError(std::move(err));
+      return tile;
+    }
+    llvm::consumeError(std::move(err));
+    tile.blockM /= 2;
+  }
+}
+
+std::string bwdMmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
+  const bool split = bwdMmaSplitPasses(spec, tile);
+  std::string out = llvm::formatv(
+      "// ---- configuration: {0} / {1} ----\n"
+      "typedef fj::BwdMmaConfig<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}> FjConfig;\n"
+      "static_assert(FjConfig::kSmemBytes == {10}, \"host and device disagree on shared "
+      "memory\");\n"
+      "static_assert(FjConfig::kDqSmemBytes == {11}, \"host and device disagree on the dq "
+      "kernel's shared memory\");\n"
+      "static_assert(FjConfig::kSplitPasses == {12}, \"host and device disagree on the "
+      "passes\");\n\n"
+      "extern \"C\" __global__ void __launch_bounds__(256)\n"
+      "flashjit_bwd_prep(const FjBackwardParams params) {{\n"
+      "  fj::bwd_mma::run_prep<{2}, {3}, {4}>(params);\n"
+      "}\n"
+      "extern \"C\" __global__ void __launch_bounds__(256)\n"
+      "flashjit_bwd_convert_dq(const FjBackwardParams params) {{\n"
+      "  fj::bwd_mma::run_convert<{2}, {3}>(params);\n"
+      "}\n"
+      "extern \"C\" __global__ void __launch_bounds__(FjConfig::kThreads, 1)\n"
+      "flashjit_bwd_dq(const FjBackwardParams params) {{\n"
+      "  extern __shared__ __align__(128) unsigned char fj_smem[];\n"
+      "  fj::bwd_mma::run_dq<FjConfig>(params, fj_smem);\n"
+      "}\n",
+      spec.key(), tile.key(), elementTypeName(spec.dtype), spec.headDim, spec.headDimV,
+      tile.blockM, tile.blockN, tile.warps, tile.stages, spec.causal ? "true" : "false",
+      bwdMmaMainSharedBytes(spec, tile), bwdMmaDqSharedBytes(spec, tile),
+      split ? "true" : "false");
+  auto pass = [](llvm::StringRef name, int pass) {
+    return llvm::formatv("extern \"C\" __global__ void __launch_bounds__(FjConfig::kThreads, 1)\n"
+                         "{0}(const FjBackwardParams params) {{\n"
+                         "  extern __shared__ __align__(128) unsigned char fj_smem[];\n"
+                         "  fj::bwd_mma::run_main<FjConfig, {1}>(params, fj_smem);\n"
+                         "}\n",
+                         name, pass)
+        .str();
+  };
+  if (split)
+    out += pass("flashjit_bwd_main_dv", 1) + pass("flashjit_bwd_main_dk", 2);
+  else
+    out += pass("flashjit_bwd_main", 0);
+  return out;
+}
+
+llvm::Expected<EmittedKernel> emitBwdMma(const KernelSpec &spec, const TileConfig &tile) {
+  auto body = inlineTemplates(
+      {"fj_params.h", "fj_bwd_params.h", "fj_common.cuh", "fj_smem.cuh", "bwd_mma.cuh"});
+  if (!body)
+    return body.takeError();
+  EmittedKernel kernel;
+  kernel.source = generatedHeader(spec.key() + " / " + tile.key()) + *body +
+                  bwdMmaConfigBlock(spec, tile);
+  BackwardEntries &e = kernel.backward;
+  e.enabled = true;
+  e.prep = "flashjit_bwd_prep";
+  e.convert = "flashjit_bwd_convert_dq";
+  e.dq = "flashjit_bwd_dq";
+  if (bwdMmaSplitPasses(spec, tile))
+    e.passes = {"flashjit_bwd_main_dv", "flashjit_bwd_main_dk"};
+  else
+    e.passes = {"flashjit_bwd_main"};
+  e.keysPerCta = tile.blockN;
+  e.dqRowsPerCta = tile.blockN;
+  e.dqSharedBytes = bwdMmaDqSharedBytes(spec, tile);
+  kernel.entryName = e.passes.front();
+  kernel.options = compileOptions();
+  kernel.threads = tile.warps * 32;
+  kernel.sharedBytes = bwdMmaMainSharedBytes(spec, tile);
+  kernel.blockM = tile.blockM;
+  return kernel;
+}
+
+} // namespace flashjit::generator

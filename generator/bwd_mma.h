@@ -1,0 +1,32 @@
+// Family bwd_mma on the host: the tile rules that mirror templates/bwd_mma.cuh
+// (BwdMmaConfig) and the emitter. generator/spec.cpp and emit.cpp dispatch here.
+#pragma once
+
+#include "generator/emit.h"
+#include "generator/spec.h"
+
+#include "llvm/Support/Error.h"
+
+namespace flashjit::generator {
+
+// Whether the main kernel runs as two passes (dV, then dK and dQ) because dK and dV
+// together would not fit in the registers (BwdMmaConfig::kSplitPasses).
+bool bwdMmaSplitPasses(const KernelSpec &spec, const TileConfig &tile);
+
+// Dynamic shared memory of the main kernel (BwdMmaConfig::kSmemBytes) and of the
+// deterministic dq kernel (kDqSmemBytes).
+int bwdMmaMainSharedBytes(const KernelSpec &spec, const TileConfig &tile);
+int bwdMmaDqSharedBytes(const KernelSpec &spec, const TileConfig &tile);
+// The larger of the two: what the tile needs of the target.
+int bwdMmaSharedBytes(const KernelSpec &spec, const TileConfig &tile);
+
+llvm::Error validateBwdMmaTile(const KernelSpec &spec, const TileConfig &tile);
+TileConfig bwdMmaDefaultTile(const KernelSpec &spec);
+
+// The generated configuration block and entry points (`flashjit gen --config-only`).
+std::string bwdMmaConfigBlock(const KernelSpec &spec, const TileConfig &tile);
+// The module: templates inlined, then the configuration block. Expects a valid spec
+// and tile.
+llvm::Expected<EmittedKernel> emitBwdMma(const KernelSpec &spec, const TileConfig &tile);
+
+} // namespace flashjit::generator

@@ -1,0 +1,725 @@
+// Family bwd_mma: the FlashAttention-2 backward schedule for sm_80 and newer (mma.sync).
+//
+// The probabilities are recomputed from Q, K and the forward's log-sum-exp, never
+// stored. Four kernels, launched in order by the host:
+//   prep     D = rowsum(dO * O) and lse * log2(e) per query row, into the workspace, and
+//            the fp32 dQ accumulator zeroed (unless deterministic);
+//   main     one CTA per block of kBlockN keys of one (batch, key/value head): it walks
+//            the query blocks of every query head of its group (GQA: dK and dV summed
+//            over the group in registers, in a fixed order), accumulating dK and dV; dQ
+//            goes to the fp32 accumulator by atomics (unless deterministic);
+//   convert  dQ = scale * accumulator, in the element type;
+//   dq       (deterministic mode, instead of the atomics and convert) one CTA per block
+//            of queries, walking the key blocks: dQ in registers, written once.
+//
+// The main kernel computes the transposed products (S^T = K Q^T, dP^T = V dO^T): its
+// warps own key rows, so P^T and dS^T come out of the accumulators already in the
+// A-operand layout of dV += P^T dO and dK += dS^T Q and never touch shared memory.
+// Only dS^T goes through shared memory, for dQ = dS K. Where dK and dV together would
+// not fit in the registers (head dims above 128), the main kernel runs as two passes
+// over the same blocks: dV (S^T, dV), then dK and dQ (S^T, dP^T, dK, dQ).
+//
+// Causal attention is aligned bottom-right as in the forward: query i sees keys
+// j <= i + seqlen_k - seqlen_q. A key block skips the query blocks that see none of it,
+// and only blocks that cross the diagonal or a sequence end are masked.
+#pragma once
+
+#include "fj_bwd_params.h"
+#include "fj_common.cuh"
+#include "fj_smem.cuh"
+
+namespace fj {
+
+template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_,
+          int kWarps_, int kStages_, bool kCausal_>
+struct BwdMmaConfig {
+  typedef Element_ Element;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDimV = kHeadDimV_;
+  static constexpr int kBlockM = kBlockM_;  // query rows per step of the main kernel
+  static constexpr int kBlockN = kBlockN_;  // key rows per CTA of the main kernel
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kStages = kStages_;  // Q/dO (main) and K/V (dq) ring depth
+  static constexpr bool kCausal = kCausal_;
+  static constexpr int kThreads = kWarps * 32;
+
+  // Main kernel: each warp owns kRowsPerWarp key rows (kKT tiles of 16) and every query
+  // column of a step (kQT tiles of 8).
+  static constexpr int kRowsPerWarp = kBlockN / kWarps;
+  static constexpr int kKT = kRowsPerWarp / 16;
+  static constexpr int kQT = kBlockM / 8;
+  static constexpr int kDT = kHeadDim / 8;
+  static constexpr int kDvT = kHeadDimV / 8;
+
+  // dK and dV accumulators per thread; above 128 registers they are split over two
+  // passes (generator/bwd_mma.cpp mirrors this rule).
+  static constexpr bool kSplitPasses = kKT * (kHeadDim + kHeadDimV) / 2 > 128;
+
+  static_assert(kHeadDim % 8 == 0 && kHeadDim >= 8 && kHeadDim <= 256, "head_dim");
+  static_assert(kHeadDimV % 8 == 0 && kHeadDimV >= 8 && kHeadDimV <= 256, "head_dim_v");
+  static_assert(kBlockN % (16 * kWarps) == 0, "each warp owns a multiple of 16 key rows");
+  static_assert(kBlockM % 16 == 0, "block_m must be a multiple of 16");
+  static_assert(kStages >= 2, "the ring needs at least two stages");
+
+  typedef SmemTile<kBlockN, kHeadDim> KTile;
+  typedef SmemTile<kBlockN, kHeadDimV> VTile;
+  typedef SmemTile<kBlockM, kHeadDim> QTile;
+  typedef SmemTile<kBlockM, kHeadDimV> DoTile;
+  typedef SmemTile<kBlockN, kBlockM> DsTile;  // dS^T: [key][query]
+  // One ring stage of the main kernel: Q, dO, and kBlockM floats each of lse*log2(e)
+  // and D.
+  static constexpr int kStageBytes = QTile::kBytes + DoTile::kBytes + 2 * kBlockM * 4;
+  static constexpr int kSmemBytes =
+      KTile::kBytes + VTile::kBytes + kStages * kStageBytes + DsTile::kBytes;
+
+  // dQ = dS K within the main kernel: warps split the query rows into 16-row tiles,
+  // then the head dim.
+  static constexpr int kDqWarpsM = kWarps < kBlockM / 16 ? kWarps : kBlockM / 16;
+  static constexpr int kDqWarpsN = kWarps / kDqWarpsM;
+  static constexpr int kDqRowTiles = kBlockM / 16 / kDqWarpsM;
+  static constexpr int kDqColTiles = (kDT + kDqWarpsN - 1) / kDqWarpsN;
+  static constexpr bool kDqColsEven = kDT % kDqWarpsN == 0;
+  static_assert(kWarps % kDqWarpsM == 0 && (kBlockM / 16) % kDqWarpsM == 0, "dQ warp layout");
+
+  // The deterministic dq kernel: the main kernel's geometry with the roles swapped
+  // (kBlockN query rows per CTA, kRowsPerWarp per warp, kBlockM keys per step).
+  typedef SmemTile<kBlockN, kHeadDim> DqQTile;
+  typedef SmemTile<kBlockN, kHeadDimV> DqDoTile;
+  typedef SmemTile<kBlockM, kHeadDim> DqKTile;
+  typedef SmemTile<kBlockM, kHeadDimV> DqVTile;
+  static constexpr int kDqStageBytes = DqKTile::kBytes + DqVTile::kBytes;
+  static constexpr int kDqSmemBytes =
+      DqQTile::kBytes + DqDoTile::kBytes + kStages * kDqStageBytes;
+};
+
+namespace bwd_mma {
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+__device__ __forceinline__ float pos_inf() { return __int_as_float(0x7f800000); }
+
+// ---- Warp-level products over shared-memory tiles (one warp, 16 * kRT rows) --------
+
+// acc[kRT][kNT] += A B^T: A is `TA` rows a_row0.. (row-major [row][k]), B is `TB` rows
+// 0 .. 8 * kNT ([n][k]); k runs over kK columns (a multiple of 8: the last 8 by the
+// m16n8k8 step when kK is an odd multiple of 8).
+template <typename T, typename TA, typename TB, int kRT, int kNT, int kK>
+__device__ __forceinline__ void gemm_abt(float (&acc)[kRT][kNT][4], u32 s_a, int a_row0,
+                                         u32 s_b, int lane) {
+  constexpr int kSteps = kK / 16;
+  const u32 a_lane = TA::offset(a_row0 + (lane & 15), lane >> 4);
+  const u32 b_lane = TB::offset((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+#pragma unroll
+  for (int ks = 0; ks < kSteps; ++ks) {
+    u32 a[kRT][4];
+#pragma unroll
+    for (int rt = 0; rt < kRT; ++rt)
+      ldmatrix_x4(a[rt], s_a + TA::step(a_lane, rt * 16, ks * 2));
+#pragma unroll
+    for (int np = 0; np < kNT / 2; ++np) {
+      u32 b[4];
+      ldmatrix_x4(b, s_b + TB::step(b_lane, np * 16, ks * 2));
+#pragma unroll
+      for (int rt = 0; rt < kRT; ++rt) {
+        mma_16816<T>(acc[rt][2 * np], a[rt], b[0], b[1]);
+        mma_16816<T>(acc[rt][2 * np + 1], a[rt], b[2], b[3]);
+      }
+    }
+  }
+  if (kK % 16 != 0) {
+    u32 a[kRT][2];
+#pragma unroll
+    for (int rt = 0; rt < kRT; ++rt)
+      ldmatrix_x2(a[rt], s_a + TA::offset(a_row0 + rt * 16 + (lane & 15), kSteps * 2));
+#pragma unroll
+    for (int np = 0; np < kNT / 2; ++np) {
+      u32 b[2];
+      ldmatrix_x2(b, s_b + TB::offset(np * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                      kSteps * 2));
+#pragma unroll
+      for (int rt = 0; rt < kRT; ++rt) {
+        mma_1688<T>(acc[rt][2 * np], a[rt], b[0]);
+        mma_1688<T>(acc[rt][2 * np + 1], a[rt], b[1]);
+      }
+    }
+  }
+}
+
+// acc[kRT][kNT] += P B, with P (kRT x 16 rows by 8 * kPT columns) in the accumulator
+// layout of a previous product (rounded to the element type here) and B the tile `TB`
+// stored [k][n] (rows 0 .. 8 * kPT, columns 0 .. 8 * kNT), read transposed.
+template <typename T, typename TB, int kRT, int kPT, int kNT>
+__device__ __forceinline__ void gemm_pb(float (&acc)[kRT][kNT][4],
+                                        const float (&pr)[kRT][kPT][4], u32 s_b, int lane) {
+  const u32 b_lane = TB::offset((lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+#pragma unroll
+  for (int kk = 0; kk < kPT / 2; ++kk) {
+    u32 a[kRT][4];
+#pragma unroll
+    for (int rt = 0; rt < kRT; ++rt) {
+      a[rt][0] = pack2<T>(pr[rt][2 * kk][0], pr[rt][2 * kk][1]);
+      a[rt][1] = pack2<T>(pr[rt][2 * kk][2], pr[rt][2 * kk][3]);
+      a[rt][2] = pack2<T>(pr[rt][2 * kk + 1][0], pr[rt][2 * kk + 1][1]);
+      a[rt][3] = pack2<T>(pr[rt][2 * kk + 1][2], pr[rt][2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int np = 0; np < kNT / 2; ++np) {
+      u32 b[4];
+      ldmatrix_x4_trans(b, s_b + TB::step(b_lane, kk * 16, np * 2));
+#pragma unroll
+      for (int rt = 0; rt < kRT; ++rt) {
+        mma_16816<T>(acc[rt][2 * np], a[rt], b[0], b[1]);
+        mma_16816<T>(acc[rt][2 * np + 1], a[rt], b[2], b[3]);
+      }
+    }
+    if (kNT % 2) {
+      u32 b[2];
+      const int key = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+      ldmatrix_x2_trans(b, s_b + TB::offset(key, kNT - 1));
+#pragma unroll
+      for (int rt = 0; rt < kRT; ++rt)
+        mma_16816<T>(acc[rt][kNT - 1], a[rt], b[0], b[1]);
+    }
+  }
+}
+
+template <int kRT, int kNT>
+__device__ __forceinline__ void zero(float (&acc)[kRT][kNT][4]) {
+#pragma unroll
+  for (int rt = 0; rt < kRT; ++rt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        acc[rt][nt][e] = 0.f;
+}
+
+// 4-byte asynchronous copy of one float (zero when !valid).
+__device__ __forceinline__ void cp_async_4(u32 dst, const void *src, bool valid) {
+  int bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+               "r"(bytes));
+}
+
+// Writes a warp's accumulator fragments (16-row tiles from row0, 8-column tiles) to a
+// shared tile in the element type, times `scale`.
+template <typename T, typename Tile, int kRT, int kNT>
+__device__ __forceinline__ void stage_fragments(u32 s_tile, const float (&acc)[kRT][kNT][4],
+                                                int row0, float scale, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int rt = 0; rt < kRT; ++rt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int r = row0 + rt * 16 + g + hf * 8;
+        st_shared_u32(s_tile + Tile::offset(r, nt) + t * 4,
+                      pack2<T>(acc[rt][nt][2 * hf] * scale, acc[rt][nt][2 * hf + 1] * scale));
+      }
+}
+
+// Copies the first `rows` rows of a staged tile to global memory, 16 bytes at a time.
+template <typename Tile, int kThreads>
+__device__ __forceinline__ void store_tile(u16 *gmem, long long row_stride, u32 s_tile,
+                                           int rows, int tid) {
+  constexpr int kChunks = Tile::kChunks;
+  constexpr int kIters = (Tile::kRowCount * kChunks + kThreads - 1) / kThreads;
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int i = tid + it * kThreads;
+    const int r = i / kChunks, c = i % kChunks;
+    if (r < rows && r < Tile::kRowCount)
+      st_global_v4(gmem + (long long)r * row_stride + c * 8,
+                   ld_shared_v4(s_tile + Tile::offset(r, c)));
+  }
+}
+
+// ---- prep: D, lse * log2(e), and the dQ accumulator zeroed -----------------------
+// Grid (ceil(seqlen_q / 8), heads_q, batch), 256 threads: one warp per query row.
+template <typename T, int kHeadDim, int kHeadDimV>
+__device__ __forceinline__ void run_prep(const FjBackwardParams &P) {
+  const FjForwardParams &p = P.fwd;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int i = blockIdx.x * 8 + warp, h = blockIdx.y, b = blockIdx.z;
+  const SeqExtent seq = seq_extent(p, b);
+  if (i >= seq.seqlen_q)
+    return;
+  float d = 0.f;
+  if (lane < kHeadDimV / 8) {
+    const u16 *o = (const u16 *)p.o +
+                   tensor_base(seq.q_offset, b, h, p.o_batch_stride, p.o_row_stride,
+                               p.o_head_stride) +
+                   (long long)i * p.o_row_stride + lane * 8;
+    const u16 *dout = (const u16 *)P.dout +
+                      tensor_base(seq.q_offset, b, h, P.dout_batch_stride, P.dout_row_stride,
+                                  P.dout_head_stride) +
+                      (long long)i * P.dout_row_stride + lane * 8;
+    const uint4 ov = *(const uint4 *)o, dv = *(const uint4 *)dout;
+    const u32 ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      d += to_float<T>((u16)(ow[e] & 0xffff)) * to_float<T>((u16)(dw[e] & 0xffff));
+      d += to_float<T>((u16)(ow[e] >> 16)) * to_float<T>((u16)(dw[e] >> 16));
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1)
+    d += __shfl_xor_sync(0xffffffff, d, off);
+  const long long li = seq.lse_offset + (long long)h * p.lse_head_stride + i;
+  if (lane == 0) {
+    P.dpsum[li] = d;
+    const float lse = p.lse[li];
+    // A row that saw no key has lse -inf: +inf makes every P of it exp2(-inf) = 0.
+    P.lse_log2[li] = lse == neg_inf() ? pos_inf() : lse * 1.4426950408889634f;
+  }
+  if (P.dq_accum) {
+    const long long row = (seq.q_offset >= 0 ? seq.q_offset : (long long)b * p.seqlen_q) + i;
+    float4 *acc = (float4 *)(P.dq_accum + (row * p.heads_q + h) * kHeadDim);
+    for (int c = lane; c < kHeadDim / 4; c += 32)
+      acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+// ---- convert: dQ = scale * accumulator, in the element type ------------------------
+// Same grid as prep.
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void run_convert(const FjBackwardParams &P) {
+  const FjForwardParams &p = P.fwd;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int i = blockIdx.x * 8 + warp, h = blockIdx.y, b = blockIdx.z;
+  const SeqExtent seq = seq_extent(p, b);
+  if (i >= seq.seqlen_q)
+    return;
+  const long long row = (seq.q_offset >= 0 ? seq.q_offset : (long long)b * p.seqlen_q) + i;
+  const float *acc = P.dq_accum + (row * p.heads_q + h) * kHeadDim;
+  u16 *dq = (u16 *)P.dq +
+            tensor_base(seq.q_offset, b, h, P.dq_batch_stride, P.dq_row_stride,
+                        P.dq_head_stride) +
+            (long long)i * P.dq_row_stride;
+  for (int c = lane; c < kHeadDim / 8; c += 32) {
+    const float4 lo = *(const float4 *)(acc + c * 8), hi = *(const float4 *)(acc + c * 8 + 4);
+    const float s = p.softmax_scale;
+    uint4 out;
+    out.x = pack2<T>(lo.x * s, lo.y * s);
+    out.y = pack2<T>(lo.z * s, lo.w * s);
+    out.z = pack2<T>(hi.x * s, hi.y * s);
+    out.w = pack2<T>(hi.z * s, hi.w * s);
+    st_global_v4(dq + c * 8, out);
+  }
+}
+
+// dQ(block) += dS K for one step of the main kernel, added to the fp32 accumulator:
+// dS from its shared tile (stored transposed, read transposed), K from its tile. Warps
+// split the query rows into 16-row tiles, then the head dim; each warp takes its
+// columns kDqChunk 8-column tiles at a time, so only that many accumulators are live
+// next to dK and dV.
+template <typename Cfg>
+__device__ __forceinline__ void dq_to_accumulator(const FjBackwardParams &P, u32 s_ds, u32 s_k,
+                                                  int m0, int h, int b, const SeqExtent &seq,
+                                                  int warp, int lane) {
+  typedef typename Cfg::Element T;
+  constexpr int RT = Cfg::kDqRowTiles;
+  constexpr int kChunk = Cfg::kDqColTiles < 4 ? Cfg::kDqColTiles : 4;
+  const FjForwardParams &p = P.fwd;
+  const int g = lane >> 2, t = lane & 3;
+  const int wm = warp % Cfg::kDqWarpsM, wn = warp / Cfg::kDqWarpsM;
+  const int c_first = wn * Cfg::kDqColTiles;  // first 8-column tile of this warp
+  const u32 a_lane = Cfg::DsTile::offset((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+  const int b_row = (lane & 7) + (((lane >> 3) & 1) << 3);
+  const long long row_base =
+      (seq.q_offset >= 0 ? seq.q_offset : (long long)b * p.seqlen_q) + m0;
+#pragma unroll 1
+  for (int chunk = 0; chunk < Cfg::kDqColTiles; chunk += kChunk) {
+    const int c0 = c_first + chunk;
+    float acc[RT][kChunk][4];
+    zero(acc);
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+      u32 a[RT][4];
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt)
+        ldmatrix_x4_trans(a[rt], s_ds + Cfg::DsTile::step(a_lane, kk * 16,
+                                                          (wm * RT + rt) * 2));
+#pragma unroll
+      for (int cp = 0; cp < (kChunk + 1) / 2; ++cp) {
+        const int c = c0 + 2 * cp;
+        const bool in_chunk2 = chunk + 2 * cp + 1 < Cfg::kDqColTiles;
+        if (2 * cp + 1 < kChunk && in_chunk2 && (Cfg::kDqColsEven || c + 1 < Cfg::kDT)) {
+          u32 bk[4];
+          ldmatrix_x4_trans(bk, s_k + Cfg::KTile::offset(kk * 16 + b_row, c + (lane >> 4)));
+#pragma unroll
+          for (int rt = 0; rt < RT; ++rt) {
+            mma_16816<T>(acc[rt][2 * cp], a[rt], bk[0], bk[1]);
+            mma_16816<T>(acc[rt][2 * cp + 1], a[rt], bk[2], bk[3]);
+          }
+        } else if (chunk + 2 * cp < Cfg::kDqColTiles && (Cfg::kDqColsEven || c < Cfg::kDT)) {
+          u32 bk[2];
+          ldmatrix_x2_trans(bk, s_k + Cfg::KTile::offset(kk * 16 + b_row, c));
+#pragma unroll
+          for (int rt = 0; rt < RT; ++rt)
+            mma_16816<T>(acc[rt][2 * cp], a[rt], bk[0], bk[1]);
+        }
+      }
+    }
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int r = (wm * RT + rt) * 16 + g + hf * 8;
+        if (m0 + r >= seq.seqlen_q)
+          continue;
+        float *dst = P.dq_accum + ((row_base + r) * p.heads_q + h) * Cfg::kHeadDim;
+#pragma unroll
+        for (int ct = 0; ct < kChunk; ++ct) {
+          if (chunk + ct >= Cfg::kDqColTiles || (!Cfg::kDqColsEven && c0 + ct >= Cfg::kDT))
+            continue;
+          const int col = (c0 + ct) * 8 + 2 * t;
+#if __CUDA_ARCH__ >= 900
+          asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst + col),
+                       "f"(acc[rt][ct][2 * hf]), "f"(acc[rt][ct][2 * hf + 1])
+                       : "memory");
+#else
+          atomicAdd(dst + col, acc[rt][ct][2 * hf]);
+          atomicAdd(dst + col + 1, acc[rt][ct][2 * hf + 1]);
+#endif
+        }
+      }
+  }
+}
+
+// ---- main: dK and dV of one key block, dQ by atomics ---------------------------------
+// kPass: 0 everything, 1 dV only, 2 dK and dQ only (the two passes of kSplitPasses).
+// Grid (ceil(seqlen_k / kBlockN), heads_kv, batch).
+template <typename Cfg, int kPass>
+__device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned char *smem) {
+  typedef typename Cfg::Element T;
+  constexpr bool kDoDv = kPass != 2, kDoDk = kPass != 1;
+  constexpr int KT = Cfg::kKT, QT = Cfg::kQT;
+  const FjForwardParams &p = P.fwd;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int n_block = blockIdx.x, h_kv = blockIdx.y, b = blockIdx.z;
+  const SeqExtent seq = seq_extent(p, b);
+  const int n0 = n_block * Cfg::kBlockN;
+  if (n0 >= seq.seqlen_k)
+    return;  // varlen: this sequence has fewer keys than the longest
+  const int keys_valid = imin(Cfg::kBlockN, seq.seqlen_k - n0);
+  const int group = p.heads_q / p.heads_kv;
+  const int diag = seq.seqlen_k - seq.seqlen_q;  // query i sees keys j <= i + diag
+
+  // The query blocks that see this key block: causal ones start at the first block
+  // whose last row reaches key n0.
+  const int m_blocks = (seq.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  int m_begin = 0;
+  if (Cfg::kCausal && n0 - diag > 0)
+    m_begin = imin(m_blocks, (n0 - diag) / Cfg::kBlockM);
+  const int steps_per_head = m_blocks - m_begin;
+  const int steps = steps_per_head * group;
+
+  const u32 s_k = smem_addr(smem);
+  const u32 s_v = s_k + Cfg::KTile::kBytes;
+  const u32 s_ring = s_v + Cfg::VTile::kBytes;
+  const u32 s_ds = s_ring + Cfg::kStages * Cfg::kStageBytes;
+
+  const u16 *k = (const u16 *)p.k +
+                 tensor_base(seq.k_offset, b, h_kv, p.k_batch_stride, p.k_row_stride,
+                             p.k_head_stride) +
+                 (long long)n0 * p.k_row_stride;
+  const u16 *v = (const u16 *)p.v +
+                 tensor_base(seq.k_offset, b, h_kv, p.v_batch_stride, p.v_row_stride,
+                             p.v_head_stride) +
+                 (long long)n0 * p.v_row_stride;
+  // A key block that no query sees (causal, or no queries at all) only writes zeros:
+  // it reads nothing (with no queries, the API passes no q, o or lse, and may pass no k
+  // or v).
+  if (steps > 0) {
+    load_tile_async<typename Cfg::KTile, Cfg::kThreads>(s_k, k, p.k_row_stride, keys_valid, tid);
+    load_tile_async<typename Cfg::VTile, Cfg::kThreads>(s_v, v, p.v_row_stride, keys_valid, tid);
+  }
+
+  // Step s is query block m_begin + s % steps_per_head of query head
+  // h_kv * group + s / steps_per_head.
+  auto load_step = [&](int s) {
+    const int h = h_kv * group + s / steps_per_head;
+    const int m0 = (m_begin + s % steps_per_head) * Cfg::kBlockM;
+    const int rows = imin(Cfg::kBlockM, seq.seqlen_q - m0);
+    const u32 stage = s_ring + (s % Cfg::kStages) * Cfg::kStageBytes;
+    const u16 *q = (const u16 *)p.q +
+                   tensor_base(seq.q_offset, b, h, p.q_batch_stride, p.q_row_stride,
+                               p.q_head_stride) +
+                   (long long)m0 * p.q_row_stride;
+    const u16 *dout = (const u16 *)P.dout +
+                      tensor_base(seq.q_offset, b, h, P.dout_batch_stride, P.dout_row_stride,
+                                  P.dout_head_stride) +
+                      (long long)m0 * P.dout_row_stride;
+    load_tile_async<typename Cfg::QTile, Cfg::kThreads>(stage, q, p.q_row_stride, rows, tid);
+    load_tile_async<typename Cfg::DoTile, Cfg::kThreads>(stage + Cfg::QTile::kBytes, dout,
+                                                         P.dout_row_stride, rows, tid);
+    const long long li = seq.lse_offset + (long long)h * p.lse_head_stride + m0;
+    const u32 s_stats = stage + Cfg::QTile::kBytes + Cfg::DoTile::kBytes;
+    for (int r = tid; r < 2 * Cfg::kBlockM; r += Cfg::kThreads) {
+      const int row = r % Cfg::kBlockM;
+      const float *src = (r < Cfg::kBlockM ? P.lse_log2 : P.dpsum) + li + row;
+      cp_async_4(s_stats + r * 4, row < rows ? src : P.dpsum, row < rows);
+    }
+  };
+  // Prologue: K and V with the first step, then the rest of the ring.
+#pragma unroll
+  for (int s = 0; s < Cfg::kStages - 1; ++s) {
+    if (s < steps)
+      load_step(s);
+    cp_async_commit();
+  }
+
+  float acc_dk[kDoDk ? KT : 1][kDoDk ? Cfg::kDT : 1][4];
+  float acc_dv[kDoDv ? KT : 1][kDoDv ? Cfg::kDvT : 1][4];
+  zero(acc_dk);
+  zero(acc_dv);
+
+  const int row0 = warp * Cfg::kRowsPerWarp;  // this warp's first key row in the block
+  const bool with_dq = kDoDk && P.dq_accum != nullptr;
+
+  for (int s = 0; s < steps; ++s) {
+    cp_async_wait<Cfg::kStages - 2>();
+    __syncthreads();
+    if (s + Cfg::kStages - 1 < steps)
+      load_step(s + Cfg::kStages - 1);
+    cp_async_commit();
+
+    const int h = h_kv * group + s / steps_per_head;
+    const int m0 = (m_begin + s % steps_per_head) * Cfg::kBlockM;
+    const u32 s_q = s_ring + (s % Cfg::kStages) * Cfg::kStageBytes;
+    const u32 s_do = s_q + Cfg::QTile::kBytes;
+    const u32 s_lse = s_do + Cfg::DoTile::kBytes;
+    const u32 s_dpsum = s_lse + Cfg::kBlockM * 4;
+
+    // S^T = K Q^T for this warp's key rows; then P^T.
+    float pt[KT][QT][4];
+    zero(pt);
+    gemm_abt<T, typename Cfg::KTile, typename Cfg::QTile, KT, QT, Cfg::kHeadDim>(pt, s_k, row0,
+                                                                                s_q, lane);
+    const bool crosses_q_end = m0 + Cfg::kBlockM > seq.seqlen_q;
+    const bool crosses_k_end = n0 + Cfg::kBlockN > seq.seqlen_k;
+    const bool crosses_diag = Cfg::kCausal && n0 + Cfg::kBlockN - 1 > m0 + diag;
+    if (crosses_q_end || crosses_k_end || crosses_diag) {
+#pragma unroll
+      for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+        for (int qt = 0; qt < QT; ++qt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = n0 + row0 + kt * 16 + g + ((e >> 1) << 3);
+            const int query = m0 + qt * 8 + 2 * t + (e & 1);
+            if (key >= seq.seqlen_k || query >= seq.seqlen_q ||
+                (Cfg::kCausal && key > query + diag))
+              pt[kt][qt][e] = neg_inf();
+          }
+    }
+    float lse2[QT][2];
+#pragma unroll
+    for (int qt = 0; qt < QT; ++qt) {
+      const u32 addr = s_lse + (qt * 8 + 2 * t) * 4;
+      lse2[qt][0] = __uint_as_float(ld_shared_u32(addr));
+      lse2[qt][1] = __uint_as_float(ld_shared_u32(addr + 4));
+    }
+#pragma unroll
+    for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+      for (int qt = 0; qt < QT; ++qt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          pt[kt][qt][e] = fast_exp2(pt[kt][qt][e] * p.scale_log2 - lse2[qt][e & 1]);
+
+    if constexpr (kDoDv) {
+      // dV += P^T dO.
+      gemm_pb<T, typename Cfg::DoTile, KT, QT, Cfg::kDvT>(acc_dv, pt, s_do, lane);
+    }
+    if constexpr (kDoDk) {
+      // dP^T = V dO^T; dS^T = P^T (dP^T - D) in place.
+      float ds[KT][QT][4];
+      zero(ds);
+      gemm_abt<T, typename Cfg::VTile, typename Cfg::DoTile, KT, QT, Cfg::kHeadDimV>(
+          ds, s_v, row0, s_do, lane);
+#pragma unroll
+      for (int qt = 0; qt < QT; ++qt) {
+        const u32 addr = s_dpsum + (qt * 8 + 2 * t) * 4;
+        const float d0 = __uint_as_float(ld_shared_u32(addr));
+        const float d1 = __uint_as_float(ld_shared_u32(addr + 4));
+#pragma unroll
+        for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            ds[kt][qt][e] = pt[kt][qt][e] * (ds[kt][qt][e] - ((e & 1) ? d1 : d0));
+      }
+      if (with_dq)
+        stage_fragments<T, typename Cfg::DsTile>(s_ds, ds, row0, 1.f, lane);
+      // dK += dS^T Q.
+      gemm_pb<T, typename Cfg::QTile, KT, QT, Cfg::kDT>(acc_dk, ds, s_q, lane);
+    }
+    if (with_dq) {
+      // dQ(block) = dS K, added to the fp32 accumulator.
+      __syncthreads();
+      dq_to_accumulator<Cfg>(P, s_ds, s_k, m0, h, b, seq, warp, lane);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with K and V: their space stages dK and dV
+
+  u16 *dk = (u16 *)P.dk +
+            tensor_base(seq.k_offset, b, h_kv, P.dk_batch_stride, P.dk_row_stride,
+                        P.dk_head_stride) +
+            (long long)n0 * P.dk_row_stride;
+  u16 *dv = (u16 *)P.dv +
+            tensor_base(seq.k_offset, b, h_kv, P.dv_batch_stride, P.dv_row_stride,
+                        P.dv_head_stride) +
+            (long long)n0 * P.dv_row_stride;
+  if constexpr (kDoDk)
+    stage_fragments<T, typename Cfg::KTile>(s_k, acc_dk, row0, p.softmax_scale, lane);
+  if constexpr (kDoDv)
+    stage_fragments<T, typename Cfg::VTile>(s_v, acc_dv, row0, 1.f, lane);
+  __syncthreads();
+  if constexpr (kDoDk)
+    store_tile<typename Cfg::KTile, Cfg::kThreads>(dk, P.dk_row_stride, s_k, keys_valid, tid);
+  if constexpr (kDoDv)
+    store_tile<typename Cfg::VTile, Cfg::kThreads>(dv, P.dv_row_stride, s_v, keys_valid, tid);
+}
+
+// ---- dq (deterministic mode): dQ of one query block, written once ---------------
+// Grid (ceil(seqlen_q / kBlockN), heads_q, batch).
+template <typename Cfg>
+__device__ __forceinline__ void run_dq(const FjBackwardParams &P, unsigned char *smem) {
+  typedef typename Cfg::Element T;
+  constexpr int RT = Cfg::kKT;            // 16-row query tiles per warp
+  constexpr int KT = Cfg::kBlockM / 8;    // 8-key tiles per step
+  constexpr int kRows = Cfg::kBlockN;     // query rows per CTA
+  constexpr int kKeys = Cfg::kBlockM;     // keys per step
+  const FjForwardParams &p = P.fwd;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int h_kv = h / (p.heads_q / p.heads_kv);
+  const SeqExtent seq = seq_extent(p, b);
+  const int q0 = blockIdx.x * kRows;
+  if (q0 >= seq.seqlen_q)
+    return;
+  const int rows_valid = imin(kRows, seq.seqlen_q - q0);
+  const int diag = seq.seqlen_k - seq.seqlen_q;
+  int n_blocks = (seq.seqlen_k + kKeys - 1) / kKeys;
+  if (Cfg::kCausal) {
+    const int last_key = q0 + rows_valid - 1 + diag;
+    n_blocks = imin(n_blocks, last_key < 0 ? 0 : last_key / kKeys + 1);
+  }
+
+  const u32 s_q = smem_addr(smem);
+  const u32 s_do = s_q + Cfg::DqQTile::kBytes;
+  const u32 s_kv = s_do + Cfg::DqDoTile::kBytes;
+  const u16 *q = (const u16 *)p.q +
+                 tensor_base(seq.q_offset, b, h, p.q_batch_stride, p.q_row_stride,
+                             p.q_head_stride) +
+                 (long long)q0 * p.q_row_stride;
+  const u16 *dout = (const u16 *)P.dout +
+                    tensor_base(seq.q_offset, b, h, P.dout_batch_stride, P.dout_row_stride,
+                                P.dout_head_stride) +
+                    (long long)q0 * P.dout_row_stride;
+  const u16 *k = (const u16 *)p.k + tensor_base(seq.k_offset, b, h_kv, p.k_batch_stride,
+                                                p.k_row_stride, p.k_head_stride);
+  const u16 *v = (const u16 *)p.v + tensor_base(seq.k_offset, b, h_kv, p.v_batch_stride,
+                                                p.v_row_stride, p.v_head_stride);
+  load_tile_async<typename Cfg::DqQTile, Cfg::kThreads>(s_q, q, p.q_row_stride, rows_valid,
+                                                        tid);
+  load_tile_async<typename Cfg::DqDoTile, Cfg::kThreads>(s_do, dout, P.dout_row_stride,
+                                                         rows_valid, tid);
+  auto load_kv = [&](int n) {
+    const u32 stage = s_kv + (n % Cfg::kStages) * Cfg::kDqStageBytes;
+    const int keys = imin(kKeys, seq.seqlen_k - n * kKeys);
+    load_tile_async<typename Cfg::DqKTile, Cfg::kThreads>(
+        stage, k + (long long)n * kKeys * p.k_row_stride, p.k_row_stride, keys, tid);
+    load_tile_async<typename Cfg::DqVTile, Cfg::kThreads>(
+        stage + Cfg::DqKTile::kBytes, v + (long long)n * kKeys * p.v_row_stride,
+        p.v_row_stride, keys, tid);
+  };
+#pragma unroll
+  for (int s = 0; s < Cfg::kStages - 1; ++s) {
+    if (s < n_blocks)
+      load_kv(s);
+    cp_async_commit();
+  }
+
+  // This thread's rows: lse * log2(e) and D, two rows per 16-row tile.
+  const int row0 = warp * Cfg::kRowsPerWarp;
+  float lse2[RT][2], dpsum[RT][2];
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = row0 + rt * 16 + g + hf * 8;
+      const long long li = seq.lse_offset + (long long)h * p.lse_head_stride + q0 + r;
+      lse2[rt][hf] = r < rows_valid ? P.lse_log2[li] : pos_inf();
+      dpsum[rt][hf] = r < rows_valid ? P.dpsum[li] : 0.f;
+    }
+
+  float acc_dq[RT][Cfg::kDT][4];
+  zero(acc_dq);
+  for (int n = 0; n < n_blocks; ++n) {
+    cp_async_wait<Cfg::kStages - 2>();
+    __syncthreads();
+    if (n + Cfg::kStages - 1 < n_blocks)
+      load_kv(n + Cfg::kStages - 1);
+    cp_async_commit();
+    const u32 s_k = s_kv + (n % Cfg::kStages) * Cfg::kDqStageBytes;
+    const u32 s_v = s_k + Cfg::DqKTile::kBytes;
+
+    float pr[RT][KT][4];
+    zero(pr);
+    gemm_abt<T, typename Cfg::DqQTile, typename Cfg::DqKTile, RT, KT, Cfg::kHeadDim>(
+        pr, s_q, row0, s_k, lane);
+    const int key0 = n * kKeys;
+    if (key0 + kKeys > seq.seqlen_k || (Cfg::kCausal && key0 + kKeys - 1 > q0 + diag)) {
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int query = q0 + row0 + rt * 16 + g + ((e >> 1) << 3);
+            const int key = key0 + kt * 8 + 2 * t + (e & 1);
+            if (key >= seq.seqlen_k || (Cfg::kCausal && key > query + diag))
+              pr[rt][kt][e] = neg_inf();
+          }
+    }
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+      for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          pr[rt][kt][e] = fast_exp2(pr[rt][kt][e] * p.scale_log2 - lse2[rt][e >> 1]);
+    float ds[RT][KT][4];
+    zero(ds);
+    gemm_abt<T, typename Cfg::DqDoTile, typename Cfg::DqVTile, RT, KT, Cfg::kHeadDimV>(
+        ds, s_do, row0, s_v, lane);
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+      for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          ds[rt][kt][e] = pr[rt][kt][e] * (ds[rt][kt][e] - dpsum[rt][e >> 1]);
+    // dQ += dS K.
+    gemm_pb<T, typename Cfg::DqKTile, RT, KT, Cfg::kDT>(acc_dq, ds, s_k, lane);
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // Q's space stages dQ
+  stage_fragments<T, typename Cfg::DqQTile>(s_q, acc_dq, row0, p.softmax_scale, lane);
+  __syncthreads();
+  u16 *dq = (u16 *)P.dq +
+            tensor_base(seq.q_offset, b, h, P.dq_batch_stride, P.dq_row_stride,
+                        P.dq_head_stride) +
+            (long long)q0 * P.dq_row_stride;
+  store_tile<typename Cfg::DqQTile, Cfg::kThreads>(dq, P.dq_row_stride, s_q, rows_valid, tid);
+}
+
+}  // namespace bwd_mma
+}  // namespace fj

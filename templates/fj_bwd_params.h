@@ -1,0 +1,26 @@
+// Parameters of the backward kernels: the ABI between the host and the generated
+// backward kernels, as fj_params.h is for the forward. Plain C, no CUDA.
+#pragma once
+
+#include "fj_params.h"
+
+// Parameters of the backward kernels (dQ, dK, dV of the forward of fj_params.h). `fwd` holds the
+// forward's tensors and sizes as the forward kernels read them (o is only read here,
+// lse is required); the rest are the gradients and the workspace the host carved.
+struct FjBackwardParams {
+  struct FjForwardParams fwd;
+  const void *dout;  // gradient of o: [batch, seqlen_q, heads_q, head_dim_v]
+  void *dq;          // written: shaped like q
+  void *dk;          // written: shaped like k (summed over the query heads of a group)
+  void *dv;          // written: shaped like v
+  long long dout_batch_stride, dout_row_stride, dout_head_stride;
+  long long dq_batch_stride, dq_row_stride, dq_head_stride;
+  long long dk_batch_stride, dk_row_stride, dk_head_stride;
+  long long dv_batch_stride, dv_row_stride, dv_head_stride;
+  // Workspace, laid out like lse (fwd.lse_batch_stride, fwd.lse_head_stride):
+  float *lse_log2;  // lse * log2(e), +inf for rows that see no key (so that P = 0)
+  float *dpsum;     // D = rowsum(dO * O)
+  // fp32 dQ accumulator, [row][head_q][head_dim] with row = b * seqlen_q + i (or the
+  // packed row with cu_seqlens); NULL in deterministic mode (dQ by its own kernel).
+  float *dq_accum;
+};
