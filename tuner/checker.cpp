@@ -1,8 +1,7 @@
 #include "tuner/checker.h"
 
-#include "runtime/context.h"
 #include "support/error.h"
-#include "tuner/half_precision.h"
+#include "tuner/check_support.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -19,42 +18,16 @@ namespace {
 // summation order and exp2 approximation differ.
 constexpr double kLseTolerance = 1e-3;
 
-// References are built once per (dtype, mode, target) in each context that asks: a
-// module loaded in one device's context cannot be launched in another's.
-llvm::Expected<const ReferenceKernel *> reference(generator::DType dtype, bool emulate,
-                                                  const std::string &target) {
-  static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<ReferenceKernel>> kernels;
-  llvm::Expected<CUcontext> context = runtime::currentContext();
-  if (!context)
-    return context.takeError();
-  std::lock_guard<std::mutex> lock(mutex);
-  std::string key = llvm::formatv("{0}.{1}.{2}.{3}", generator::dtypeName(dtype), emulate,
-                                  target, (const void *)*context);
-  auto &slot = kernels[key];
-  if (!slot) {
-    auto built = ReferenceKernel::build(dtype, emulate, target);
-    if (!built)
-      return built.takeError();
-    slot = std::move(*built);
-  }
-  return slot.get();
+} // namespace
+
+llvm::Expected<const ReferenceKernel *> forwardReference(generator::DType dtype, bool emulate,
+                                                         const std::string &target) {
+  return referenceInContext<ReferenceKernel>(
+      llvm::formatv("{0}.{1}.{2}", generator::dtypeName(dtype), emulate, target).str(),
+      [&] { return ReferenceKernel::build(dtype, emulate, target); });
 }
 
-float toFloat(generator::DType dtype, uint16_t bits) {
-  return dtype == generator::DType::BF16 ? bf16ToFloat(bits) : fp16ToFloat(bits);
-}
-
-llvm::Error fillRandom(runtime::DeviceBuffer &buffer, generator::DType dtype,
-                       std::mt19937_64 &rng) {
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<uint16_t> host(buffer.size() / 2);
-  for (auto &x : host) {
-    float f = normal(rng);
-    x = dtype == generator::DType::BF16 ? floatToBf16(f) : floatToFp16(f);
-  }
-  return buffer.upload(host.data(), host.size() * 2);
-}
+namespace {
 
 // Element indices of O (and of the LSE) that the problem defines: every row of every
 // sequence, every head, every column. Padding between rows is not part of it.
@@ -64,40 +37,28 @@ struct ValidIndices {
 
 ValidIndices validIndices(const ForwardShape &shape, const FjForwardParams &p) {
   ValidIndices v;
+  v.out = tensorIndices(shape, /*keyRows=*/false, shape.headsQ, shape.headDimV,
+                        p.o_batch_stride, p.o_row_stride, p.o_head_stride);
   long long packedRow = 0;
   for (int b = 0; b < shape.batch; ++b) {
     int rows = shape.varlen() ? shape.seqlensQ[b] : shape.seqQ;
-    for (int i = 0; i < rows; ++i) {
-      for (int h = 0; h < shape.headsQ; ++h) {
-        long long base = shape.varlen() ? (packedRow + i) * p.o_row_stride
-                                        : b * p.o_batch_stride + i * p.o_row_stride;
-        base += h * p.o_head_stride;
-        for (int c = 0; c < shape.headDimV; ++c)
-          v.out.push_back(base + c);
+    for (int i = 0; i < rows; ++i)
+      for (int h = 0; h < shape.headsQ; ++h)
         v.lse.push_back(shape.varlen() ? h * p.lse_head_stride + packedRow + i
                                        : b * p.lse_batch_stride + h * p.lse_head_stride + i);
-      }
-    }
     packedRow += rows;
   }
   return v;
 }
 
-template <typename T>
-llvm::Expected<std::vector<T>> download(const runtime::DeviceBuffer &buffer) {
-  std::vector<T> host(buffer.size() / sizeof(T));
-  if (auto err = buffer.download(host.data(), host.size() * sizeof(T)))
-    return std::move(err);
-  return std::move(host);
-}
-
 } // namespace
 
 std::string CheckReport::summary() const {
-  return llvm::formatv("{0}: max|out-ref| = {1:e2}, bar = {2:e2} (naive {3:e2}), "
+  std::string out = output.empty() ? "out" : output;
+  return llvm::formatv("{0}: max|{6}-ref| = {1:e2}, bar = {2:e2} (naive {3:e2}), "
                        "max|lse-ref| = {4:e2}, bad values = {5}",
                        passed ? "pass" : "FAIL", maxError, tolerance, naiveError, lseError,
-                       badValues)
+                       badValues, out)
       .str();
 }
 
@@ -116,13 +77,13 @@ ForwardChecker::create(const generator::KernelSpec &spec, const ForwardShape &sh
   ForwardBuffers &b = checker->buffers_;
   std::mt19937_64 rng(seed);
   for (runtime::DeviceBuffer *buffer : {&b.q, &b.k, &b.v})
-    if (auto err = fillRandom(*buffer, spec.dtype, rng))
+    if (auto err = fillNormal(*buffer, spec.dtype, rng))
       return std::move(err);
 
-  auto ref32 = reference(spec.dtype, false, spec.target);
+  auto ref32 = forwardReference(spec.dtype, false, spec.target);
   if (!ref32)
     return ref32.takeError();
-  auto naive = reference(spec.dtype, true, spec.target);
+  auto naive = forwardReference(spec.dtype, true, spec.target);
   if (!naive)
     return naive.takeError();
 
@@ -145,20 +106,20 @@ ForwardChecker::create(const generator::KernelSpec &spec, const ForwardShape &sh
     return std::move(err);
 
   ValidIndices valid = validIndices(s, p32);
-  auto o32 = download<float>(b.o32);
+  auto o32 = downloadAll<float>(b.o32);
   if (!o32)
     return o32.takeError();
-  auto o16 = download<uint16_t>(b.o);
+  auto o16 = downloadAll<uint16_t>(b.o);
   if (!o16)
     return o16.takeError();
   checker->ref_.reserve(valid.out.size());
   checker->naive_.reserve(valid.out.size());
   for (long long i : valid.out) {
     checker->ref_.push_back((*o32)[i]);
-    checker->naive_.push_back(toFloat(spec.dtype, (*o16)[i]));
+    checker->naive_.push_back(halfToFloat(spec.dtype, (*o16)[i]));
   }
   if (s.withLse) {
-    auto lse = download<float>(b.lse);
+    auto lse = downloadAll<float>(b.lse);
     if (!lse)
       return lse.takeError();
     for (long long i : valid.lse)
@@ -182,18 +143,22 @@ llvm::Expected<std::vector<uint16_t>> ForwardChecker::run(const ForwardKernel &k
     return std::move(err);
   if (auto err = runtime::synchronizeStream(stream))
     return std::move(err);
-  return download<uint16_t>(buffers_.o);
+  return downloadAll<uint16_t>(buffers_.o);
 }
 
-llvm::Expected<CheckReport> ForwardChecker::check(const ForwardKernel &kernel, CUstream stream) {
-  auto out = run(kernel, stream);
+llvm::Expected<CheckReport> ForwardChecker::check(const LoadedKernel &loaded, CUstream stream) {
+  const ForwardKernel *kernel = ForwardKernel::of(loaded);
+  if (!kernel)
+    return makeError(ErrorCode::Internal, "the forward checker was given a {0} kernel",
+                     generator::operationName(loaded.operation()));
+  auto out = run(*kernel, stream);
   if (!out)
     return out.takeError();
   FjForwardParams p = makeParams(shape_, buffers_, false);
   ValidIndices valid = validIndices(shape_, p);
   CheckReport report;
   for (size_t n = 0; n < valid.out.size(); ++n) {
-    float x = toFloat(spec_.dtype, (*out)[valid.out[n]]);
+    float x = halfToFloat(spec_.dtype, (*out)[valid.out[n]]);
     if (!std::isfinite(x)) {
       ++report.badValues;
       continue;
@@ -202,7 +167,7 @@ llvm::Expected<CheckReport> ForwardChecker::check(const ForwardKernel &kernel, C
     report.naiveError = std::max(report.naiveError, (double)std::fabs(naive_[n] - ref_[n]));
   }
   if (shape_.withLse) {
-    auto lse = download<float>(buffers_.lse);
+    auto lse = downloadAll<float>(buffers_.lse);
     if (!lse)
       return lse.takeError();
     for (size_t n = 0; n < valid.lse.size(); ++n) {

@@ -19,30 +19,47 @@
 
 namespace flashjit::tuner {
 
+// The outcome of running a candidate against its operation's reference, with the bar
+// above applied to each output.
 struct CheckReport {
   bool passed = false;
-  double maxError = 0;     // max |out - ref|
-  double naiveError = 0;   // max |naive_same_dtype - ref|
+  double maxError = 0;     // max |out - ref| (of the output furthest over its bar)
+  double naiveError = 0;   // max |naive_same_dtype - ref| of that output
   double tolerance = 0;    // 2 * naiveError + 1e-5
-  double lseError = 0;     // max |lse - ref_lse| over rows that see keys
-  long long badValues = 0; // NaN/inf in the output, or LSE mismatches in -inf-ness
+  double lseError = 0;     // forward: max |lse - ref_lse| over rows that see keys
+  long long badValues = 0; // NaN/inf (unwritten: poisoned) elements, LSE -inf mismatches
+  std::string output;      // which output the figures are of ("dq", ...); "" for o
   std::string summary() const;
 };
 
-class ForwardChecker {
+// One problem a candidate must pass, of any operation: inputs and references made
+// once, then any number of kernels checked against them.
+class Checker {
+public:
+  virtual ~Checker() = default;
+  // Runs the kernel on the inputs (outputs poisoned first) and compares.
+  virtual llvm::Expected<CheckReport> check(const LoadedKernel &kernel, CUstream stream) = 0;
+  virtual const ForwardShape &shape() const = 0;
+};
+
+// The forward reference (fp32, or emulating the dtype's rounding), built once per
+// (dtype, mode, target) in each context that asks.
+llvm::Expected<const ReferenceKernel *> forwardReference(generator::DType dtype, bool emulate,
+                                                         const std::string &target);
+
+class ForwardChecker : public Checker {
 public:
   // Random inputs (normal, fixed seed) for the shape, and both references, once.
   static llvm::Expected<std::unique_ptr<ForwardChecker>>
   create(const generator::KernelSpec &spec, const ForwardShape &shape, uint64_t seed,
          CUstream stream);
 
-  // Runs the kernel on the inputs (outputs poisoned first) and compares.
-  llvm::Expected<CheckReport> check(const ForwardKernel &kernel, CUstream stream);
+  llvm::Expected<CheckReport> check(const LoadedKernel &kernel, CUstream stream) override;
 
   // Runs the kernel and returns its raw output bits (for bitwise rerun checks).
   llvm::Expected<std::vector<uint16_t>> run(const ForwardKernel &kernel, CUstream stream);
 
-  const ForwardShape &shape() const { return shape_; }
+  const ForwardShape &shape() const override { return shape_; }
   const ForwardBuffers &buffers() const { return buffers_; }
 
 private:

@@ -21,6 +21,8 @@ struct FamilyPlan {
   // K/V (tuner::tmaArgumentProblem); fwd_mma takes everything the API accepts.
   std::optional<generator::Family> fallback;
   bool forced = false;  // chosen by $FLASHJIT_FAMILY rather than by the target
+  // The backward pass's family (desc.backward): bwd_mma, which runs on every target.
+  generator::Family backward = generator::Family::BwdMma;
 
   // The families a kernel loads, primary first.
   std::vector<generator::Family> families() const;

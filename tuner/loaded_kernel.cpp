@@ -25,6 +25,12 @@ llvm::Expected<runtime::CompiledBinary> compileEmitted(const generator::EmittedK
   return binary;
 }
 
+const ForwardKernel *ForwardKernel::of(const LoadedKernel &kernel) {
+  return kernel.operation() == generator::Operation::Forward
+             ? static_cast<const ForwardKernel *>(&kernel)
+             : nullptr;
+}
+
 llvm::Expected<std::unique_ptr<ForwardKernel>>
 ForwardKernel::load(llvm::StringRef cubin, llvm::StringRef entryName, LaunchGeometry geometry) {
   auto module = runtime::Module::load(cubin);

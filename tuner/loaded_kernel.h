@@ -40,17 +40,30 @@ const char *tmaArgumentProblem(const FjForwardParams &params, long long *badStri
 // variable-length batches, and only where O's address and strides are what TMA takes.
 bool outputByTma(const FjForwardParams &params);
 
+// A variant loaded on the device, of any operation: its module and the kernels the
+// operation launches (tuner/operation.h).
+class LoadedKernel {
+public:
+  virtual ~LoadedKernel() = default;
+  virtual generator::Operation operation() const = 0;
+  // Registers per thread of its main kernel, as the driver reports them.
+  virtual int registers() const = 0;
+};
+
 // A loaded forward kernel (any family): one CTA per (query block, head, batch), or a
 // persistent grid of one CTA per multiprocessor.
-class ForwardKernel {
+class ForwardKernel : public LoadedKernel {
 public:
+  // The forward kernel a LoadedKernel is, or null when it is another operation's.
+  static const ForwardKernel *of(const LoadedKernel &kernel);
   static llvm::Expected<std::unique_ptr<ForwardKernel>>
   load(llvm::StringRef cubin, llvm::StringRef entryName, LaunchGeometry geometry);
   // Asynchronous; checks nothing but the launch itself (the caller validated params),
   // and for TMA kernels checkTmaArguments.
   llvm::Error launch(const FjForwardParams &params, CUstream stream) const;
   const LaunchGeometry &geometry() const { return geometry_; }
-  int registers() const { return registers_; }
+  generator::Operation operation() const override { return generator::Operation::Forward; }
+  int registers() const override { return registers_; }
 
 private:
   std::unique_ptr<runtime::Module> module_;

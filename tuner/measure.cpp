@@ -7,10 +7,6 @@
 #include <cmath>
 
 namespace flashjit::tuner {
-namespace {
-
-// A cheap generator: the data only needs to be random-looking and not zero, and a
-// few hundred MiB of it must be made quickly.
 std::vector<uint16_t> randomHalves(size_t count, generator::DType dtype, uint64_t seed) {
   std::vector<uint16_t> out(count);
   uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
@@ -23,6 +19,14 @@ std::vector<uint16_t> randomHalves(size_t count, generator::DType dtype, uint64_
   }
   return out;
 }
+
+int rotationSets(uint64_t bytesPerSet, uint64_t l2Bytes) {
+  return (int)std::clamp<uint64_t>((2 * l2Bytes + bytesPerSet - 1) /
+                                       std::max<uint64_t>(bytesPerSet, 1),
+                                   1, 32);
+}
+
+namespace {
 
 double percentile(const std::vector<double> &sorted, double q) {
   return sorted[std::min(sorted.size() - 1, (size_t)std::floor(q * (sorted.size() - 1) + 0.5))];
@@ -56,17 +60,16 @@ double MeasureOptions::costMs(double launchMs) const {
   return warm + runs * launchMs;
 }
 
-llvm::Expected<std::unique_ptr<TimingProblem>>
-TimingProblem::create(generator::DType dtype, const ForwardShape &shape, uint64_t l2Bytes,
-                      uint64_t seed) {
-  auto problem = std::unique_ptr<TimingProblem>(new TimingProblem());
+llvm::Expected<std::unique_ptr<ForwardTimingProblem>>
+ForwardTimingProblem::create(generator::DType dtype, const ForwardShape &shape,
+                             uint64_t l2Bytes, uint64_t seed) {
+  auto problem = std::unique_ptr<ForwardTimingProblem>(new ForwardTimingProblem());
   problem->shape_ = shape;
   auto first = allocateBuffers(shape, false);
   if (!first)
     return first.takeError();
   uint64_t bytes = first->q.size() + first->k.size() + first->v.size() + first->o.size();
-  int sets = (int)std::clamp<uint64_t>((2 * l2Bytes + bytes - 1) / std::max<uint64_t>(bytes, 1),
-                                       1, 32);
+  int sets = rotationSets(bytes, l2Bytes);
   problem->sets_.push_back(std::move(*first));
   for (int i = 1; i < sets; ++i) {
     auto more = allocateBuffers(shape, false);
@@ -86,8 +89,17 @@ TimingProblem::create(generator::DType dtype, const ForwardShape &shape, uint64_
   return std::move(problem);
 }
 
-FjForwardParams TimingProblem::params(int i) const {
+FjForwardParams ForwardTimingProblem::params(int i) const {
   return makeParams(shape_, sets_[i % sets_.size()], false);
+}
+
+llvm::Error ForwardTimingProblem::launch(const LoadedKernel &loaded, int set,
+                                         CUstream stream) const {
+  const ForwardKernel *kernel = ForwardKernel::of(loaded);
+  if (!kernel)
+    return makeError(ErrorCode::Internal, "a forward timing problem was given a {0} kernel",
+                     generator::operationName(loaded.operation()));
+  return kernel->launch(params(set), stream);
 }
 
 Measurement summarize(std::vector<double> us, int rotation) {
@@ -104,7 +116,7 @@ Measurement summarize(std::vector<double> us, int rotation) {
   return m;
 }
 
-llvm::Expected<Measurement> TimingProblem::time(const ForwardKernel &kernel, CUstream stream,
+llvm::Expected<Measurement> TimingProblem::time(const LoadedKernel &kernel, CUstream stream,
                                                 const MeasureOptions &options) const {
   llvm::Expected<std::vector<double>> us = sample(kernel, stream, options);
   if (!us)
@@ -113,11 +125,9 @@ llvm::Expected<Measurement> TimingProblem::time(const ForwardKernel &kernel, CUs
 }
 
 llvm::Expected<std::vector<double>>
-TimingProblem::sample(const ForwardKernel &kernel, CUstream stream,
+TimingProblem::sample(const LoadedKernel &kernel, CUstream stream,
                       const MeasureOptions &options) const {
-  std::vector<FjForwardParams> params;
-  for (size_t i = 0; i < sets_.size(); ++i)
-    params.push_back(this->params((int)i));
+  const int sets = std::max(rotation(), 1);
 
   // Warm-up, which also estimates one launch's time to size the timed sample.
   auto warm = runtime::EventTimer::create();
@@ -128,7 +138,7 @@ TimingProblem::sample(const ForwardKernel &kernel, CUstream stream,
   while (warmLaunches < std::max(options.warmupLaunches, 1) || warmMs < options.warmupMs) {
     if (auto err = warm->start(stream))
       return std::move(err);
-    if (auto err = kernel.launch(params[warmLaunches % params.size()], stream))
+    if (auto err = launch(kernel, warmLaunches % sets, stream))
       return std::move(err);
     if (auto err = warm->stop(stream))
       return std::move(err);
@@ -154,7 +164,7 @@ TimingProblem::sample(const ForwardKernel &kernel, CUstream stream,
   for (int i = 0; i < runs; ++i) {
     if (auto err = timers[i].start(stream))
       return std::move(err);
-    if (auto err = kernel.launch(params[(warmLaunches + i) % params.size()], stream))
+    if (auto err = launch(kernel, (warmLaunches + i) % sets, stream))
       return std::move(err);
     if (auto err = timers[i].stop(stream))
       return std::move(err);

@@ -48,23 +48,43 @@ struct Measurement {
   double spread() const { return medianUs > 0 ? (p90Us - p10Us) / medianUs : 0; }
 };
 
-// Buffers for timing one problem, filled with random data.
+// A problem to time kernels of one operation on: its inputs, rotated over sets of
+// buffers (random data, never zeros), and how a kernel is launched on one set.
 class TimingProblem {
 public:
-  static llvm::Expected<std::unique_ptr<TimingProblem>>
-  create(generator::DType dtype, const ForwardShape &shape, uint64_t l2Bytes, uint64_t seed = 1);
+  virtual ~TimingProblem() = default;
+  // Launches `kernel` (asynchronously) on rotation set `set` (0 <= set < rotation()).
+  virtual llvm::Error launch(const LoadedKernel &kernel, int set, CUstream stream) const = 0;
+  virtual int rotation() const = 0;
+  virtual const ForwardShape &shape() const = 0;
 
-  llvm::Expected<Measurement> time(const ForwardKernel &kernel, CUstream stream,
+  // The protocol above: warm-up, then each launch between its own events.
+  llvm::Expected<Measurement> time(const LoadedKernel &kernel, CUstream stream,
                                    const MeasureOptions &options = {}) const;
   // The per-launch times (microseconds) that time() summarizes, unsorted: for callers
   // that pool the launches of several rounds.
-  llvm::Expected<std::vector<double>> sample(const ForwardKernel &kernel, CUstream stream,
+  llvm::Expected<std::vector<double>> sample(const LoadedKernel &kernel, CUstream stream,
                                              const MeasureOptions &options = {}) const;
+};
 
-  const ForwardShape &shape() const { return shape_; }
+// How many buffer sets of `bytesPerSet` make the rotation exceed twice the L2 (1 to 32).
+int rotationSets(uint64_t bytesPerSet, uint64_t l2Bytes);
+
+// Random 16-bit values in [-1, 1) of the dtype, made quickly (a xorshift generator):
+// timing inputs only need to be random-looking and not zero.
+std::vector<uint16_t> randomHalves(size_t count, generator::DType dtype, uint64_t seed);
+
+// The forward pass's timing problem.
+class ForwardTimingProblem : public TimingProblem {
+public:
+  static llvm::Expected<std::unique_ptr<ForwardTimingProblem>>
+  create(generator::DType dtype, const ForwardShape &shape, uint64_t l2Bytes, uint64_t seed = 1);
+
+  llvm::Error launch(const LoadedKernel &kernel, int set, CUstream stream) const override;
+  int rotation() const override { return (int)sets_.size(); }
+  const ForwardShape &shape() const override { return shape_; }
   // Parameters of rotation set `i` (for callers that launch kernels themselves).
   FjForwardParams params(int i) const;
-  int rotation() const { return (int)sets_.size(); }
 
 private:
   ForwardShape shape_;

@@ -131,6 +131,19 @@ uint64_t compulsoryAttentionBytes(const AttentionShape &s, bool writeLse) {
   return queryHeads(s) * perQueryHead + u(s.batch) * u(s.headsKV) * perKVHead;
 }
 
+uint64_t attentionBackwardFlops(const AttentionShape &s) {
+  return attentionFlops(s) * 5 / 2;
+}
+
+uint64_t compulsoryAttentionBackwardBytes(const AttentionShape &s) {
+  uint64_t e = u(s.elementBytes);
+  uint64_t nq = u(s.seqQ), nk = u(s.seqK), d = u(s.headDim), dv = u(s.headDimV);
+  // q, dq (d); o, dO (dv); the lse.
+  uint64_t perQueryHead = 2 * nq * d * e + 2 * nq * dv * e + nq * lseBytesPerRow;
+  uint64_t perKVHead = 2 * nk * (d + dv) * e;  // k, v, dk, dv
+  return queryHeads(s) * perQueryHead + u(s.batch) * u(s.headsKV) * perKVHead;
+}
+
 llvm::StringRef boundName(Bound bound) {
   return bound == Bound::Compute ? "compute" : "memory";
 }

@@ -73,6 +73,15 @@ uint64_t flashAttentionBytes(const AttentionShape &shape, uint64_t blockM,
 // when the K/V re-reads hit L2, so it bounds the best possible time from below.
 uint64_t compulsoryAttentionBytes(const AttentionShape &shape, bool writeLse = false);
 
+// FLOPs of the backward pass as the FlashAttention papers count them: 2.5 times the
+// forward's (five matrix products, S, dP, dV, dK and dQ, of 2*Nq*Nk*d each, against
+// the forward's two), causal halved in the same way. Rounded down to an integer.
+uint64_t attentionBackwardFlops(const AttentionShape &shape);
+
+// The bytes no backward kernel can avoid: q, k, v, o, dO and the lse read once, dq, dk
+// and dv written once (k/v and dk/dv once per KV head).
+uint64_t compulsoryAttentionBackwardBytes(const AttentionShape &shape);
+
 enum class Bound { Compute, Memory };
 llvm::StringRef boundName(Bound bound); // "compute" / "memory"
 

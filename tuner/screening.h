@@ -22,7 +22,7 @@ namespace flashjit::tuner {
 // A candidate to time: its kernel, the record its timings go into, and its tile and
 // footprint (`ranked`, whose time this fills in).
 struct TimedCandidate {
-  const ForwardKernel *kernel = nullptr;
+  const LoadedKernel *kernel = nullptr;
   CandidateRecord *record = nullptr;
   std::string name;  // for errors
   RankedCandidate ranked;

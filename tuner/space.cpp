@@ -1,5 +1,6 @@
 #include "tuner/space.h"
 
+#include "generator/bwd_mma.h"
 #include "tuner/roofline.h"
 #include "tuner/select.h"
 
@@ -47,6 +48,9 @@ int roundUp(int x, int m) { return (x + m - 1) / m * m; }
 bool isWgmma(const generator::KernelSpec &spec) {
   return spec.family == generator::Family::FwdWgmma;
 }
+bool isBackward(const generator::KernelSpec &spec) {
+  return generator::operationOf(spec.family) == generator::Operation::Backward;
+}
 
 // Throughput of an SM holding `ctas` resident CTAs of `tile`, relative to a saturated
 // one.
@@ -87,8 +91,8 @@ double wastedWork(const generator::KernelSpec &spec, const generator::TileConfig
 // fwd_mma: each warp owns 16 or 32 query rows. fwd_wgmma's warps are fixed by
 // block_m (validateTile checks them).
 bool rowsPerWarpAllowed(const generator::KernelSpec &spec, const generator::TileConfig &tile) {
-  if (isWgmma(spec))
-    return true;
+  if (isWgmma(spec) || isBackward(spec))
+    return true;  // fixed by the family's own rules (validateTile)
   if (tile.warps <= 0 || tile.blockM % tile.warps)
     return false;
   int rows = tile.blockM / tile.warps;
@@ -162,6 +166,16 @@ TileEstimate estimateTile(const generator::KernelSpec &spec, const generator::Ti
     launchRegisters = roundUp(
         ceilDiv(kWgmmaProducerRegisters + (long long)consumers * e.registers, consumers + 1),
         8);
+  } else if (isBackward(spec)) {
+    // Per thread of the main kernel (its larger pass): dK and/or dV of the warp's key
+    // rows, plus P^T and dS^T of one query step (validateTile holds it to 255).
+    int kt = std::max(1, tile.blockN / warps / 16);
+    bool split = generator::bwdMmaSplitPasses(spec, tile);
+    int dkdv = split ? std::max(spec.headDim, spec.headDimV) : spec.headDim + spec.headDimV;
+    e.accumulatorRegisters = kt * dkdv / 2 + kt * tile.blockM;
+    e.registers = std::min(kMaxRegistersPerThread,
+                           e.accumulatorRegisters + kTypicalOverheadRegisters);
+    launchRegisters = e.registers;
   } else {
     int mTiles = std::max(1, tile.blockM / warps / 16);
     // Per thread: O is mTiles x (dv/8) MMA tiles of 4 floats, S is mTiles x (bn/8) of 4,
@@ -182,7 +196,12 @@ TileEstimate estimateTile(const generator::KernelSpec &spec, const generator::Ti
                                         device.maxBlocksPerSM}));
 
   ForwardShape shape = timingShape(spec, bucket);
-  e.ctas = (long long)ceilDiv(shape.seqQ, std::max(1, tile.blockM)) * shape.batch * shape.headsQ;
+  // The backward's CTAs own key blocks (and loop over the query heads of a group).
+  e.ctas = isBackward(spec)
+               ? (long long)ceilDiv(shape.seqK, std::max(1, tile.blockN)) * shape.batch *
+                     shape.headsKV
+               : (long long)ceilDiv(shape.seqQ, std::max(1, tile.blockM)) * shape.batch *
+                     shape.headsQ;
   // The busiest SM runs ceil(ctas / SMs) CTAs, blocksPerSM at a time; a round with
   // k resident CTAs runs at smThroughput(k). Efficiency: the ideal (every SM
   // saturated, work spread evenly) over that.
@@ -194,16 +213,23 @@ TileEstimate estimateTile(const generator::KernelSpec &spec, const generator::Ti
       units += rest / smThroughput(spec, tile, (int)rest);
     e.waveEfficiency = ((double)e.ctas / device.smCount) / units;
   }
-  e.causalWaste = wastedWork(spec, tile, shape.seqQ, shape.seqK);
+  // The backward's query step plays the forward's key block (roughly: the same diagonal
+  // tiles are computed and masked).
+  e.causalWaste = isBackward(spec)
+                      ? wastedWork(spec, {tile.blockN, tile.blockM, tile.warps, tile.stages},
+                                   shape.seqQ, shape.seqK)
+                      : wastedWork(spec, tile, shape.seqQ, shape.seqK);
 
   AttentionShape a = attentionShapeOf(spec, shape);
-  double flops = (double)attentionFlops(a);
+  double flops = isBackward(spec) ? (double)attentionBackwardFlops(a) : (double)attentionFlops(a);
   double bandwidth = device.gpu.hbmBytesPerSec > 0 ? device.gpu.hbmBytesPerSec : 1e12;
   double peak = device.gpu.peakFlops > 0 ? device.gpu.peakFlops : 1e14;
   e.computeSeconds = e.waveEfficiency > 0
                          ? flops * (1 + e.causalWaste) / (peak * e.waveEfficiency)
                          : INFINITY;
-  e.hbmSeconds = (double)compulsoryAttentionBytes(a, true) / bandwidth;
+  e.hbmSeconds = (isBackward(spec) ? (double)compulsoryAttentionBackwardBytes(a)
+                                   : (double)compulsoryAttentionBytes(a, true)) /
+                 bandwidth;
   e.l2Seconds = (double)flashAttentionBytes(a, std::max(1, tile.blockM), true) /
                 (bandwidth * device.l2OverHbm);
   e.modelSeconds = std::max({e.computeSeconds, e.hbmSeconds, e.l2Seconds});
@@ -212,6 +238,14 @@ TileEstimate estimateTile(const generator::KernelSpec &spec, const generator::Ti
 
 std::vector<generator::TileConfig> enumerateTiles(const generator::KernelSpec &spec) {
   std::vector<generator::TileConfig> tiles;
+  if (isBackward(spec)) {
+    // bwd_mma: the query step x (keys per CTA, warps) with 16 or 32 key rows per warp.
+    for (int blockM : {16, 32, 64, 128})
+      for (auto [blockN, warps] : {std::pair{64, 4}, std::pair{128, 4}, std::pair{128, 8},
+                                   std::pair{256, 8}})
+        tiles.push_back({blockM, blockN, warps, 2});
+    return tiles;
+  }
   if (isWgmma(spec)) {
     // block_n: wgmma's N in steps of 16 (the register rule caps it per head dim),
     // FlashAttention-3's 176 and 80 included.
@@ -325,7 +359,8 @@ const SpaceEntry *heuristicChoice(llvm::ArrayRef<SpaceEntry> space,
   // its default tiles are measured picks. The model put bm128.bn256 first for d64
   // N = 512 on an H200, 10 % slower than the default bm192.bn128, and a cold 5 s tune had
   // time to screen only the first tile (docs/TUNING.md).
-  double limit = isWgmma(spec) ? std::numeric_limits<double>::infinity()
+  // bwd_mma's default tiles are likewise the measured register survey's picks.
+  double limit = isWgmma(spec) || isBackward(spec) ? std::numeric_limits<double>::infinity()
                                : space.front().estimate.modelSeconds * 1.01;
   for (const SpaceEntry &e : space) {
     if (e.verdict != Verdict::Candidate || e.estimate.modelSeconds > limit)

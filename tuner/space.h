@@ -75,7 +75,9 @@ TileEstimate estimateTile(const generator::KernelSpec &spec, const generator::Ti
 //              blockN {32, 64, 128} x stages {2, 3} (24 tiles);
 //   fwd_wgmma: blockM {64, 128, 192} with warps 4 x (blockM / 64 + 1) (consumer
 //              warpgroups and the producer) x blockN {64, 80, ..., 192 in steps of 16,
-//              224, 256} x stages {2, 3} (66 tiles).
+//              224, 256} x stages {2, 3} (66 tiles);
+//   bwd_mma:   blockM (queries per step) {16, 32, 64, 128} x (blockN, warps) {(64, 4),
+//              (128, 4), (128, 8), (256, 8)} x stages 2 (16 tiles).
 std::vector<generator::TileConfig> enumerateTiles(const generator::KernelSpec &spec);
 
 enum class Verdict { Candidate, PrunedFit, PrunedModel };

@@ -4,6 +4,7 @@
 #include "support/elapsed.h"
 #include "support/error.h"
 #include "tuner/family.h"
+#include "tuner/operation.h"
 #include "tuner/roofline.h"
 #include "tuner/space.h"
 #include "tuner/variants.h"
@@ -66,7 +67,10 @@ std::vector<generator::Family> sweepFamilies(const SweepConfig &config, llvm::St
       llvm::consumeError(plan.takeError());
       return {generator::Family::FwdMma};
     }
-    return plan->families();
+    std::vector<generator::Family> families = plan->families();
+    if (config.backward)
+      families.push_back(plan->backward);
+    return families;
   }
   std::vector<generator::Family> families;
   for (generator::Family family : unique(config.families)) {
@@ -183,22 +187,22 @@ llvm::StringRef statusName(SweepResult::Status status) {
   return "unknown";
 }
 
-double rooflineFraction(const generator::KernelSpec &spec, const Bucket &bucket,
-                        const generator::TileConfig &tile, double us, const GpuSpec &gpu) {
+double rooflineFraction(const generator::KernelSpec &spec, const Bucket &bucket, double us,
+                        const GpuSpec &gpu) {
   if (us <= 0)
     return 0;
-  AttentionShape a = attentionShapeOf(spec, timingShape(spec, bucket));
-  llvm::Expected<RooflineEstimate> e = estimate(a, gpu, std::max(1, tile.blockM), 4, true);
-  if (!e) {
-    llvm::consumeError(e.takeError());
+  ForwardShape shape = timingShape(spec, bucket);
+  if (llvm::Error err = validateShape(attentionShapeOf(spec, shape))) {
+    llvm::consumeError(std::move(err));
     return 0;
   }
-  llvm::Expected<MeasuredReport> m = compareMeasured(*e, us * 1e-6);
-  if (!m) {
-    llvm::consumeError(m.takeError());
+  RooflinePoint floor = operationFor(spec.family).floor(spec, shape, gpu);
+  llvm::Expected<double> fraction = fractionOfRoofline(floor.predictedSeconds, us * 1e-6);
+  if (!fraction) {
+    llvm::consumeError(fraction.takeError());
     return 0;
   }
-  return m->fractionOfRoofline;
+  return *fraction;
 }
 
 llvm::Expected<SweepResult> cachedResult(cache::Cache &cache, const SweepItem &item,
@@ -220,12 +224,8 @@ llvm::Expected<SweepResult> cachedResult(cache::Cache &cache, const SweepItem &i
   r.us = (*row)->row.medianUs;
   r.tflops = (*row)->row.tflops;
   r.message = "from " + (*row)->path;
-  if (gpu) {
-    if (llvm::Expected<generator::TileConfig> tile = generator::TileConfig::parse(r.tile))
-      r.rooflineFraction = rooflineFraction(item.spec, *item.bucket, *tile, r.us, *gpu);
-    else
-      llvm::consumeError(tile.takeError());
-  }
+  if (gpu)
+    r.rooflineFraction = rooflineFraction(item.spec, *item.bucket, r.us, *gpu);
   return r;
 }
 
@@ -288,7 +288,7 @@ llvm::Expected<SweepOutcome> runTuneSweep(cache::Cache &cache, llvm::ArrayRef<Sw
         r.tile = sel->tile.key();
         r.us = sel->tunedUs;
         r.tflops = sel->tflops;
-        r.rooflineFraction = rooflineFraction(item.spec, *item.bucket, sel->tile, r.us, gpu);
+        r.rooflineFraction = rooflineFraction(item.spec, *item.bucket, r.us, gpu);
         r.message = sel->note;
       }
       record(std::move(r));

@@ -25,6 +25,9 @@ struct SweepConfig {
   // asks for: fwd_wgmma and its fwd_mma fallback on sm_90a, fwd_mma elsewhere. A family
   // is left out on targets it cannot run on (sweepFamilies).
   std::vector<generator::Family> families;
+  // With `families` empty: also the backward pass's family (what fj_kernel_get loads
+  // for desc.backward), after the forward's.
+  bool backward = false;
   std::vector<int> headDims;
   std::vector<generator::DType> dtypes;
   std::vector<bool> causal;  // {false, true}: both
@@ -125,7 +128,7 @@ llvm::Expected<SweepResult> cachedResult(cache::Cache &cache, const SweepItem &i
 
 // The fraction of the roofline (tuner/roofline.h) a time reaches on the bucket's
 // timing problem, 0 when it cannot be computed.
-double rooflineFraction(const generator::KernelSpec &spec, const Bucket &bucket,
-                        const generator::TileConfig &tile, double us, const GpuSpec &gpu);
+double rooflineFraction(const generator::KernelSpec &spec, const Bucket &bucket, double us,
+                        const GpuSpec &gpu);
 
 } // namespace flashjit::tuner

@@ -23,12 +23,8 @@ using Clock = std::chrono::steady_clock;
 struct Candidate {
   CandidateRecord *record;
   Variant *variant;
-  std::unique_ptr<ForwardKernel> kernel;
+  std::unique_ptr<LoadedKernel> kernel;
 };
-
-double usefulTflops(const generator::KernelSpec &spec, const ForwardShape &s, double us) {
-  return us > 0 ? (double)attentionFlops(attentionShapeOf(spec, s)) / (us * 1e-6) / 1e12 : 0;
-}
 
 } // namespace
 
@@ -42,16 +38,16 @@ llvm::Expected<CUstream> Tuner::Impl::tuneStream() {
   return stream;
 }
 
-llvm::Expected<std::vector<ForwardChecker *>>
-Tuner::Impl::checkersFor(const generator::KernelSpec &spec) {
+llvm::Expected<std::vector<Checker *>> Tuner::Impl::checkersFor(const generator::KernelSpec &spec) {
   auto &list = checkers[spec.key()];
   if (list.empty()) {
     llvm::Expected<CUstream> s = tuneStream();
     if (!s)
       return s.takeError();
+    const Operation &operation = operationFor(spec.family);
     uint64_t seed = 1;
-    for (const ForwardShape &shape : correctnessShapes(spec)) {
-      auto checker = ForwardChecker::create(spec, shape, seed++, *s);
+    for (const ForwardShape &shape : operation.correctnessShapes(spec)) {
+      auto checker = operation.makeChecker(spec, shape, seed++, *s);
       if (!checker) {
         list.clear();
         return checker.takeError();
@@ -59,7 +55,7 @@ Tuner::Impl::checkersFor(const generator::KernelSpec &spec) {
       list.push_back(std::move(*checker));
     }
   }
-  std::vector<ForwardChecker *> result;
+  std::vector<Checker *> result;
   for (auto &c : list)
     result.push_back(c.get());
   return result;
@@ -80,7 +76,7 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
   record.bucket = bucket.key();
   record.mode = exhaustive ? "exhaustive" : "default";
   record.timingShape = timingShape(spec, bucket);
-  record.checkShapes = correctnessShapes(spec);
+  record.checkShapes = operationFor(spec.family).correctnessShapes(spec);
   record.measure = options.measure;
   record.screen = options.screen;
   record.budgetSeconds = options.budgetSeconds;
@@ -152,9 +148,7 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
     ++report.rejectedCompile;
   }
   for (Candidate &a : alive) {
-    const generator::EmittedKernel &e = a.variant->emitted;
-    auto kernel = ForwardKernel::load(a.variant->binary->cubin, e.entryName,
-                                      LaunchGeometry::of(e));
+    auto kernel = operationFor(spec.family).load(a.variant->binary->cubin, a.variant->emitted);
     if (!kernel) {
       a.record->fate = CandidateFate::LoadFailed;
       a.record->reason = llvm::toString(kernel.takeError());
@@ -167,7 +161,7 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
 
   // 3. The correctness gate: every shape, before any timing.
   Clock::time_point checkStart = Clock::now();
-  llvm::Expected<std::vector<ForwardChecker *>> gate = checkersFor(spec);
+  llvm::Expected<std::vector<Checker *>> gate = checkersFor(spec);
   if (!gate)
     return gate.takeError();
   llvm::Expected<CUstream> s = tuneStream();
@@ -179,7 +173,7 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
       continue;
     a.record->checked = true;
     bool ok = true;
-    for (ForwardChecker *checker : *gate) {
+    for (Checker *checker : *gate) {
       ++checks;
       llvm::Expected<CheckReport> verdict = checker->check(*a.kernel, *s);
       if (!verdict)
@@ -217,8 +211,8 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
   // 4. Timing (tuner/screening.h): every candidate screened briefly, in the order of
   // step 1 while the budget lasts; the few near the fastest timed in full.
   Clock::time_point timeStart = Clock::now();
-  llvm::Expected<std::unique_ptr<TimingProblem>> problem =
-      TimingProblem::create(spec.dtype, record.timingShape, (uint64_t)props.l2Bytes);
+  llvm::Expected<std::unique_ptr<TimingProblem>> problem = operationFor(spec.family).makeTimingProblem(
+      spec, record.timingShape, (uint64_t)props.l2Bytes);
   if (!problem)
     return problem.takeError();
   runtime::ClockReading before = runtime::readClocks(props.ordinal);
@@ -313,7 +307,7 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
     std::lock_guard<std::mutex> lock(kernelsMutex);
     auto &slot = kernels[winner.variant->key];
     if (!slot)
-      slot = std::shared_ptr<ForwardKernel>(std::move(winner.kernel));
+      slot = std::shared_ptr<LoadedKernel>(std::move(winner.kernel));
     sel.kernel = slot;
   }
   // Say when the budget cut the search short: the winner is then the best of part of it.

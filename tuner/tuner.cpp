@@ -91,7 +91,8 @@ llvm::Error Tuner::Impl::checkSpec(const generator::KernelSpec &spec) const {
   return llvm::Error::success();
 }
 
-llvm::Expected<std::shared_ptr<ForwardKernel>> Tuner::Impl::load(const Variant &variant) {
+llvm::Expected<std::shared_ptr<LoadedKernel>> Tuner::Impl::load(const generator::KernelSpec &spec,
+                                                                const Variant &variant) {
   if (!device)
     return nullptr;
   std::lock_guard<std::mutex> lock(kernelsMutex);
@@ -100,14 +101,12 @@ llvm::Expected<std::shared_ptr<ForwardKernel>> Tuner::Impl::load(const Variant &
     return slot;
   if (llvm::Error err = device->makeCurrent())
     return std::move(err);
-  const generator::EmittedKernel &e = variant.emitted;
-  auto loaded = ForwardKernel::load(variant.binary->cubin, e.entryName,
-                                    LaunchGeometry::of(e));
+  auto loaded = operationFor(spec.family).load(variant.binary->cubin, variant.emitted);
   if (!loaded) {
     kernels.erase(variant.key);
     return loaded.takeError();
   }
-  slot = std::shared_ptr<ForwardKernel>(std::move(*loaded));
+  slot = std::shared_ptr<LoadedKernel>(std::move(*loaded));
   return slot;
 }
 
@@ -158,7 +157,7 @@ llvm::Expected<Selection> Tuner::Impl::fromRow(const generator::KernelSpec &spec
                   : "; binary compiled now (this NVRTC or target differs from the tune's)";
   if (!v.rejection.empty())
     s.note += "; warning: with this compiler it " + v.rejection;
-  llvm::Expected<std::shared_ptr<ForwardKernel>> kernel = load(v);
+  llvm::Expected<std::shared_ptr<LoadedKernel>> kernel = load(spec, v);
   if (!kernel)
     return kernel.takeError();
   s.kernel = std::move(*kernel);
@@ -195,7 +194,7 @@ llvm::Expected<Selection> Tuner::Impl::heuristic(const generator::KernelSpec &sp
                            "not timed",
                            bucket.key(), entry.estimate.modelSeconds * 1e6,
                            entry.estimate.limiter());
-    llvm::Expected<std::shared_ptr<ForwardKernel>> kernel = load(v);
+    llvm::Expected<std::shared_ptr<LoadedKernel>> kernel = load(spec, v);
     if (!kernel)
       return kernel.takeError();
     s.kernel = std::move(*kernel);
@@ -321,7 +320,7 @@ llvm::Expected<Selection> Tuner::heuristicDefault(const generator::KernelSpec &s
                          tile.key());
   if (!v.rejection.empty())
     s.note += "; warning: it " + v.rejection;
-  llvm::Expected<std::shared_ptr<ForwardKernel>> kernel = impl.load(v);
+  llvm::Expected<std::shared_ptr<LoadedKernel>> kernel = impl.load(spec, v);
   if (!kernel)
     return kernel.takeError();
   s.kernel = std::move(*kernel);

@@ -52,7 +52,7 @@ struct Selection {
                                          // untuned)
   std::string binaryKeyText;             // "spec/tile"
   std::string source;                    // the emitted CUDA source of this variant
-  std::shared_ptr<ForwardKernel> kernel; // loaded on the tuner's device (null without one)
+  std::shared_ptr<LoadedKernel> kernel;  // loaded on the tuner's device (null without one)
   int registers = 0, sharedBytes = 0;
   double tunedUs = 0;                    // 0 when not timed
   double tflops = 0;                     // of the tuned bucket's timing problem, 0 untimed

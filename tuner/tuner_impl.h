@@ -3,6 +3,7 @@
 #pragma once
 
 #include "tuner/checker.h"
+#include "tuner/operation.h"
 #include "tuner/tuner.h"
 #include "tuner/variants.h"
 
@@ -27,11 +28,11 @@ public:
   std::mutex tuneMutex;
   CUstream stream = nullptr;  // created on first tune, under tuneMutex
   // Correctness checkers per spec key (inputs and references made once), under tuneMutex.
-  std::map<std::string, std::vector<std::unique_ptr<ForwardChecker>>> checkers;
+  std::map<std::string, std::vector<std::unique_ptr<Checker>>> checkers;
 
   // Loaded winners by binary key, shared by every Selection that uses them.
   std::mutex kernelsMutex;
-  std::map<std::string, std::shared_ptr<ForwardKernel>> kernels;
+  std::map<std::string, std::shared_ptr<LoadedKernel>> kernels;
 
   std::atomic<int> compilations{0}, timings{0}, checks{0}, tunes{0};
 
@@ -44,7 +45,8 @@ public:
   llvm::Error checkSpec(const generator::KernelSpec &spec) const;
 
   // The variant's kernel, loaded once per binary key (null without a device).
-  llvm::Expected<std::shared_ptr<ForwardKernel>> load(const Variant &variant);
+  llvm::Expected<std::shared_ptr<LoadedKernel>> load(const generator::KernelSpec &spec,
+                                                    const Variant &variant);
   // The Selection for a cached tuning row (its binary found or compiled for us).
   llvm::Expected<Selection> fromRow(const generator::KernelSpec &spec,
                                     const cache::Found<cache::TuningRow> &row);
@@ -55,7 +57,7 @@ public:
                                  bool exhaustive);
 
   llvm::Expected<CUstream> tuneStream();
-  llvm::Expected<std::vector<ForwardChecker *>> checkersFor(const generator::KernelSpec &spec);
+  llvm::Expected<std::vector<Checker *>> checkersFor(const generator::KernelSpec &spec);
 };
 
 // A Selection for a built variant, without the kernel.

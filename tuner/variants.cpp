@@ -62,7 +62,7 @@ llvm::Expected<BuildResult> buildVariants(cache::Cache &cache, const generator::
     Variant &v = result.variants[i];
     v.tile = tiles[i];
     v.keyText = binaryKeyText(spec, v.tile);
-    llvm::Expected<generator::EmittedKernel> emitted = generator::emitForward(spec, v.tile);
+    llvm::Expected<generator::EmittedKernel> emitted = generator::emitKernel(spec, v.tile);
     if (!emitted) {
       v.error = llvm::toString(emitted.takeError());
       continue;
@@ -146,7 +146,7 @@ llvm::Expected<std::optional<Variant>> recordedVariant(cache::Cache &cache,
     return found.takeError();
   if (!*found)
     return std::nullopt;
-  llvm::Expected<generator::EmittedKernel> emitted = generator::emitForward(spec, tile);
+  llvm::Expected<generator::EmittedKernel> emitted = generator::emitKernel(spec, tile);
   if (!emitted)
     return emitted.takeError();
   Variant v;

@@ -1,0 +1,59 @@
+// The backward pass's correctness gate: dQ, dK and dV of a candidate against the
+// backward reference on random inputs (q, k, v and dO normal; o and lse from the fp32
+// forward reference, o rounded to the dtype as a forward kernel would give it), each
+// output held to DESIGN.md's bar: max|out - ref| <= 2 * max|naive_same_dtype - ref| +
+// 1e-5. The gradients and the workspace are poisoned (NaN) before every run, so an
+// element the kernels did not write, or scratch they read before writing, fails.
+#pragma once
+
+#include "generator/spec.h"
+#include "tuner/backward_kernel.h"
+#include "tuner/backward_problem.h"
+#include "tuner/checker.h"
+
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace flashjit::tuner {
+
+class BackwardChecker : public Checker {
+public:
+  // `deterministic`: the kernels run in deterministic mode (dQ by its own kernel).
+  static llvm::Expected<std::unique_ptr<BackwardChecker>>
+  create(const generator::KernelSpec &spec, const ForwardShape &shape, uint64_t seed,
+         CUstream stream, bool deterministic = false);
+
+  llvm::Expected<CheckReport> check(const LoadedKernel &kernel, CUstream stream) override;
+  const ForwardShape &shape() const override { return shape_; }
+
+  // Runs the kernel and returns the raw bits of dq, dk and dv, concatenated (for
+  // bitwise rerun checks).
+  llvm::Expected<std::vector<uint16_t>> run(const BackwardKernel &kernel, CUstream stream);
+
+  // The same with any launcher of the problem's parameters (the C API's fj_backward, in
+  // its tests): it gets them with the workspace bound to workspace() and must leave
+  // dq, dk and dv written when the stream is done.
+  using Launch = std::function<llvm::Error(const FjBackwardParams &params, CUstream stream)>;
+  llvm::Expected<std::vector<uint16_t>> runWith(const Launch &launch, CUstream stream);
+  llvm::Expected<CheckReport> checkWith(const Launch &launch, CUstream stream);
+  const runtime::DeviceBuffer &workspace() const { return buffers_.workspace; }
+
+private:
+  BackwardChecker() = default;
+  struct Output {
+    const char *name;
+    runtime::DeviceBuffer *buffer;
+    std::vector<long long> indices;
+    std::vector<float> ref, naive;
+  };
+  generator::KernelSpec spec_;
+  ForwardShape shape_;
+  BackwardBuffers buffers_;
+  std::vector<Output> outputs_;  // dq, dk, dv
+};
+
+} // namespace flashjit::tuner

@@ -1,0 +1,136 @@
+#include "tuner/backward_kernel.h"
+
+#include "support/error.h"
+
+namespace flashjit::tuner {
+namespace {
+
+unsigned ceilDiv(long long a, long long b) { return (unsigned)((a + b - 1) / b); }
+
+llvm::Expected<runtime::Kernel> entry(const runtime::Module &module, llvm::StringRef name,
+                                      int sharedBytes) {
+  auto kernel = module.kernel(name);
+  if (!kernel)
+    return kernel.takeError();
+  if (sharedBytes > 48 * 1024)
+    if (llvm::Error err = kernel->setMaxDynamicSharedMemory(sharedBytes))
+      return std::move(err);
+  return *kernel;
+}
+
+} // namespace
+
+const BackwardKernel *BackwardKernel::of(const LoadedKernel &kernel) {
+  return kernel.operation() == generator::Operation::Backward
+             ? static_cast<const BackwardKernel *>(&kernel)
+             : nullptr;
+}
+
+llvm::Expected<std::unique_ptr<BackwardKernel>>
+BackwardKernel::load(llvm::StringRef cubin, const generator::EmittedKernel &emitted) {
+  const generator::BackwardEntries &e = emitted.backward;
+  if (!e.enabled || e.passes.empty())
+    return makeError(ErrorCode::Internal, "{0} is not a backward kernel", emitted.entryName);
+  auto module = runtime::Module::load(cubin);
+  if (!module)
+    return module.takeError();
+  auto result = std::unique_ptr<BackwardKernel>(new BackwardKernel());
+  for (auto [slot, name, shared] :
+       {std::tuple{&result->prep_, &e.prep, 0}, std::tuple{&result->convert_, &e.convert, 0},
+        std::tuple{&result->dq_, &e.dq, e.dqSharedBytes}}) {
+    auto kernel = entry(**module, *name, shared);
+    if (!kernel)
+      return kernel.takeError();
+    *slot = *kernel;
+  }
+  for (const std::string &name : e.passes) {
+    auto kernel = entry(**module, name, emitted.sharedBytes);
+    if (!kernel)
+      return kernel.takeError();
+    auto regs = kernel->attribute(CU_FUNC_ATTRIBUTE_NUM_REGS);
+    if (!regs)
+      return regs.takeError();
+    result->registers_ = std::max(result->registers_, *regs);
+    result->passes_.push_back(*kernel);
+  }
+  result->module_ = std::move(*module);
+  result->entries_ = e;
+  result->threads_ = emitted.threads;
+  result->sharedBytes_ = emitted.sharedBytes;
+  return std::move(result);
+}
+
+llvm::Error BackwardKernel::launch(const FjBackwardParams &params, CUstream stream) const {
+  const FjForwardParams &p = params.fwd;
+  if (p.batch == 0 || p.heads_q == 0)
+    return llvm::Error::success();
+  void *args[] = {const_cast<FjBackwardParams *>(&params)};
+  const unsigned auxBlocks = ceilDiv(p.seqlen_q, entries_.auxRowsPerCta);
+  if (p.seqlen_q > 0)
+    if (llvm::Error err = prep_.launch(auxBlocks, (unsigned)p.heads_q, (unsigned)p.batch,
+                                       (unsigned)entries_.auxThreads, 0, stream, args))
+      return err;
+  // Key blocks no query sees (or all of them, with no queries) still write their
+  // zero dK and dV.
+  if (p.seqlen_k > 0)
+    for (const runtime::Kernel &pass : passes_)
+      if (llvm::Error err = pass.launch(ceilDiv(p.seqlen_k, entries_.keysPerCta),
+                                        (unsigned)p.heads_kv, (unsigned)p.batch,
+                                        (unsigned)threads_, (unsigned)sharedBytes_, stream, args))
+        return err;
+  if (p.seqlen_q == 0)
+    return llvm::Error::success();
+  if (params.dq_accum)
+    return convert_.launch(auxBlocks, (unsigned)p.heads_q, (unsigned)p.batch,
+                           (unsigned)entries_.auxThreads, 0, stream, args);
+  return dq_.launch(ceilDiv(p.seqlen_q, entries_.dqRowsPerCta), (unsigned)p.heads_q,
+                    (unsigned)p.batch, (unsigned)threads_, (unsigned)entries_.dqSharedBytes,
+                    stream, args);
+}
+
+llvm::Expected<std::unique_ptr<BackwardReferenceKernel>>
+BackwardReferenceKernel::build(generator::DType dtype, bool emulateLowPrecision,
+                               const std::string &target) {
+  auto emitted = generator::emitBackwardReference(dtype, emulateLowPrecision, target);
+  if (!emitted)
+    return emitted.takeError();
+  auto binary = compileEmitted(*emitted, target);
+  if (!binary)
+    return binary.takeError();
+  auto module = runtime::Module::load(binary->cubin);
+  if (!module)
+    return module.takeError();
+  auto result = std::unique_ptr<BackwardReferenceKernel>(new BackwardReferenceKernel());
+  auto rows = (*module)->kernel("flashjit_reference_bwd_rows");
+  if (!rows)
+    return rows.takeError();
+  auto keys = (*module)->kernel("flashjit_reference_bwd_keys");
+  if (!keys)
+    return keys.takeError();
+  result->rows_ = *rows;
+  result->keys_ = *keys;
+  result->module_ = std::move(*module);
+  result->threads_ = emitted->threads;
+  return std::move(result);
+}
+
+llvm::Error BackwardReferenceKernel::launch(const FjBackwardParams &params, int headDim,
+                                            int headDimV, bool causal, float *lseRef,
+                                            float *dpsumRef, CUstream stream) const {
+  const FjForwardParams &p = params.fwd;
+  if (p.batch == 0 || p.heads_q == 0)
+    return llvm::Error::success();
+  int isCausal = causal ? 1 : 0;
+  void *args[] = {const_cast<FjBackwardParams *>(&params), &headDim, &headDimV, &isCausal,
+                  &lseRef, &dpsumRef};
+  if (p.seqlen_q > 0)
+    if (llvm::Error err = rows_.launch((unsigned)p.seqlen_q, (unsigned)p.heads_q,
+                                       (unsigned)p.batch, (unsigned)threads_, 0, stream, args))
+      return err;
+  if (p.seqlen_k > 0)
+    return keys_.launch((unsigned)p.seqlen_k, (unsigned)p.heads_kv, (unsigned)p.batch,
+                        (unsigned)threads_, 0, stream, args);
+  return llvm::Error::success();
+}
+
+} // namespace flashjit::tuner

@@ -1,0 +1,92 @@
+#include "tuner/backward_problem.h"
+
+namespace flashjit::tuner {
+namespace {
+
+size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+llvm::Error allocate(runtime::DeviceBuffer &buffer, long long bytes) {
+  auto allocated = runtime::DeviceBuffer::allocate(std::max<long long>(bytes, 16));
+  if (!allocated)
+    return allocated.takeError();
+  buffer = std::move(*allocated);
+  return llvm::Error::success();
+}
+
+} // namespace
+
+BackwardWorkspace backwardWorkspace(int headsQ, long long rows, int headDim, bool deterministic) {
+  BackwardWorkspace w;
+  const size_t stats = align256((size_t)headsQ * (size_t)rows * sizeof(float));
+  w.lseLog2 = 0;
+  w.dpsum = stats;
+  w.bytes = 2 * stats;
+  w.hasDqAccum = !deterministic;
+  if (w.hasDqAccum) {
+    w.dqAccum = w.bytes;
+    w.bytes += align256((size_t)rows * (size_t)headsQ * (size_t)headDim * sizeof(float));
+  }
+  return w;
+}
+
+void bindWorkspace(FjBackwardParams &params, const BackwardWorkspace &layout, void *base) {
+  char *bytes = static_cast<char *>(base);
+  params.lse_log2 = reinterpret_cast<float *>(bytes + layout.lseLog2);
+  params.dpsum = reinterpret_cast<float *>(bytes + layout.dpsum);
+  params.dq_accum = layout.hasDqAccum ? reinterpret_cast<float *>(bytes + layout.dqAccum) : nullptr;
+}
+
+llvm::Expected<BackwardBuffers> allocateBackwardBuffers(const ForwardShape &shape,
+                                                        bool withFp32Outputs,
+                                                        bool deterministic) {
+  BackwardBuffers b;
+  ForwardShape withLse = shape;
+  withLse.withLse = true;  // the backward pass needs the forward's log-sum-exp
+  auto fwd = allocateBuffers(withLse, withFp32Outputs);
+  if (!fwd)
+    return fwd.takeError();
+  b.fwd = std::move(*fwd);
+  const long long tq = shape.totalQ(), tk = shape.totalK();
+  const long long q = tensorElements(shape, shape.headsQ, shape.headDim, shape.seqQ, tq);
+  const long long o = tensorElements(shape, shape.headsQ, shape.headDimV, shape.seqQ, tq);
+  const long long k = tensorElements(shape, shape.headsKV, shape.headDim, shape.seqK, tk);
+  const long long v = tensorElements(shape, shape.headsKV, shape.headDimV, shape.seqK, tk);
+  for (auto [buffer, elements] : {std::pair{&b.dout, o}, std::pair{&b.dq, q},
+                                  std::pair{&b.dk, k}, std::pair{&b.dv, v}})
+    if (llvm::Error err = allocate(*buffer, 2 * elements))
+      return std::move(err);
+  if (withFp32Outputs)
+    for (auto [buffer, elements] :
+         {std::pair{&b.dq32, q}, std::pair{&b.dk32, k}, std::pair{&b.dv32, v}})
+      if (llvm::Error err = allocate(*buffer, 4 * elements))
+        return std::move(err);
+  b.layout = backwardWorkspace(shape.headsQ, tq, shape.headDim, deterministic);
+  if (llvm::Error err = allocate(b.workspace, (long long)b.layout.bytes))
+    return std::move(err);
+  return std::move(b);
+}
+
+FjBackwardParams makeBackwardParams(const ForwardShape &shape, const BackwardBuffers &buffers,
+                                    bool fp32Outputs) {
+  FjBackwardParams p{};
+  ForwardShape withLse = shape;
+  withLse.withLse = true;
+  p.fwd = makeParams(withLse, buffers.fwd, /*fp32Output=*/false);
+  p.dout = reinterpret_cast<const void *>(buffers.dout.ptr());
+  p.dq = reinterpret_cast<void *>(fp32Outputs ? buffers.dq32.ptr() : buffers.dq.ptr());
+  p.dk = reinterpret_cast<void *>(fp32Outputs ? buffers.dk32.ptr() : buffers.dk.ptr());
+  p.dv = reinterpret_cast<void *>(fp32Outputs ? buffers.dv32.ptr() : buffers.dv.ptr());
+  // dO is laid out like O, each gradient like its input.
+  p.dout_batch_stride = p.fwd.o_batch_stride, p.dout_row_stride = p.fwd.o_row_stride;
+  p.dout_head_stride = p.fwd.o_head_stride;
+  p.dq_batch_stride = p.fwd.q_batch_stride, p.dq_row_stride = p.fwd.q_row_stride;
+  p.dq_head_stride = p.fwd.q_head_stride;
+  p.dk_batch_stride = p.fwd.k_batch_stride, p.dk_row_stride = p.fwd.k_row_stride;
+  p.dk_head_stride = p.fwd.k_head_stride;
+  p.dv_batch_stride = p.fwd.v_batch_stride, p.dv_row_stride = p.fwd.v_row_stride;
+  p.dv_head_stride = p.fwd.v_head_stride;
+  bindWorkspace(p, buffers.layout, reinterpret_cast<void *>(buffers.workspace.ptr()));
+  return p;
+}
+
+} // namespace flashjit::tuner

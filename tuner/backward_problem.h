@@ -1,0 +1,52 @@
+// An attention backward problem on the device: the forward's tensors (q, k, v, o, lse),
+// the gradient of o, the gradients written, and the workspace, turned into the
+// kernels' FjBackwardParams. Shared by the backward checker, its timing problem and
+// the C API (which computes the workspace layout the same way).
+#pragma once
+
+#include "runtime/driver.h"
+#include "templates/fj_bwd_params.h"
+#include "tuner/forward_problem.h"
+
+#include "llvm/Support/Error.h"
+
+#include <cstddef>
+
+namespace flashjit::tuner {
+
+// Where the backward kernels' scratch lives in the caller's workspace (byte offsets,
+// each 256-byte aligned): lse * log2(e) and D laid out like the lse ([batch, heads_q,
+// seqlen_q], or [heads_q, total_q] with cu_seqlens), then, unless deterministic, the
+// fp32 dQ accumulator [rows][heads_q][head_dim].
+struct BackwardWorkspace {
+  size_t lseLog2 = 0, dpsum = 0, dqAccum = 0;
+  bool hasDqAccum = false;
+  size_t bytes = 0;  // in total, a multiple of 256
+};
+
+// `rows` is batch * seqlen_q, or total_q with cu_seqlens. Overflow is the caller's to
+// rule out (the API bounds every size first).
+BackwardWorkspace backwardWorkspace(int headsQ, long long rows, int headDim, bool deterministic);
+
+// Points the workspace fields of `params` into `base` (laid out by `layout`).
+void bindWorkspace(FjBackwardParams &params, const BackwardWorkspace &layout, void *base);
+
+// Device buffers for one problem: the forward's tensors, dO, the gradients (16-bit, or
+// fp32 in dq32/dk32/dv32 for the reference), the workspace and the cu_seqlens.
+struct BackwardBuffers {
+  ForwardBuffers fwd;  // q, k, v, o, lse (and o32 when asked), cu_seqlens
+  runtime::DeviceBuffer dout, dq, dk, dv, dq32, dk32, dv32, workspace;
+  BackwardWorkspace layout;
+};
+
+llvm::Expected<BackwardBuffers> allocateBackwardBuffers(const ForwardShape &shape,
+                                                        bool withFp32Outputs,
+                                                        bool deterministic);
+
+// Kernel parameters for the shape over the buffers; `fp32Outputs` points dq/dk/dv at
+// the fp32 buffers (the reference's). The layout of every tensor follows
+// stridesFor(); dO is laid out like O and each gradient like its input.
+FjBackwardParams makeBackwardParams(const ForwardShape &shape, const BackwardBuffers &buffers,
+                                    bool fp32Outputs);
+
+} // namespace flashjit::tuner
