@@ -49,6 +49,16 @@ fj_status fj_forward(fj_kernel kernel, const fj_forward_args *args, void *stream
   return api::guard("fj_forward", [&] { return api::forward(kernel, args, stream); });
 }
 
+fj_status fj_backward_workspace_size(fj_kernel kernel, const fj_backward_args *args,
+                                     size_t *bytes) {
+  return api::guard("fj_backward_workspace_size",
+                    [&] { return api::backwardWorkspaceSize(kernel, args, bytes); });
+}
+
+fj_status fj_backward(fj_kernel kernel, const fj_backward_args *args, void *stream) {
+  return api::guard("fj_backward", [&] { return api::backward(kernel, args, stream); });
+}
+
 fj_status fj_kernel_info(fj_kernel kernel, struct fj_kernel_info *info) {
   return api::guard("fj_kernel_info", [&] { return api::kernelInfo(kernel, info); });
 }

@@ -52,6 +52,13 @@ void fj_forward_args_init(fj_forward_args *args) {
   args->struct_size = sizeof(*args);
 }
 
+void fj_backward_args_init(fj_backward_args *args) {
+  if (!args)
+    return;
+  std::memset(args, 0, sizeof(*args));
+  args->struct_size = sizeof(*args);
+}
+
 fj_status fj_validate_attention_desc(const fj_attention_desc *desc) {
   return api::guard("fj_validate_attention_desc", [&]() -> llvm::Error {
     auto checked = api::checkDesc(desc);
@@ -67,6 +74,18 @@ fj_status fj_validate_forward_args(const fj_attention_desc *desc, const fj_forwa
     FjForwardParams params;
     bool noWork = false;
     return api::checkForwardArgs(*checked, args, params, noWork);
+  });
+}
+
+fj_status fj_validate_backward_args(const fj_attention_desc *desc,
+                                    const fj_backward_args *args) {
+  return api::guard("fj_validate_backward_args", [&]() -> llvm::Error {
+    auto checked = api::checkDesc(desc);
+    if (!checked)
+      return checked.takeError();
+    FjBackwardParams params;
+    bool noWork = false;
+    return api::checkBackwardArgs(*checked, args, params, noWork);
   });
 }
 

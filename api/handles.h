@@ -52,10 +52,13 @@ struct fj_kernel_s {
   flashjit::api::AttentionDesc desc;
   // Immutable once the handle is given out, so launches read them without locks.
   // The primary family's variants are [0, familyVariants); the fallback family's (for
-  // the arguments the primary cannot take, e.g. cu_seqlens with fwd_wgmma) follow.
+  // the arguments the primary cannot take, e.g. cu_seqlens with fwd_wgmma) follow, up
+  // to backwardBegin; the backward pass's (desc.backward) are [backwardBegin, end).
   std::vector<flashjit::tuner::Selection> variants;
   std::vector<flashjit::tuner::Bucket> buckets;  // variants[i].bucket, for dispatch
   int familyVariants = 0;
+  int backwardBegin = 0;
+  std::string backwardFamily;       // "" when the kernel has no backward pass
   int primary = 0;                  // the variant for the hinted bucket
   std::vector<std::string> bucketKeys, tileKeys;  // per variant, for fj_variant_info
   std::string family, specKey;      // of the primary family
@@ -87,6 +90,20 @@ llvm::Error contextInfo(const fj_context_s *context, struct fj_context_info *inf
 llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attention_desc *desc);
 llvm::Error releaseKernel(fj_kernel_s *kernel);
 llvm::Error forward(const fj_kernel_s *kernel, const fj_forward_args *args, void *stream);
+// api/backward.cpp
+llvm::Error backwardWorkspaceSize(const fj_kernel_s *kernel, const fj_backward_args *args,
+                                  size_t *bytes);
+llvm::Error backward(const fj_kernel_s *kernel, const fj_backward_args *args, void *stream);
+
+// The variants for `spec` and the hinted bucket (api/kernel.cpp): the tuner's choice
+// under the context's mode, then every other bucket already tuned.
+llvm::Expected<std::vector<tuner::Selection>>
+selectVariants(fj_context_s &context, const generator::KernelSpec &spec,
+               const tuner::Bucket &hinted);
+// The bucket a call's shape dispatches to.
+tuner::Bucket bucketFor(int64_t seqQ, int64_t seqK, int64_t batchHeads);
+// Checks the first word of a kernel handle (the launch paths' cheap test).
+llvm::Error checkKernelMagic(const fj_kernel_s *kernel);
 llvm::Error kernelInfo(const fj_kernel_s *kernel, struct fj_kernel_info *info);
 llvm::Error variantInfo(const fj_kernel_s *kernel, int index, fj_variant_info *info);
 llvm::Error kernelSource(const fj_kernel_s *kernel, int index, const char **source,

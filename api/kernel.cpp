@@ -16,10 +16,6 @@ namespace {
 // Bucket dimensions stay within what Bucket::forShape can round up to a power of two.
 int bucketDim(int64_t value) { return (int)std::clamp<int64_t>(value, 1, kMaxSeqlen); }
 
-tuner::Bucket bucketFor(int64_t seqQ, int64_t seqK, int64_t batchHeads) {
-  return tuner::Bucket::forShape(bucketDim(seqQ), bucketDim(seqK), bucketDim(batchHeads));
-}
-
 fj_origin publicOrigin(tuner::Origin origin) {
   switch (origin) {
   case tuner::Origin::ShippedCache: return FJ_ORIGIN_SHIPPED_CACHE;
@@ -59,6 +55,20 @@ llvm::Error checkVariantIndex(const fj_kernel_s *kernel, int index) {
 }
 
 } // namespace
+
+tuner::Bucket bucketFor(int64_t seqQ, int64_t seqK, int64_t batchHeads) {
+  return tuner::Bucket::forShape(bucketDim(seqQ), bucketDim(seqK), bucketDim(batchHeads));
+}
+
+llvm::Error checkKernelMagic(const fj_kernel_s *kernel) {
+  if (!kernel)
+    return makeError(ErrorCode::InvalidValue, "kernel is NULL");
+  if (kernel->magic != kKernelMagic)
+    return makeError(ErrorCode::InvalidValue,
+                     "kernel {0} is not a live kernel (released already, or not one)",
+                     (const void *)kernel);
+  return llvm::Error::success();
+}
 
 std::vector<generator::KernelSpec> kernelSpecsFor(const AttentionDesc &desc,
                                                   llvm::StringRef target,
@@ -200,6 +210,23 @@ llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attentio
       kernel->variants.push_back(std::move(selection));
     }
   }
+  kernel->backwardBegin = (int)kernel->variants.size();
+  if (desc->backward) {
+    // The backward pass: its own family (bwd_mma on every target), tuned and cached
+    // like the forward; chosen now for the same reason as the fallback.
+    generator::KernelSpec bwd = specFor(*desc, context->target, context->families.backward);
+    if (llvm::Error error = generator::validateSpec(bwd))
+      return std::move(error);
+    auto backward = selectVariants(*context, bwd, hinted);
+    if (!backward) {
+      ErrorReport failed = takeErrorReport(backward.takeError());
+      return makeError(failed.code, "{0} is ready, but not its backward pass {1}: {2}",
+                       spec.key(), bwd.key(), failed.message);
+    }
+    kernel->backwardFamily = generator::familyName(bwd.family).str();
+    for (tuner::Selection &selection : *backward)
+      kernel->variants.push_back(std::move(selection));
+  }
   for (const tuner::Selection &selection : kernel->variants) {
     if (!selection.kernel)
       return makeError(ErrorCode::Internal, "the tuner returned variant {0}/{1} unloaded",
@@ -238,12 +265,8 @@ llvm::Error releaseKernel(fj_kernel_s *kernel) {
 
 // The hot path: no allocation, no lock, no synchronisation on success.
 llvm::Error forward(const fj_kernel_s *kernel, const fj_forward_args *args, void *stream) {
-  if (!kernel)
-    return makeError(ErrorCode::InvalidValue, "kernel is NULL");
-  if (kernel->magic != kKernelMagic)
-    return makeError(ErrorCode::InvalidValue,
-                     "kernel {0} is not a live kernel (released already, or not one)",
-                     (const void *)kernel);
+  if (llvm::Error error = checkKernelMagic(kernel))
+    return error;
   FjForwardParams params;
   bool noWork = false;
   if (llvm::Error error = checkForwardArgs(kernel->desc, args, params, noWork))
@@ -260,9 +283,15 @@ llvm::Error forward(const fj_kernel_s *kernel, const fj_forward_args *args, void
     return makeError(ErrorCode::Internal, "kernel {0} has no variant to dispatch to",
                      kernel->specKey);
   const tuner::Selection *variant = &kernel->variants[index];
-  // Arguments a TMA kernel cannot take go to the fallback family's variants.
-  if (variant->kernel->geometry().tma.enabled && tuner::tmaArgumentProblem(params)) {
-    int fallback = tuner::nearestBucket(buckets.drop_front(kernel->familyVariants), wanted);
+  // Arguments a TMA kernel cannot take go to the fallback family's variants. (The
+  // forward families' variants are forward kernels: getKernel loaded them so.)
+  auto forwardKernel = [](const tuner::Selection &s) -> const tuner::ForwardKernel & {
+    return static_cast<const tuner::ForwardKernel &>(*s.kernel);
+  };
+  if (forwardKernel(*variant).geometry().tma.enabled && tuner::tmaArgumentProblem(params)) {
+    llvm::ArrayRef<tuner::Bucket> fallbacks = buckets.slice(
+        kernel->familyVariants, kernel->backwardBegin - kernel->familyVariants);
+    int fallback = tuner::nearestBucket(fallbacks, wanted);
     if (fallback < 0)
       return makeError(ErrorCode::NotSupported, "kernel {0} ({1}, no fallback family): {2}",
                        kernel->specKey, kernel->family,
@@ -271,7 +300,7 @@ llvm::Error forward(const fj_kernel_s *kernel, const fj_forward_args *args, void
   }
   if (llvm::Error error = kernel->context->device->makeCurrent())
     return error;
-  return variant->kernel->launch(params, static_cast<CUstream>(stream));
+  return forwardKernel(*variant).launch(params, static_cast<CUstream>(stream));
 }
 
 llvm::Error kernelInfo(const fj_kernel_s *kernel, struct fj_kernel_info *info) {
@@ -298,6 +327,8 @@ llvm::Error kernelInfo(const fj_kernel_s *kernel, struct fj_kernel_info *info) {
   out.shared_bytes = primary.sharedBytes;
   out.tuned_us = primary.tunedUs;
   out.get_ms = kernel->getMs;
+  out.backward_family = kernel->backwardFamily.c_str();
+  out.num_backward_variants = (int32_t)kernel->variants.size() - kernel->backwardBegin;
   return copyOutStruct(out, info, "info", "struct fj_kernel_info");
 }
 

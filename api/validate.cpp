@@ -1,4 +1,5 @@
 #include "api/validate.h"
+#include "api/validate_tensor.h"
 
 #include "support/error.h"
 
@@ -31,23 +32,25 @@ llvm::Error checkHint(const char *field, int value) {
   return llvm::Error::success();
 }
 
-// One dimension of a tensor as the kernels walk it.
-struct Dim {
-  const char *strideField;  // "q_seq_stride"
-  int64_t stride;
-  int64_t size;             // elements along it (an upper bound for varlen rows)
-};
+llvm::Error checkSize(const char *field, int value, int limit, const char *why) {
+  if (value < 0)
+    return makeError(ErrorCode::InvalidValue, "args->{0} is {1}: must be >= 0", field, value);
+  if (value > limit)
+    return makeError(ErrorCode::NotSupported, "args->{0} is {1}: at most {2} ({3})", field,
+                     value, limit, why);
+  return llvm::Error::success();
+}
 
-// A tensor of the forward pass: its pointer, its three strided dimensions and its
-// contiguous last dimension.
-struct Tensor {
-  const char *name;         // "q"
-  const void *ptr;
-  Dim dims[3];
-  int lastDim;
-};
+llvm::Error checkAligned(const char *field, const void *ptr, unsigned alignment) {
+  if (reinterpret_cast<uintptr_t>(ptr) % alignment != 0)
+    return makeError(ErrorCode::InvalidValue, "args->{0} is {1}: not {2}-byte aligned", field,
+                     ptr, alignment);
+  return llvm::Error::success();
+}
 
-llvm::Error checkStride(const Dim &dim) {
+} // namespace
+
+static llvm::Error checkStride(const Dim &dim) {
   if (dim.size <= 1)
     return llvm::Error::success();  // never multiplied by an index other than 0
   if (dim.stride < 0)
@@ -95,24 +98,6 @@ llvm::Error checkTensor(const Tensor &t) {
   }
   return llvm::Error::success();
 }
-
-llvm::Error checkSize(const char *field, int value, int limit, const char *why) {
-  if (value < 0)
-    return makeError(ErrorCode::InvalidValue, "args->{0} is {1}: must be >= 0", field, value);
-  if (value > limit)
-    return makeError(ErrorCode::NotSupported, "args->{0} is {1}: at most {2} ({3})", field,
-                     value, limit, why);
-  return llvm::Error::success();
-}
-
-llvm::Error checkAligned(const char *field, const void *ptr, unsigned alignment) {
-  if (reinterpret_cast<uintptr_t>(ptr) % alignment != 0)
-    return makeError(ErrorCode::InvalidValue, "args->{0} is {1}: not {2}-byte aligned", field,
-                     ptr, alignment);
-  return llvm::Error::success();
-}
-
-} // namespace
 
 std::string floatText(double value) {
   char text[32];
@@ -175,6 +160,7 @@ llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *in) {
   out.seqQHint = d.seqlen_q_hint > 0 ? d.seqlen_q_hint : 1024;
   out.seqKHint = d.seqlen_k_hint > 0 ? d.seqlen_k_hint : out.seqQHint;
   out.batchHint = d.batch_hint > 0 ? d.batch_hint : 1;
+  out.backward = d.backward != 0;
   return out;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "flashjit/flashjit.h"
+#include "templates/fj_bwd_params.h"
 #include "templates/fj_params.h"
 
 #include "llvm/Support/Error.h"
@@ -46,6 +47,7 @@ struct AttentionDesc {
   int headsQ = 0, headsKV = 0;
   float scale = 0;  // resolved: never 0
   int seqQHint = 0, seqKHint = 0, batchHint = 0;  // resolved: >= 1
+  bool backward = false;  // the kernel also carries the backward pass
 };
 
 llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *desc);
@@ -55,6 +57,11 @@ llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *desc);
 // must be launched.
 llvm::Error checkForwardArgs(const AttentionDesc &desc, const fj_forward_args *args,
                              FjForwardParams &params, bool &noWork);
+
+// Checks backward arguments for a kernel of `desc` and fills the kernels' parameters
+// (the workspace pointers are left null: the caller binds them). `noWork` as above.
+llvm::Error checkBackwardArgs(const AttentionDesc &desc, const fj_backward_args *args,
+                              FjBackwardParams &params, bool &noWork);
 
 } // namespace flashjit::api
 

@@ -6,15 +6,35 @@
 
 #include <cstring>
 
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cstddef>
+#include <string>
+
 namespace flashjit::api {
+
+// The smallest struct_size a caller may pass: sizeof(T), or, for a struct that grew in a
+// later version, its size in the version that introduced it (the fields appended since
+// then read as zero on input and are not written on output).
+template <typename T> constexpr size_t minStructSize() { return sizeof(T); }
+template <> constexpr size_t minStructSize<fj_attention_desc>() {
+  return offsetof(fj_attention_desc, backward);  // 0.1
+}
+template <> constexpr size_t minStructSize<struct fj_kernel_info>() {
+  return offsetof(struct fj_kernel_info, backward_family);  // 0.1
+}
 
 template <typename T>
 llvm::Error checkStructSize(size_t size, const char *name, const char *typeName) {
-  if (size < sizeof(T))
+  if (size < minStructSize<T>())
     return makeError(ErrorCode::InvalidValue,
-                     "{0}->struct_size is {1}, smaller than sizeof({2}) = {3}: set it with "
-                     "sizeof or the _init function",
-                     name, size, typeName, sizeof(T));
+                     "{0}->struct_size is {1}, smaller than sizeof({2}) = {3}{4}: set it "
+                     "with sizeof or the _init function",
+                     name, size, typeName, sizeof(T),
+                     minStructSize<T>() < sizeof(T)
+                         ? llvm::formatv(" (or {0}, its size in flashjit 0.1)",
+                                         minStructSize<T>()).str()
+                         : std::string());
   if (size > kMaxStructSize)
     return makeError(ErrorCode::InvalidValue,
                      "{0}->struct_size is {1}: not a plausible size of {2} (this version's "
@@ -33,6 +53,11 @@ llvm::Error copyInStruct(const T *in, const char *name, const char *typeName, T 
   // Fields of a newer version: fine while unused (zero), else we would ignore a
   // request the caller made.
   const unsigned char *bytes = reinterpret_cast<const unsigned char *>(in);
+  if (size < sizeof(T)) {  // an older version's struct: what it lacks reads as zero
+    std::memset(&out, 0, sizeof(T));
+    std::memcpy(&out, in, size);
+    return llvm::Error::success();
+  }
   for (size_t i = sizeof(T); i < size; ++i)
     if (bytes[i] != 0)
       return makeError(ErrorCode::NotSupported,
@@ -50,6 +75,11 @@ llvm::Error copyOutStruct(const T &value, T *out, const char *name, const char *
   size_t size = out->struct_size;
   if (llvm::Error error = checkStructSize<T>(size, name, typeName))
     return error;
+  if (size < sizeof(T)) {  // an older version's struct: only the fields it has
+    std::memcpy(out, &value, size);
+    out->struct_size = size;
+    return llvm::Error::success();
+  }
   std::memcpy(out, &value, sizeof(T));
   out->struct_size = size;
   std::memset(reinterpret_cast<unsigned char *>(out) + sizeof(T), 0, size - sizeof(T));

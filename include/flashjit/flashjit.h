@@ -203,6 +203,11 @@ typedef struct fj_attention_desc {
   int32_t seqlen_q_hint;
   int32_t seqlen_k_hint;
   int32_t batch_hint;
+  /* Non-zero: the kernel also carries the backward pass (fj_backward), chosen by the
+   * same tune mode and cached like the forward. 0 (the default): forward only, and
+   * fj_kernel_get prepares nothing for gradients. (Added in 0.2: a struct_size that
+   * ends before this field is accepted and reads as 0.) */
+  int32_t backward;
 } fj_attention_desc;
 
 /* Zeroes `desc` and sets its struct_size (dtype must still be chosen). */
@@ -302,6 +307,79 @@ FJ_API fj_status fj_validate_forward_args(const fj_attention_desc *desc,
  * from the kernel itself appear later, on the stream, as with any CUDA launch. */
 FJ_API fj_status fj_forward(fj_kernel kernel, const fj_forward_args *args, void *stream);
 
+/* ---- Backward pass ----------------------------------------------------------------
+ *
+ * Gradients of o = softmax(q k^T * scale [causal mask]) v with respect to q, k and v,
+ * given the gradient of o (dout). The probabilities are recomputed from q, k and the
+ * forward's log-sum-exp, so no N x N matrix is ever stored. With GQA/MQA, dk and dv
+ * of a key/value head are summed over the query heads that share it.
+ *
+ * Strides, alignment and sizes follow fj_forward_args (16-byte aligned tensors, strides
+ * in elements, multiples of 8, last dimension contiguous). dq, dk and dv are written
+ * in full (rows no query attends to get zeros) and must not overlap each other or any
+ * input (not checked). */
+typedef struct fj_backward_args {
+  size_t struct_size;  /* sizeof(fj_backward_args) */
+  /* Inputs: the forward's q, k, v, its output o and log-sum-exp lse (as fj_forward
+   * wrote them; lse is required), and dout, the gradient of o (shaped like o). */
+  const void *q;
+  const void *k;
+  const void *v;
+  const void *o;
+  const void *dout;
+  const float *lse;
+  /* Outputs (written): dq shaped like q, dk like k, dv like v. */
+  void *dq;
+  void *dk;
+  void *dv;
+  int32_t batch;     /* >= 0; 0 is a valid no-op */
+  int32_t seqlen_q;  /* >= 0; with cu_seqlens: the longest query sequence */
+  int32_t seqlen_k;  /* >= 0; with cu_seqlens: the longest key sequence */
+  int64_t q_batch_stride, q_seq_stride, q_head_stride;
+  int64_t k_batch_stride, k_seq_stride, k_head_stride;
+  int64_t v_batch_stride, v_seq_stride, v_head_stride;
+  int64_t o_batch_stride, o_seq_stride, o_head_stride;
+  int64_t dout_batch_stride, dout_seq_stride, dout_head_stride;
+  int64_t dq_batch_stride, dq_seq_stride, dq_head_stride;
+  int64_t dk_batch_stride, dk_seq_stride, dk_head_stride;
+  int64_t dv_batch_stride, dv_seq_stride, dv_head_stride;
+  /* Variable-length batches, as in fj_forward_args (both or neither). total_q is
+   * required with them (lse's row stride); total_k may be 0 when not known. */
+  const int32_t *cu_seqlens_q;
+  const int32_t *cu_seqlens_k;
+  int64_t total_q;
+  int64_t total_k;
+  /* Non-zero: bitwise-identical gradients from run to run (dq by a pass of its own
+   * instead of fp32 atomics; somewhat slower). */
+  int32_t deterministic;
+  /* Scratch device memory of at least fj_backward_workspace_size() bytes, 16-byte
+   * aligned, not used by anything else while the call runs on `stream`. Its contents
+   * need not be initialised and are undefined afterwards. */
+  void *workspace;
+  size_t workspace_bytes;
+} fj_backward_args;
+
+/* Zeroes `args` and sets its struct_size. */
+FJ_API void fj_backward_args_init(fj_backward_args *args);
+
+/* Checks backward arguments against a description without a device (what fj_backward
+ * checks before it launches, except the workspace size): FJ_SUCCESS, or the status and
+ * message fj_backward would give. */
+FJ_API fj_status fj_validate_backward_args(const fj_attention_desc *desc,
+                                           const fj_backward_args *args);
+
+/* The workspace fj_backward needs for `args` (only its sizes, cu_seqlens presence,
+ * total_q and deterministic are read; pointers may be NULL): *bytes, a multiple of 256.
+ * The kernel must have been obtained with desc.backward set. */
+FJ_API fj_status fj_backward_workspace_size(fj_kernel kernel, const fj_backward_args *args,
+                                            size_t *bytes);
+
+/* Writes dq, dk and dv. Launches on `stream` and returns without waiting; like
+ * fj_forward it never compiles, tunes, allocates or synchronizes (graph-capturable).
+ * The kernel must have been obtained with desc.backward set (FJ_ERROR_INVALID_VALUE
+ * otherwise); the variant is picked by shape bucket as for fj_forward. */
+FJ_API fj_status fj_backward(fj_kernel kernel, const fj_backward_args *args, void *stream);
+
 /* ---- What a kernel is ---------------------------------------------------------- */
 
 /* A kernel holds one or more variants, each tuned (or chosen) for one shape bucket.
@@ -314,7 +392,8 @@ struct fj_kernel_info {
   const char *spec_key;     /* "fwd_wgmma.bf16.d128.dv128.causal.sm90a" */
   const char *device_key;   /* the tuning cache's device key */
   /* >= 1: the primary family's variants, then the fallback family's (fj_kernel_get;
-   * their binary_key_text names the family, their note says "fallback"). */
+   * their binary_key_text names the family, their note says "fallback"), then the
+   * backward pass's (see num_backward_variants). */
   int32_t num_variants;
   int32_t primary_variant;  /* index of the variant for the description's hinted bucket */
   /* Variants that fj_kernel_get compiled or tuned, fallback included (0: everything
@@ -327,6 +406,12 @@ struct fj_kernel_info {
   int32_t shared_bytes;     /* dynamic shared memory per block */
   double tuned_us;          /* median time when it was tuned; 0 when never timed */
   double get_ms;            /* how long fj_kernel_get took for this handle */
+  /* The backward pass (desc.backward): its family ("bwd_mma"; "" when the kernel has
+   * none) and how many variants it has; they are the last num_backward_variants of
+   * the kernel's variants (fj_kernel_variant_info). num_variants counts them too.
+   * (Added in 0.2: a struct_size that ends before them is accepted.) */
+  const char *backward_family;
+  int32_t num_backward_variants;
 };
 
 FJ_API fj_status fj_kernel_info(fj_kernel kernel, struct fj_kernel_info *info);

@@ -30,7 +30,8 @@ std::vector<BadInput> badInputs() {
       // struct_size
       {"DescStructSizeZero", [](D &d, A &) { d.struct_size = 0; }, FJ_ERROR_INVALID_VALUE,
        {"desc->struct_size is 0", "sizeof(fj_attention_desc)"}},
-      {"DescStructSizeTooSmall", [](D &d, A &) { d.struct_size = sizeof(D) - 4; },
+      {"DescStructSizeTooSmall",
+       [](D &d, A &) { d.struct_size = offsetof(fj_attention_desc, backward) - 4; },
        FJ_ERROR_INVALID_VALUE, {"desc->struct_size", "smaller"}},
       {"DescStructSizeGarbage", [](D &d, A &) { d.struct_size = (size_t)1 << 40; },
        FJ_ERROR_INVALID_VALUE, {"desc->struct_size", "1099511627776"}},

@@ -109,6 +109,22 @@ TEST(ApiValidate, NewerStructVersionsWithUnusedFieldsAreAccepted) {
                         {"desc has struct_size", "does not know"}));
 }
 
+// A caller built against 0.1's header passes a description without `backward`: it is
+// accepted and the missing field reads as 0, whatever lies after the struct in memory.
+TEST(ApiValidate, OlderDescriptionWithoutBackwardIsAccepted) {
+  struct OldDescInBiggerBuffer {
+    fj_attention_desc desc;
+    int32_t garbage[4];
+  } old;
+  std::memset(&old, 0x5A, sizeof(old));
+  fj_attention_desc valid = validDesc();
+  std::memcpy(&old.desc, &valid, offsetof(fj_attention_desc, backward));
+  old.desc.struct_size = offsetof(fj_attention_desc, backward);
+  EXPECT_TRUE(succeeds(fj_validate_attention_desc(&old.desc)));
+  fj_forward_args args = validArgs(valid);
+  EXPECT_TRUE(succeeds(fj_validate_forward_args(&old.desc, &args)));
+}
+
 TEST(ApiValidate, InitFunctionsSetStructSize) {
   fj_context_options options;
   std::memset(&options, 0xAB, sizeof(options));
