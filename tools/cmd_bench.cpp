@@ -12,6 +12,7 @@
 #include "tuner/gpu_specs.h"
 #include "tuner/loaded_kernel.h"
 #include "tuner/measure.h"
+#include "tuner/operation.h"
 #include "tuner/roofline.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -29,7 +30,7 @@ using namespace flashjit;
 
 cl::SubCommand benchCommand("bench",
                             "Time a kernel family on the peers' shapes over hand-picked tiles");
-cl::opt<std::string> familyOpt("family", cl::desc("fwd_mma or fwd_wgmma (sm_90a)"),
+cl::opt<std::string> familyOpt("family", cl::desc("fwd_mma, fwd_wgmma (sm_90a) or bwd_mma"),
                                cl::init("fwd_mma"), cl::sub(benchCommand));
 cl::list<int> headDims("head-dims", cl::desc("Head dims"), cl::CommaSeparated,
                        cl::sub(benchCommand));
@@ -64,6 +65,12 @@ const char *kDefaultWgmmaTiles[] = {
     "bm128.bn64.w12.s2",  "bm128.bn80.w12.s2",  "bm128.bn96.w12.s2",  "bm128.bn112.w12.s2",
     "bm128.bn128.w12.s2", "bm128.bn144.w12.s2", "bm128.bn176.w12.s2", "bm128.bn64.w12.s3",
     "bm192.bn128.w16.s2", "bm192.bn160.w16.s2", "bm192.bn192.w16.s2", "bm64.bn128.w8.s2"};
+// bwd_mma: block_m is the query step, block_n the keys per CTA (those that do not fit a
+// head dim's registers or shared memory are skipped with the reason).
+const char *kDefaultBwdMmaTiles[] = {
+    "bm16.bn64.w4.s2",  "bm32.bn64.w4.s2",  "bm64.bn64.w4.s2",  "bm32.bn128.w8.s2",
+    "bm64.bn128.w8.s2", "bm32.bn128.w4.s2", "bm64.bn128.w4.s2", "bm16.bn128.w8.s2",
+    "bm32.bn64.w4.s3",  "bm64.bn128.w8.s3", "bm128.bn128.w8.s2", "bm32.bn256.w8.s2"};
 
 int fail(llvm::Error error) {
   llvm::errs() << "flashjit bench: " << llvm::toString(std::move(error)) << "\n";
@@ -73,7 +80,7 @@ int fail(llvm::Error error) {
 struct Candidate {
   generator::KernelSpec spec;
   generator::TileConfig tile;
-  std::unique_ptr<tuner::ForwardKernel> kernel;
+  std::unique_ptr<tuner::LoadedKernel> kernel;
   std::string rejected;  // why it is not timed
   bool wrong = false;    // failed the check, timed only under --time-wrong-output
   int registers = 0;
@@ -103,10 +110,13 @@ int runBench() {
   auto family = generator::parseFamily(familyOpt);
   if (!family)
     return fail(family.takeError());
+  const tuner::Operation &operation = tuner::operationFor(*family);
   std::vector<std::string> tileKeys(tiles.begin(), tiles.end());
   if (tileKeys.empty()) {
     if (*family == generator::Family::FwdWgmma)
       tileKeys.assign(std::begin(kDefaultWgmmaTiles), std::end(kDefaultWgmmaTiles));
+    else if (*family == generator::Family::BwdMma)
+      tileKeys.assign(std::begin(kDefaultBwdMmaTiles), std::end(kDefaultBwdMmaTiles));
     else
       tileKeys.assign(std::begin(kDefaultMmaTiles), std::end(kDefaultMmaTiles));
   }
@@ -146,7 +156,7 @@ int runBench() {
         continue;
       pool.async([&, i] {
         Candidate &c = candidates[i];
-        auto kernel = generator::emitForward(c.spec, c.tile);
+        auto kernel = generator::emitKernel(c.spec, c.tile);
         llvm::Expected<runtime::CompiledBinary> binary =
             kernel ? tuner::compileEmitted(*kernel, c.spec.target)
                    : llvm::Expected<runtime::CompiledBinary>(kernel.takeError());
@@ -168,8 +178,7 @@ int runBench() {
     Candidate &c = candidates[i];
     if (!c.rejected.empty())
       continue;
-    auto loaded = tuner::ForwardKernel::load(binaries[i].cubin, emitted[i].entryName,
-                                             tuner::LaunchGeometry::of(emitted[i]));
+    auto loaded = operation.load(binaries[i].cubin, emitted[i]);
     if (!loaded) {
       c.rejected = llvm::toString(loaded.takeError());
       continue;
@@ -180,7 +189,9 @@ int runBench() {
     small.headsKV = 2;
     small.seqQ = 257;
     small.seqK = 389;
-    auto checker = tuner::ForwardChecker::create(c.spec, small, 42, nullptr);
+    small.headDim = c.spec.headDim;
+    small.headDimV = c.spec.headDimV;
+    auto checker = operation.makeChecker(c.spec, small, 42, nullptr);
     if (!checker)
       return fail(checker.takeError());
     auto report = (*checker)->check(**loaded, nullptr);
@@ -219,14 +230,16 @@ int runBench() {
           shape.headDim = shape.headDimV = d;
           shape.withLse = true;
           auto dtype = generator::parseDType(type);
-          auto problem = tuner::TimingProblem::create(*dtype, shape, props.l2Bytes);
-          if (!problem)
-            return fail(problem.takeError());
           generator::KernelSpec modelSpec;
           modelSpec.family = *family;
+          modelSpec.dtype = *dtype;
           modelSpec.headDim = modelSpec.headDimV = d;
           modelSpec.causal = causal;
-          tuner::AttentionShape model = tuner::attentionShapeOf(modelSpec, shape);
+          modelSpec.target = props.target();
+          auto problem = operation.makeTimingProblem(modelSpec, shape, props.l2Bytes);
+          if (!problem)
+            return fail(problem.takeError());
+          const double flops = operation.flops(modelSpec, shape);
           llvm::json::Object perTile;
           double bestUs = 0;
           const Candidate *best = nullptr;
@@ -237,7 +250,6 @@ int runBench() {
             auto m = (*problem)->time(*c.kernel, nullptr);
             if (!m)
               return fail(m.takeError());
-            double flops = (double)tuner::attentionFlops(model);
             perTile[c.tile.key()] = llvm::json::Object{
                 {"us", m->medianUs}, {"tflops", flops / m->medianUs / 1e6},
                 {"spread", m->spread()}, {"registers", c.registers},
@@ -249,16 +261,13 @@ int runBench() {
           }
           if (!best)
             continue;
-          double flops = (double)tuner::attentionFlops(model);
+          // The operation's roofline floor: FLOPs at peak or compulsory bytes at HBM.
           double fraction = 0;
-          if (auto est = tuner::estimate(model, gpu, best->tile.blockM, 4, true)) {
-            if (auto cmp = tuner::compareMeasured(*est, bestUs * 1e-6))
-              fraction = cmp->fractionOfRoofline;
-            else
-              llvm::consumeError(cmp.takeError());
-          } else {
-            llvm::consumeError(est.takeError());
-          }
+          tuner::RooflinePoint floor = operation.floor(modelSpec, shape, gpu);
+          if (auto f = tuner::fractionOfRoofline(floor.predictedSeconds, bestUs * 1e-6))
+            fraction = *f;
+          else
+            llvm::consumeError(f.takeError());
           llvm::outs() << llvm::formatv(
               "{0,-5} {1,4} {2,6} {3,4} {4,4} {5,-7} {6,-18} {7,10:f1} {8,8:f1} {9,8:f1}%{10}\n",
               type, d, n, shape.batch, shape.headsQ, causal ? "yes" : "no",

@@ -90,7 +90,7 @@ SpaceRow compileForSpace(const generator::KernelSpec &spec, const generator::Til
                    .str();
     return row;
   };
-  auto kernel = generator::emitForward(spec, tile);
+  auto kernel = generator::emitKernel(spec, tile);
   if (!kernel)
     return failed(kernel.takeError());
   auto binary = compileKernel(spec, *kernel);
@@ -177,7 +177,7 @@ int runGen() {
     llvm::outs() << *config;
     return 0;
   }
-  auto kernel = generator::emitForward(spec, tile);
+  auto kernel = generator::emitKernel(spec, tile);
   if (!kernel)
     return fail(kernel.takeError());
   if (!output.empty()) {

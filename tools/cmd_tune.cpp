@@ -52,8 +52,13 @@ cl::list<unsigned> batchHeads("batch-heads",
 cl::opt<std::string> family("family",
                             cl::desc("Kernel family: auto (what the C API loads on each "
                                      "target: fwd_wgmma and its fwd_mma fallback on sm_90a, "
-                                     "fwd_mma elsewhere), fwd_mma or fwd_wgmma"),
+                                     "fwd_mma elsewhere), fwd_mma, fwd_wgmma or bwd_mma "
+                                     "(the backward pass)"),
                             cl::init("auto"), cl::sub(sub), cl::cat(sweepCat));
+cl::opt<bool> backwardFlag("backward",
+                           cl::desc("With --family auto: also the backward pass (bwd_mma), "
+                                    "what fj_kernel_get loads for desc.backward"),
+                           cl::sub(sub), cl::cat(sweepCat));
 cl::opt<bool> defaultSweepFlag("default-sweep",
                                cl::desc("The default sweep (what plain `flashjit tune` runs)"),
                                cl::sub(sub), cl::cat(sweepCat));
@@ -110,10 +115,12 @@ llvm::Expected<SweepConfig> sweepConfig() {
     if (!fam) {
       llvm::consumeError(fam.takeError());
       return makeError(ErrorCode::InvalidValue,
-                       "--family '{0}': expected auto, fwd_mma or fwd_wgmma", family);
+                       "--family '{0}': expected auto, fwd_mma, fwd_wgmma or bwd_mma",
+                       family);
     }
     c.families = {*fam};
   }
+  c.backward = backwardFlag;
   if (headDims.getNumOccurrences())
     c.headDims.assign(headDims.begin(), headDims.end());
   if (dtypes.getNumOccurrences()) {

@@ -164,8 +164,10 @@ TEST(FwdWgmma, BitwiseIdenticalReruns) {
     KernelSpec spec = wgmmaSpec(128, 128, DType::BF16, causal);
     TileConfig tile = generator::defaultTile(spec);
     std::string error;
-    const tuner::ForwardKernel *kernel = KernelPool::get().find(spec, tile, error);
-    ASSERT_NE(kernel, nullptr) << error;
+    const tuner::LoadedKernel *loaded = KernelPool::get().find(spec, tile, error);
+    ASSERT_NE(loaded, nullptr) << error;
+    const tuner::ForwardKernel *kernel = tuner::ForwardKernel::of(*loaded);
+    ASSERT_NE(kernel, nullptr);
     auto checker = tuner::ForwardChecker::create(spec, shapeOf(1, 16, 16, 4000, 4000), 21, nullptr);
     ASSERT_TRUE((bool)checker) << llvm::toString(checker.takeError());
     auto first = (*checker)->run(*kernel, nullptr);

@@ -7,6 +7,7 @@
 #include "generator/emit.h"
 #include "tuner/checker.h"
 #include "tuner/loaded_kernel.h"
+#include "tuner/operation.h"
 
 #include "llvm/Support/ThreadPool.h"
 
@@ -59,8 +60,9 @@ public:
       std::string key = spec.key() + "/" + tile.key();
       if (kernels_.count(key) || errors_.count(key))
         continue;
+      families_[key] = spec.family;
       threads.async([&, spec = spec, tile = tile, key] {
-        auto kernel = generator::emitForward(spec, tile);
+        auto kernel = generator::emitKernel(spec, tile);
         if (!kernel) {
           std::lock_guard<std::mutex> lock(mutex);
           errors_[key] = llvm::toString(kernel.takeError());
@@ -79,15 +81,18 @@ public:
     threads.wait();
     for (auto &[key, binary] : binaries) {
       const generator::EmittedKernel &k = emitted[key];
-      auto loaded =
-          tuner::ForwardKernel::load(binary.cubin, k.entryName, tuner::LaunchGeometry::of(k));
+      if (binary.spillStoreBytes + binary.spillLoadBytes > 0) {
+        errors_[key] = "spills " + std::to_string(binary.spillStoreBytes) + " bytes";
+        continue;
+      }
+      auto loaded = tuner::operationFor(families_[key]).load(binary.cubin, k);
       if (!loaded)
         errors_[key] = llvm::toString(loaded.takeError());
       else
         kernels_[key] = std::move(*loaded);
     }
   }
-  const tuner::ForwardKernel *find(const KernelSpec &spec, const TileConfig &tile,
+  const tuner::LoadedKernel *find(const KernelSpec &spec, const TileConfig &tile,
                                    std::string &error) {
     prepare({{spec, tile}});
     std::string key = spec.key() + "/" + tile.key();
@@ -98,7 +103,8 @@ public:
   }
 
 private:
-  std::map<std::string, std::unique_ptr<tuner::ForwardKernel>> kernels_;
+  std::map<std::string, std::unique_ptr<tuner::LoadedKernel>> kernels_;
+  std::map<std::string, generator::Family> families_;
   std::map<std::string, std::string> errors_;
 };
 
@@ -106,10 +112,10 @@ private:
 inline std::string checkShape(const KernelSpec &spec, const TileConfig &tile,
                               const tuner::ForwardShape &shape, uint64_t seed) {
   std::string error;
-  const tuner::ForwardKernel *kernel = KernelPool::get().find(spec, tile, error);
+  const tuner::LoadedKernel *kernel = KernelPool::get().find(spec, tile, error);
   if (!kernel)
     return "compile/load failed: " + error;
-  auto checker = tuner::ForwardChecker::create(spec, shape, seed, nullptr);
+  auto checker = tuner::operationFor(spec.family).makeChecker(spec, shape, seed, nullptr);
   if (!checker)
     return "reference failed: " + llvm::toString(checker.takeError());
   auto report = (*checker)->check(*kernel, nullptr);

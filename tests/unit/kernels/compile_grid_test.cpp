@@ -1,7 +1,8 @@
 // NVRTC compiles every variant of the grid (no GPU needed): head dims x dtypes x
 // causal with the default tiles, fwd_mma for sm_80 and sm_90a (no register spills for
-// head_dim <= 128) and fwd_wgmma for sm_90a (no spills at any head dim, and no ptxas
-// warning that serializes wgmma or ignores setmaxnreg). Prints the compile times.
+// head_dim <= 128), fwd_wgmma for sm_90a (no spills at any head dim, and no ptxas
+// warning that serializes wgmma or ignores setmaxnreg), and the backward pass bwd_mma
+// for sm_80 and sm_90a (no spills at any head dim). Prints the compile times.
 #include "generator/emit.h"
 #include "tuner/loaded_kernel.h"
 
@@ -29,6 +30,7 @@ TEST_P(CompileGrid, EveryHeadDimCompiles) {
   auto [familyTarget, dtype, causal] = GetParam();
   const char *target = familyTarget.target;
   const bool wgmma = familyTarget.family == generator::Family::FwdWgmma;
+  const bool backward = familyTarget.family == generator::Family::BwdMma;
   std::vector<double> times;
   for (int d : kHeadDims) {
     generator::KernelSpec spec;
@@ -38,13 +40,13 @@ TEST_P(CompileGrid, EveryHeadDimCompiles) {
     spec.causal = causal;
     spec.target = target;
     generator::TileConfig tile = generator::defaultTile(spec);
-    auto kernel = generator::emitForward(spec, tile);
+    auto kernel = generator::emitKernel(spec, tile);
     ASSERT_TRUE(bool(kernel)) << llvm::toString(kernel.takeError());
     auto binary = tuner::compileEmitted(*kernel, target);
     ASSERT_TRUE(bool(binary)) << spec.key() << ": " << llvm::toString(binary.takeError());
     EXPECT_GT(binary->cubin.size(), 1000u);
     EXPECT_GT(binary->registers, 0) << spec.key();
-    if (d <= 128 || wgmma) {
+    if (d <= 128 || wgmma || backward) {
       EXPECT_EQ(binary->spillStoreBytes, 0) << spec.key() << " " << tile.key();
       EXPECT_EQ(binary->spillLoadBytes, 0) << spec.key() << " " << tile.key();
     }
@@ -62,7 +64,9 @@ INSTANTIATE_TEST_SUITE_P(
     Targets, CompileGrid,
     ::testing::Combine(::testing::Values(FamilyTarget{generator::Family::FwdMma, "sm_80"},
                                          FamilyTarget{generator::Family::FwdMma, "sm_90a"},
-                                         FamilyTarget{generator::Family::FwdWgmma, "sm_90a"}),
+                                         FamilyTarget{generator::Family::FwdWgmma, "sm_90a"},
+                                         FamilyTarget{generator::Family::BwdMma, "sm_80"},
+                                         FamilyTarget{generator::Family::BwdMma, "sm_90a"}),
                        ::testing::Values(DType::FP16, DType::BF16), ::testing::Bool()),
     [](const auto &info) {
       const FamilyTarget &ft = std::get<0>(info.param);
@@ -70,6 +74,16 @@ INSTANTIATE_TEST_SUITE_P(
              (std::get<1>(info.param) == DType::BF16 ? "_bf16" : "_fp16") +
              (std::get<2>(info.param) ? "_causal" : "_full");
     });
+
+TEST(CompileReference, BackwardBothModesCompile) {
+  for (DType dtype : {DType::FP16, DType::BF16})
+    for (bool emulate : {false, true}) {
+      auto kernel = generator::emitBackwardReference(dtype, emulate, "sm_80");
+      ASSERT_TRUE(bool(kernel)) << llvm::toString(kernel.takeError());
+      auto binary = tuner::compileEmitted(*kernel, "sm_80");
+      ASSERT_TRUE(bool(binary)) << llvm::toString(binary.takeError());
+    }
+}
 
 TEST(CompileReference, BothModesCompile) {
   for (DType dtype : {DType::FP16, DType::BF16})
