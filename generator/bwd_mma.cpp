@@ -7,6 +7,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace flashjit::generator {
 namespace {
@@ -81,22 +82,36 @@ llvm::Error validateBwdMmaTile(const KernelSpec &spec, const TileConfig &tile) {
 
 TileConfig bwdMmaDefaultTile(const KernelSpec &spec) {
   int dmax = std::max(spec.headDim, spec.headDimV);
-  // The largest query step that compiled without spills for sm_80 and sm_90a (nvcc
-  // 13.0): 8 warps of 16 key rows with 64 (d <= 64) or 32 (d <= 128) queries a step;
-  // beyond, 4 warps over 64 keys and 32 queries, in two passes. Steps halve until the
-  // tile fits the target's shared memory.
-  TileConfig tile = dmax <= 64    ? TileConfig{64, 128, 8, 2}
-                    : dmax <= 128 ? TileConfig{32, 128, 8, 2}
-                                  : TileConfig{32, 64, 4, 2};
-  while (true) {
-    llvm::Error err = validateTile(spec, tile);
-    if (!err || tile.blockM == 16) {
+  // The largest query step that compiled without spills for sm_80 and sm_90a (nvcc and
+  // NVRTC 13.0), over 8 warps of 16 key rows: 64 queries a step (d <= 64) or 32 (beyond;
+  // past d = 128 in two passes, dV then dK and dQ). Where 128 keys of K and V do not fit
+  // the target's shared memory (d > 128 on sm_80, 163 KB), 4 warps over 64 keys. Steps
+  // halve until the tile fits. Measured on an H100 (docs/PERF.md, b2): at d = 256,
+  // bm32.bn128.w8 runs 1.26x bm32.bn64.w4.
+  std::vector<TileConfig> candidates;
+  if (dmax <= 64)
+    candidates = {{64, 128, 8, 2}};
+  else if (dmax <= 128)
+    candidates = {{32, 128, 8, 2}};
+  else
+    candidates = {{32, 128, 8, 2}, {32, 64, 4, 2}};
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    TileConfig tile = candidates[i];
+    while (true) {
+      llvm::Error err = validateTile(spec, tile);
+      if (!err)
+        return tile;
       llvm::consumeError(std::move(err));
-      return tile;
+      if (tile.blockM == 16)
+        break;
+      tile.blockM /= 2;
     }
-    llvm::consumeError(std::move(err));
-    tile.blockM /= 2;
   }
+  // Nothing fits (a target with little shared memory): the smallest step of the last
+  // candidate, which validateSpec's callers report.
+  TileConfig last = candidates.back();
+  last.blockM = 16;
+  return last;
 }
 
 std::string bwdMmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {

@@ -81,10 +81,9 @@ public:
     threads.wait();
     for (auto &[key, binary] : binaries) {
       const generator::EmittedKernel &k = emitted[key];
-      if (binary.spillStoreBytes + binary.spillLoadBytes > 0) {
-        errors_[key] = "spills " + std::to_string(binary.spillStoreBytes) + " bytes";
-        continue;
-      }
+      // Kept, but recorded: fwd_mma's default tiles spill a little beyond d = 128 (and
+      // pass); a test of what the tuner may pick skips them (spillBytes).
+      spills_[key] = binary.spillStoreBytes + binary.spillLoadBytes;
       auto loaded = tuner::operationFor(families_[key]).load(binary.cubin, k);
       if (!loaded)
         errors_[key] = llvm::toString(loaded.takeError());
@@ -102,8 +101,15 @@ public:
     return it == kernels_.end() ? nullptr : it->second.get();
   }
 
+  // Bytes the compiled kernel spills (0 when it does not, or was not compiled).
+  int spillBytes(const KernelSpec &spec, const TileConfig &tile) const {
+    auto it = spills_.find(spec.key() + "/" + tile.key());
+    return it == spills_.end() ? 0 : it->second;
+  }
+
 private:
   std::map<std::string, std::unique_ptr<tuner::LoadedKernel>> kernels_;
+  std::map<std::string, int> spills_;
   std::map<std::string, generator::Family> families_;
   std::map<std::string, std::string> errors_;
 };
