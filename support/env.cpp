@@ -10,6 +10,6 @@ std::optional<std::string> getEnv(const char *name) {
   return std::nullopt;
 }
 
-const char *flashjitVersion() { return "0.1.0"; }
+const char *flashjitVersion() { return FLASHJIT_VERSION_STRING; }
 
 } // namespace flashjit

@@ -1,0 +1,290 @@
+"""The torch side: one fj_context per (device, settings), kernel handles cached per
+description, and the operators registered with torch.library (fake implementations for
+torch.compile, autograd through fj_backward)."""
+import ctypes as C
+import math
+import threading
+from typing import List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _capi, _checks
+
+_lock = threading.Lock()
+_contexts = {}   # (device, tune mode, cache path, budget) -> fj_context handle
+_kernels = {}    # (context key, description) -> (handle, info)
+_local = threading.local()
+
+DEFAULT_SETTINGS = dict(tune_mode="auto", cache_path=None, budget_s=0.0)
+settings = dict(DEFAULT_SETTINGS)
+
+
+def current_settings():
+    return getattr(_local, "settings", None) or settings
+
+
+def _context(device: int):
+    s = current_settings()
+    key = (device, s["tune_mode"], s["cache_path"], float(s["budget_s"]))
+    with _lock:
+        if key not in _contexts:
+            lib = _capi.library()
+            opts = _capi.new(_capi.ContextOptions, device=device,
+                             tune_mode=_capi.TUNE_MODES[s["tune_mode"]],
+                             tuning_budget_seconds=float(s["budget_s"]))
+            if s["cache_path"] is not None:
+                opts.user_cache_path = s["cache_path"].encode()
+            handle = C.c_void_p()
+            lib.check("fj_context_create", lib.lib.fj_context_create(C.byref(opts), C.byref(handle)))
+            _contexts[key] = handle
+        return key, _contexts[key]
+
+
+def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints):
+    """The handle for a description (got once, then reused: fj_kernel_get may compile or
+    tune; later calls of any size reuse the handle)."""
+    ctx_key, ctx = _context(device)
+    key = (ctx_key, dtype, d, dv, hq, hkv, causal, scale, backward)
+    with _lock:
+        found = _kernels.get(key)
+    if found is not None:
+        return found
+    lib = _capi.library()
+    if backward and not lib.has_backward:
+        raise RuntimeError(f"flashjit: {lib.path} (version {lib.version()}) has no backward "
+                           f"pass (fj_backward); rebuild the library to train with flashjit")
+    desc = _capi.new(_capi.AttentionDesc, dtype=_capi.FJ_DTYPE_BF16 if dtype == "bf16"
+                     else _capi.FJ_DTYPE_FP16, head_dim=d, head_dim_v=dv, causal=int(causal),
+                     num_heads_q=hq, num_heads_kv=hkv, softmax_scale=scale,
+                     seqlen_q_hint=hints[0], seqlen_k_hint=hints[1], batch_hint=hints[2],
+                     backward=int(backward))
+    handle = C.c_void_p()
+    lib.check("fj_kernel_get", lib.lib.fj_kernel_get(ctx, C.byref(desc), C.byref(handle)))
+    info = _capi.new(_capi.KernelInfo)
+    lib.check("fj_kernel_info", lib.lib.fj_kernel_info(handle, C.byref(info)))
+    with _lock:
+        _kernels.setdefault(key, (handle, info))
+        return _kernels[key]
+
+
+def _stream(device):
+    return C.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+
+
+def _device_index(t):
+    return t.device.index if t.device.index is not None else torch.cuda.current_device()
+
+
+def _out_shapes(q, v, layout, varlen):
+    lay = _checks.Layout(layout, varlen)
+    b, s, h, _ = lay.dims(q)
+    dv = v.shape[-1]
+    if varlen:
+        return (q.shape[0], h, dv), (h, q.shape[0])
+    o = (b, s, h, dv) if lay.name == "bshd" else (b, h, s, dv)
+    return o, (b, h, s)
+
+
+def _sizes(q, k, layout, varlen, max_q, max_k, cu_q):
+    lay = _checks.Layout(layout, varlen)
+    bq, sq, hq, d = lay.dims(q)
+    _, sk, hk, _ = lay.dims(k)
+    if varlen:
+        return lay, cu_q.shape[0] - 1, max_q, max_k, hq, hk, d
+    return lay, bq, sq, sk, hq, hk, d
+
+
+def _set_strides(args, lay, names_tensors):
+    for name, t in names_tensors:
+        b, s, h = lay.strides(t)
+        setattr(args, f"{name}_batch_stride", b)
+        setattr(args, f"{name}_seq_stride", s)
+        setattr(args, f"{name}_head_stride", h)
+
+
+def _aligned(t):
+    """t with a contiguous last dim and strides in multiples of 8, else a contiguous copy."""
+    if t.stride(-1) == 1 and all(s % 8 == 0 for s in t.stride()[:-1]) and t.data_ptr() % 16 == 0:
+        return t
+    return t.contiguous()
+
+
+@torch.library.custom_op("flashjit::attention_fwd", mutates_args=(), device_types="cuda")
+def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, layout: str,
+                  cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+                  max_seqlen_q: int, max_seqlen_k: int, with_backward: bool,
+                  deterministic: bool) -> Tuple[Tensor, Tensor]:
+    varlen = cu_seqlens_q is not None
+    lay, batch, sq, sk, hq, hk, d = _sizes(q, k, layout, varlen, max_seqlen_q, max_seqlen_k,
+                                           cu_seqlens_q)
+    dv = v.shape[-1]
+    o_shape, lse_shape = _out_shapes(q, v, layout, varlen)
+    o = q.new_empty(o_shape)
+    lse = q.new_empty(lse_shape, dtype=torch.float32)
+    device = _device_index(q)
+    handle, _ = kernel(device, _checks.dtype_name(q), d, dv, hq, hk, causal, scale,
+                       with_backward, (sq, sk, batch))
+    lib = _capi.library()
+    args = _capi.new(_capi.ForwardArgs, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
+                     o=o.data_ptr(), lse=lse.data_ptr(), batch=batch, seqlen_q=sq, seqlen_k=sk)
+    _set_strides(args, lay, (("q", q), ("k", k), ("v", v), ("o", o)))
+    if varlen:
+        args.cu_seqlens_q, args.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
+        args.total_q, args.total_k = q.shape[0], k.shape[0]
+    lib.check("fj_forward", lib.lib.fj_forward(handle, C.byref(args), _stream(device)))
+    return o, lse
+
+
+@attention_fwd.register_fake
+def _attention_fwd_fake(q, k, v, causal, scale, layout, cu_seqlens_q, cu_seqlens_k,
+                        max_seqlen_q, max_seqlen_k, with_backward, deterministic):
+    o_shape, lse_shape = _out_shapes(q, v, layout, cu_seqlens_q is not None)
+    return q.new_empty(o_shape), q.new_empty(lse_shape, dtype=torch.float32)
+
+
+@torch.library.custom_op("flashjit::attention_bwd", mutates_args=(), device_types="cuda")
+def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor,
+                  causal: bool, scale: float, layout: str, cu_seqlens_q: Optional[Tensor],
+                  cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
+                  deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    lib = _capi.library()
+    if not lib.has_backward:
+        raise RuntimeError(f"flashjit: {lib.path} (version {lib.version()}) has no backward "
+                           f"pass (fj_backward): gradients cannot be computed")
+    varlen = cu_seqlens_q is not None
+    lay, batch, sq, sk, hq, hk, d = _sizes(q, k, layout, varlen, max_seqlen_q, max_seqlen_k,
+                                           cu_seqlens_q)
+    dout = _aligned(dout)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    device = _device_index(q)
+    handle, _ = kernel(device, _checks.dtype_name(q), d, v.shape[-1], hq, hk, causal, scale,
+                       True, (sq, sk, batch))
+    args = _capi.new(_capi.BackwardArgs, batch=batch, seqlen_q=sq, seqlen_k=sk,
+                     lse=lse.data_ptr(), deterministic=int(deterministic))
+    tensors = (("q", q), ("k", k), ("v", v), ("o", o), ("dout", dout), ("dq", dq),
+               ("dk", dk), ("dv", dv))
+    for name, t in tensors:
+        setattr(args, name, t.data_ptr())
+    _set_strides(args, lay, tensors)
+    if varlen:
+        args.cu_seqlens_q, args.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
+        args.total_q, args.total_k = q.shape[0], k.shape[0]
+    size = C.c_size_t()
+    lib.check("fj_backward_workspace_size",
+              lib.lib.fj_backward_workspace_size(handle, C.byref(args), C.byref(size)))
+    workspace = torch.empty(max(size.value, 16), dtype=torch.uint8, device=q.device)
+    args.workspace, args.workspace_bytes = workspace.data_ptr(), size.value
+    lib.check("fj_backward", lib.lib.fj_backward(handle, C.byref(args), _stream(device)))
+    return dq, dk, dv
+
+
+@attention_bwd.register_fake
+def _attention_bwd_fake(dout, q, k, v, o, lse, causal, scale, layout, cu_seqlens_q,
+                        cu_seqlens_k, max_seqlen_q, max_seqlen_k, deterministic):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    (q, k, v, causal, scale, layout, cu_q, cu_k, max_q, max_k, with_backward,
+     deterministic) = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
+    ctx.args = (causal, scale, layout, max_q, max_k, with_backward, deterministic)
+
+
+def _backward(ctx, dout, dlse):
+    q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
+    causal, scale, layout, max_q, max_k, with_backward, deterministic = ctx.args
+    if not with_backward:
+        raise RuntimeError("flashjit: this attention call was made without gradients in "
+                           "mind (no input required grad when it ran), so its kernel has no "
+                           "backward pass; call it with requires_grad inputs")
+    # lse is returned detached by flashjit.attention: dlse carries nothing.
+    dq, dk, dv = torch.ops.flashjit.attention_bwd(dout, q, k, v, o, lse, causal, scale, layout,
+                                                  cu_q, cu_k, max_q, max_k, deterministic)
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None
+
+
+attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ---- the eager inference fast path -------------------------------------------------
+# Plans per (shapes, strides, dtype, device, causal, scale, layout): the checks done,
+# the kernel got, the arguments laid out; a call copies the template and sets the
+# pointers. Used only outside torch.compile and autograd (the operators serve those).
+_plans = {}
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+class _Plan:
+    __slots__ = ("handle", "template", "o_shape", "dtype", "device", "index")
+
+
+def _make_plan(q, k, v, causal, scale, layout):
+    _, dims = _checks.check_inputs(q, k, v, layout)
+    d = dims["q"][3]
+    if scale is None:
+        scale = 0.0
+    elif not (math.isfinite(scale) and scale > 0):
+        return None  # the general path raises the error
+    lay = _checks.Layout(layout, False)
+    b, sq, hq, _ = lay.dims(q)
+    _, sk, hk, _ = lay.dims(k)
+    plan = _Plan()
+    plan.index = _device_index(q)
+    plan.handle, _ = kernel(plan.index, _checks.dtype_name(q), d, v.shape[-1], hq, hk,
+                            bool(causal), float(scale), False, (sq, sk, b))
+    plan.o_shape, _ = _out_shapes(q, v, layout, False)
+    plan.dtype, plan.device = q.dtype, q.device
+    template = _capi.new(_capi.ForwardArgs, batch=b, seqlen_q=sq, seqlen_k=sk)
+    # o is allocated contiguous in q's layout.
+    o_strides = _contiguous_strides(plan.o_shape)
+    _set_strides(template, lay, (("q", q), ("k", k), ("v", v)))
+    ob, os_, oh = (o_strides[0], o_strides[1], o_strides[2]) if lay.name == "bshd" else \
+        (o_strides[0], o_strides[2], o_strides[1])
+    template.o_batch_stride, template.o_seq_stride, template.o_head_stride = ob, os_, oh
+    plan.template = bytes(template)
+    return plan
+
+
+def _contiguous_strides(shape):
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.insert(0, step)
+        step *= n
+    return strides
+
+
+_grad_enabled = torch.is_grad_enabled
+_is_compiling = torch.compiler.is_compiling
+_empty = torch.empty
+
+
+def fast_forward(q, k, v, causal, scale, layout):
+    """o, or None when the call needs the operator (autograd, torch.compile, errors)."""
+    if (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)) \
+            or _is_compiling():
+        return None
+    # get_device(): an int (-1 on the CPU), cheaper than building torch.device objects.
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype,
+           v.dtype, q.get_device(), k.get_device(), v.get_device(), causal, scale, layout)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _make_plan(q, k, v, causal, scale, layout)
+        if plan is None:
+            return None
+        _plans[key] = plan
+    o = _empty(plan.o_shape, dtype=plan.dtype, device=plan.device)
+    args = _from_template(plan.template)
+    args.q, args.k, args.v, args.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+    stream = _raw_stream(plan.index) if _raw_stream else \
+        torch.cuda.current_stream(plan.device).cuda_stream
+    status = _forward(plan.handle, C.byref(args), stream)
+    if status:
+        _capi.library().check("fj_forward", status)
+    return o
+
+
+_forward = _capi.library().lib.fj_forward
+_from_template = _capi.ForwardArgs.from_buffer_copy
