@@ -286,5 +286,14 @@ def fast_forward(q, k, v, causal, scale, layout):
     return o
 
 
-_forward = _capi.library().lib.fj_forward
+def _forward_holding_gil():
+    """fj_forward through ctypes.PyDLL: the call keeps the GIL (it neither blocks nor
+    calls back; it validates and enqueues, a few microseconds), which saves releasing
+    and re-taking it on every launch."""
+    fn = C.PyDLL(_capi.library().path).fj_forward
+    fn.argtypes, fn.restype = [C.c_void_p, C.POINTER(_capi.ForwardArgs), C.c_void_p], C.c_int
+    return fn
+
+
+_forward = _forward_holding_gil()
 _from_template = _capi.ForwardArgs.from_buffer_copy
