@@ -55,7 +55,7 @@ extern "C" {
 #endif
 
 #define FLASHJIT_VERSION_MAJOR 0
-#define FLASHJIT_VERSION_MINOR 1
+#define FLASHJIT_VERSION_MINOR 2
 #define FLASHJIT_VERSION_PATCH 0
 
 /* ---- Status codes ------------------------------------------------------------ */
