@@ -1,5 +1,7 @@
-// libFuzzer target over the C API's argument checking: fj_validate_attention_desc and
-// fj_validate_forward_args on arbitrary descriptions and arguments, including
+// libFuzzer target over the C API's argument checking: fj_validate_attention_desc,
+// fj_validate_forward_args and fj_validate_backward_args (its arguments derived from
+// the fuzzed forward ones, the tail bytes choosing what differs) on arbitrary
+// descriptions and arguments, including
 // struct_size values that lie (smaller, larger, garbage) and structs from a "newer
 // header" with extra bytes. Beyond "no crash" (ASan/UBSan), it checks what the API
 // promises: a known status, a message naming the entry point on failure, the same
@@ -120,6 +122,97 @@ void checkFailureMessage(fj_status status, const char *function) {
                 "status %d with message \"%s\"", (int)status, message.c_str());
 }
 
+// Backward arguments over the forward's: dout, dq, dk and dv alias o, q, k and v (the
+// validator does not read memory), with strides and flags taken from the tail bytes so
+// each can differ from the tensor it mirrors.
+fj_backward_args backwardArgsOf(const fj_forward_args &f, const ApiFuzzInput &in) {
+  fj_backward_args b;
+  fj_backward_args_init(&b);
+  b.q = f.q, b.k = f.k, b.v = f.v, b.o = f.o, b.lse = f.lse;
+  b.dout = f.o, b.dq = const_cast<void *>(f.q), b.dk = const_cast<void *>(f.k);
+  b.dv = const_cast<void *>(f.v);
+  b.batch = f.batch, b.seqlen_q = f.seqlen_q, b.seqlen_k = f.seqlen_k;
+  int64_t strides[8][3] = {
+      {f.q_batch_stride, f.q_seq_stride, f.q_head_stride},
+      {f.k_batch_stride, f.k_seq_stride, f.k_head_stride},
+      {f.v_batch_stride, f.v_seq_stride, f.v_head_stride},
+      {f.o_batch_stride, f.o_seq_stride, f.o_head_stride},
+      {f.o_batch_stride, f.o_seq_stride, f.o_head_stride},
+      {f.q_batch_stride, f.q_seq_stride, f.q_head_stride},
+      {f.k_batch_stride, f.k_seq_stride, f.k_head_stride},
+      {f.v_batch_stride, f.v_seq_stride, f.v_head_stride}};
+  // Tail byte i (when present) perturbs stride i / 3 of tensor i % 8 by a small amount.
+  for (size_t i = 0; i < in.tail.size() && i < 24; ++i)
+    strides[i % 8][i / 8] += (int8_t)in.tail[i];
+  int64_t *out[8][3] = {{&b.q_batch_stride, &b.q_seq_stride, &b.q_head_stride},
+                        {&b.k_batch_stride, &b.k_seq_stride, &b.k_head_stride},
+                        {&b.v_batch_stride, &b.v_seq_stride, &b.v_head_stride},
+                        {&b.o_batch_stride, &b.o_seq_stride, &b.o_head_stride},
+                        {&b.dout_batch_stride, &b.dout_seq_stride, &b.dout_head_stride},
+                        {&b.dq_batch_stride, &b.dq_seq_stride, &b.dq_head_stride},
+                        {&b.dk_batch_stride, &b.dk_seq_stride, &b.dk_head_stride},
+                        {&b.dv_batch_stride, &b.dv_seq_stride, &b.dv_head_stride}};
+  for (int t = 0; t < 8; ++t)
+    for (int d = 0; d < 3; ++d)
+      *out[t][d] = strides[t][d];
+  b.cu_seqlens_q = f.cu_seqlens_q, b.cu_seqlens_k = f.cu_seqlens_k;
+  b.total_q = f.total_q, b.total_k = f.total_k;
+  b.deterministic = in.tail.size() > 24 ? (int8_t)in.tail[24] : 0;
+  b.workspace = in.tail.size() > 25 ? reinterpret_cast<void *>((uintptr_t)in.tail[25] << 4 |
+                                                               (in.tail[25] & 1 ? 4 : 0))
+                                    : nullptr;
+  return b;
+}
+
+void checkBackward(const fj_attention_desc *desc, const fj_forward_args *args,
+                   const ApiFuzzInput &in, fj_status descStatus) {
+  fj_backward_args b{};
+  if (args)
+    b = backwardArgsOf(*args, in);
+  const fj_backward_args *bp = args ? &b : nullptr;
+  fj_status status = fj_validate_backward_args(desc, bp);
+  FJ_FUZZ_CHECK(knownStatus(status), "backward status %d", (int)status);
+  checkFailureMessage(status, "fj_validate_backward_args");
+  std::string message = fj_last_error_message();
+  FJ_FUZZ_CHECK(fj_validate_backward_args(desc, bp) == status &&
+                    message == fj_last_error_message(),
+                "a second backward call answered differently");
+  if (descStatus != FJ_SUCCESS) {
+    FJ_FUZZ_CHECK(status == descStatus, "desc status %d but backward status %d",
+                  (int)descStatus, (int)status);
+    return;
+  }
+  if (status != FJ_SUCCESS)
+    return;
+  auto checked = flashjit::api::checkDesc(desc);
+  FJ_FUZZ_CHECK((bool)checked, "desc accepted, then rejected");
+  FjBackwardParams p;
+  bool noWork = false;
+  llvm::Error error = flashjit::api::checkBackwardArgs(*checked, bp, p, noWork);
+  FJ_FUZZ_CHECK(!error, "the C API accepted backward arguments the internal check rejects");
+  if (noWork)
+    return;
+  FJ_FUZZ_CHECK(b.deterministic == 0 || b.deterministic == 1, "deterministic %d",
+                b.deterministic);
+  const long long rowsQ = p.fwd.cu_seqlens_q ? (long long)p.fwd.batch * p.fwd.seqlen_q
+                                             : p.fwd.seqlen_q;
+  const long long rowsK = p.fwd.cu_seqlens_q ? (long long)p.fwd.batch * p.fwd.seqlen_k
+                                             : p.fwd.seqlen_k;
+  if (p.fwd.batch > 0 && p.fwd.seqlen_q > 0)
+    FJ_FUZZ_CHECK(p.fwd.lse != nullptr, "backward accepted without lse");
+  if (rowsQ > 0)
+    FJ_FUZZ_CHECK(p.dq && aligned(p.dq, 16) && p.dout && aligned(p.dout, 16) &&
+                      strideOk(p.dq_row_stride, rowsQ) && strideOk(p.dout_row_stride, rowsQ) &&
+                      strideOk(p.dq_head_stride, p.fwd.heads_q),
+                  "dq/dout");
+  if (rowsK > 0)
+    FJ_FUZZ_CHECK(p.dk && p.dv && aligned(p.dk, 16) && aligned(p.dv, 16) &&
+                      strideOk(p.dk_row_stride, rowsK) && strideOk(p.dv_row_stride, rowsK) &&
+                      strideOk(p.dk_head_stride, p.fwd.heads_kv),
+                  "dk/dv");
+  FJ_FUZZ_CHECK(!b.workspace || aligned(b.workspace, 16), "workspace %p", b.workspace);
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -139,6 +232,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fj_status descStatus = fj_validate_attention_desc(desc);
   FJ_FUZZ_CHECK(knownStatus(descStatus), "desc status %d", (int)descStatus);
   checkFailureMessage(descStatus, "fj_validate_attention_desc");
+
+  checkBackward(desc, args, in, descStatus);
 
   fj_status status = fj_validate_forward_args(desc, args);
   FJ_FUZZ_CHECK(knownStatus(status), "status %d", (int)status);

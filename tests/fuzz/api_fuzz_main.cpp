@@ -5,6 +5,7 @@
 //   api_fuzz_replay --write-seeds DIR
 #include "api_fuzz_input.h"
 
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -92,6 +93,17 @@ std::vector<Seed> seeds() {
        }},
       {"desc_size_small", [](I &in) {
          in.flags = flashjit::fuzz::kFlagDescSize, in.descSize = 12;
+       }},
+      // A 0.1 caller: the description ends before `backward` (accepted, reads as 0).
+      {"desc_size_0_1", [](I &in) {
+         in.flags = flashjit::fuzz::kFlagDescSize;
+         in.descSize = offsetof(fj_attention_desc, backward);
+         in.desc.backward = 1;  // beyond its struct_size: must not be read
+       }},
+      // Backward arguments that differ from the forward's: a dv stride off by 4, and
+      // deterministic = 3 (tail bytes 23 and 24; backwardArgsOf).
+      {"backward_strides_and_flags", [](I &in) {
+         in.tail.assign(26, 0), in.tail[23] = 4, in.tail[24] = 3, in.tail[25] = 0x21;
        }},
       {"args_size_garbage", [](I &in) {
          in.flags = flashjit::fuzz::kFlagArgsSize, in.argsSize = 0xdeadbeefcafeULL;
