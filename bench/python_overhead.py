@@ -6,8 +6,8 @@ tight C-like loop is not possible from Python, so the ctypes call is the baselin
 
     FLASHJIT_LIBRARY=.gpu/libflashjit.so python3 bench/python_overhead.py
 
-Host wall time per call over many calls (the kernels are a few microseconds, so the
-host path dominates), with the GPU kept busy so launches queue. Target: flashjit.attention
+Host wall time per call, medians of 21 rounds of 2000 calls, the two paths measured in
+alternating rounds (the kernels take a few microseconds, so the host path dominates). Target: flashjit.attention
 <= 1.2 x the direct call + 10 us."""
 import ctypes as C
 import os
@@ -21,18 +21,28 @@ import flashjit  # noqa: E402
 from flashjit import _capi, _ops  # noqa: E402
 
 
-def per_call_us(fn, n=20000):
-    for _ in range(200):
-        fn()
+def per_call_us(fn, n=2000):
+    """Host microseconds per call over n calls (after the caller's warm-up)."""
     torch.cuda.synchronize()
-    samples = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(n // 5):
-            fn()
-        samples.append((time.perf_counter() - t0) / (n // 5) * 1e6)
-        torch.cuda.synchronize()
-    return sorted(samples)[2]
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    us = (time.perf_counter() - t0) / n * 1e6
+    torch.cuda.synchronize()
+    return us
+
+
+def interleaved(a, b, rounds=21):
+    """Medians of a's and b's per-call times, measured in alternating rounds so that
+    drift (clocks, other processes) affects both alike."""
+    for _ in range(500):
+        a()
+        b()
+    ta, tb = [], []
+    for _ in range(rounds):
+        ta.append(per_call_us(a))
+        tb.append(per_call_us(b))
+    return sorted(ta)[rounds // 2], sorted(tb)[rounds // 2]
 
 
 def main():
@@ -49,9 +59,9 @@ def main():
         args.__setattr__(f"{name}_head_stride", t.stride(2))
     stream = C.c_void_p(torch.cuda.current_stream().cuda_stream)
     fwd, ref = lib.lib.fj_forward, C.byref(args)
-    direct = per_call_us(lambda: fwd(handle, ref, stream))
     with torch.no_grad():
-        python = per_call_us(lambda: flashjit.attention(q, k, v))
+        direct, python = interleaved(lambda: fwd(handle, ref, stream),
+                                     lambda: flashjit.attention(q, k, v))
     limit = 1.2 * direct + 10
     print(f"direct fj_forward (ctypes, prebuilt args): {direct:.2f} us/call")
     print(f"flashjit.attention (no grad):               {python:.2f} us/call")
