@@ -142,8 +142,10 @@ fj_backward_args backwardArgsOf(const fj_forward_args &f, const ApiFuzzInput &in
       {f.k_batch_stride, f.k_seq_stride, f.k_head_stride},
       {f.v_batch_stride, f.v_seq_stride, f.v_head_stride}};
   // Tail byte i (when present) perturbs stride i / 3 of tensor i % 8 by a small amount.
+  // (Wrapping, as unsigned: a fuzzed stride near INT64_MIN must not overflow here.)
   for (size_t i = 0; i < in.tail.size() && i < 24; ++i)
-    strides[i % 8][i / 8] += (int8_t)in.tail[i];
+    strides[i % 8][i / 8] =
+        (int64_t)((uint64_t)strides[i % 8][i / 8] + (uint64_t)(int64_t)(int8_t)in.tail[i]);
   int64_t *out[8][3] = {{&b.q_batch_stride, &b.q_seq_stride, &b.q_head_stride},
                         {&b.k_batch_stride, &b.k_seq_stride, &b.k_head_stride},
                         {&b.v_batch_stride, &b.v_seq_stride, &b.v_head_stride},
