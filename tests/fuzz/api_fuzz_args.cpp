@@ -168,9 +168,9 @@ fj_backward_args backwardArgsOf(const fj_forward_args &f, const ApiFuzzInput &in
 
 void checkBackward(const fj_attention_desc *desc, const fj_forward_args *args,
                    const ApiFuzzInput &in, fj_status descStatus) {
-  fj_backward_args b{};
-  if (args)
-    b = backwardArgsOf(*args, in);
+  // From the decoded struct, not the caller's buffer: that one may be shorter than
+  // fj_forward_args (a fuzzed struct_size).
+  fj_backward_args b = backwardArgsOf(in.args, in);
   const fj_backward_args *bp = args ? &b : nullptr;
   fj_status status = fj_validate_backward_args(desc, bp);
   FJ_FUZZ_CHECK(knownStatus(status), "backward status %d", (int)status);
