@@ -5,11 +5,12 @@ scaled_dot_product_attention: both times and the largest differences of the outp
 and of the parameters' gradients.
 
     FLASHJIT_LIBRARY=.gpu/libflashjit.so python3 examples/gpt2_block.py
+
+(needs a library with the backward pass, fj_backward: flashjit 0.2 or later)
 """
 import copy
 import os
 import sys
-import time
 
 import torch
 import torch.nn as nn
@@ -65,6 +66,8 @@ def timed_ms(block, x, dy, iters=30):
 
 
 def main():
+    if not flashjit.has_backward():
+        sys.exit(f"{flashjit.library_path()} has no fj_backward: this example trains")
     torch.manual_seed(0)
     flashjit.configure(tune_mode="heuristic")
     batch, seq = 8, 1024
@@ -73,8 +76,14 @@ def main():
     theirs.use_flashjit = False
     x = torch.randn(batch, seq, 768, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn_like(x)
-    y1, y2 = step(ours, x, dy), step(theirs, x, dy)
+    y1 = step(ours, x, dy)
+    dx1 = x.grad.clone()
+    y2 = step(theirs, x, dy)
+    dx2 = x.grad.clone()
     out_diff = (y1.float() - y2.float()).abs().max().item()
+    dx_diff = (dx1.float() - dx2.float()).abs().max().item()
+    grad_abs = max((a.grad.float() - b.grad.float()).abs().max().item()
+                   for a, b in zip(ours.parameters(), theirs.parameters()))
     # Per parameter, relative to that gradient's largest entry (they sum over 8192 tokens
     # in bf16, so absolute differences scale with the gradient).
     grad_diff = max(((a.grad.float() - b.grad.float()).abs().max() /
@@ -86,7 +95,9 @@ def main():
     print(f"  PyTorch SDPA:       {t2:.3f} ms/step")
     print(f"  max |output difference| {out_diff:.3e} (outputs up to "
           f"{y2.float().abs().max().item():.1f}); max parameter-gradient difference "
-          f"{grad_diff:.2%} of that gradient's largest entry")
+          f"{grad_diff:.2%} of that gradient's largest entry ({grad_abs:.3e} absolute); "
+          f"max |input-gradient difference| {dx_diff:.3e} (values up to "
+          f"{dx2.float().abs().max().item():.2f})")
 
 
 if __name__ == "__main__":

@@ -5,26 +5,37 @@
     o = flashjit.attention(q, k, v, causal=True)          # [batch, seq, heads, dim]
     o = flashjit.sdpa(query, key, value, is_causal=True)   # F.scaled_dot_product_attention's call
 
-Importing needs neither torch nor a GPU; the first call on tensors loads both.
+Importing needs neither torch, nor a GPU, nor the library: the library is loaded by the
+first call that needs it, torch by the first call on tensors.
 """
 import contextlib
 import math
 import os
+import re
 
 from ._capi import FlashJitError, library
-from ._checks import check_inputs
+from ._checks import check_inputs, check_max_seqlens
+from . import _runtime
+
+__version__ = "0.2.0"  # the package's version (python/pyproject.toml reads it from here)
 
 __all__ = ["attention", "sdpa", "info", "configure", "tuning", "FlashJitError", "library_path",
-           "version"]
+           "version", "has_backward", "__version__"]
 
 
 def library_path():
-    """The libflashjit.so in use."""
+    """The libflashjit.so in use (loads it; ImportError when it cannot be found)."""
     return library().path
 
 
 def version():
+    """The library's version, fj_version() (the package's is flashjit.__version__)."""
     return library().version()
+
+
+def has_backward():
+    """Whether the library has the backward pass (fj_backward, 0.2 and later)."""
+    return library().has_backward
 
 
 def _torch_ops():
@@ -33,78 +44,74 @@ def _torch_ops():
 
 
 def configure(tune_mode=None, cache_path=None, budget_s=None):
-    """Process-wide settings for contexts created from now on (kernels already got keep
-    theirs). tune_mode: 'auto' ($FLASHJIT_TUNE, else default), 'default' (tune on a cache
-    miss), 'heuristic' (compile the model's tile, no timing), 'cached' (never compile),
-    'exhaustive'. cache_path: the user cache file ('' = in memory only; None = the default,
-    $FLASHJIT_CACHE or ~/.cache/flashjit/cache.sqlite). budget_s: tuning seconds per
-    (description, shape bucket); 0 = the library's default (30)."""
-    from ._capi import TUNE_MODES
-    ops = _torch_ops()
-    if tune_mode is not None:
-        if tune_mode not in TUNE_MODES:
-            raise ValueError(f"tune_mode is {tune_mode!r}: expected one of {sorted(TUNE_MODES)}")
-        ops.settings["tune_mode"] = tune_mode
-    if cache_path is not None:
-        ops.settings["cache_path"] = os.fspath(cache_path)
-    if budget_s is not None:
-        if not (budget_s >= 0 and math.isfinite(budget_s)):
-            raise ValueError(f"budget_s is {budget_s}: expected a finite number of seconds >= 0")
-        ops.settings["budget_s"] = float(budget_s)
+    """Process-wide settings for kernels got from now on (handles already got keep
+    theirs, whatever the settings). They are fj_context_options' fields:
+
+    tune_mode: what fj_kernel_get does on a cache miss: 'auto' ($FLASHJIT_TUNE, else
+    'default'), 'default' (tune within the budget, store the winner), 'heuristic'
+    (compile the model's tile, no timing), 'cached' (never compile: FlashJitError
+    FJ_ERROR_NOT_FOUND on a miss), 'exhaustive' (every candidate, no budget cut).
+    cache_path: the user cache file ('' = in memory only; None = the library's default,
+    $FLASHJIT_CACHE, else $XDG_CACHE_HOME/flashjit/cache.sqlite, else
+    ~/.cache/flashjit/cache.sqlite).
+    budget_s: tuning seconds per (description, shape bucket); 0 = the library's default
+    (30 s). The C API has no budget for a whole model or block.
+    None leaves a setting as it is; configure() with no argument returns them."""
+    new = _runtime.checked_settings(_runtime.settings, tune_mode, cache_path, budget_s)
+    _runtime.settings.update(new)
+    return dict(_runtime.settings)
 
 
 @contextlib.contextmanager
 def tuning(budget_s=None, tune_mode=None, cache_path=None):
-    """Kernels first got inside the block (on this thread) use these settings, e.g.
-    `with flashjit.tuning(budget_s=5): model(x)` caps each new tune at 5 s. Handles
-    already got keep their kernels; the library's tuning budget is per (description,
-    shape bucket), so this is a budget per new kernel, not for the whole block."""
-    ops = _torch_ops()
-    saved = getattr(ops._local, "settings", None)
-    new = dict(saved or ops.settings)
-    if budget_s is not None:
-        if not (budget_s >= 0 and math.isfinite(budget_s)):
-            raise ValueError(f"budget_s is {budget_s}: expected a finite number of seconds >= 0")
-        new["budget_s"] = float(budget_s)
-    if tune_mode is not None:
-        from ._capi import TUNE_MODES
-        if tune_mode not in TUNE_MODES:
-            raise ValueError(f"tune_mode is {tune_mode!r}: expected one of {sorted(TUNE_MODES)}")
-        new["tune_mode"] = tune_mode
-    if cache_path is not None:
-        new["cache_path"] = os.fspath(cache_path)
-    ops._local.settings = new
+    """Settings for the kernels first got inside the block, on this thread, e.g.
+
+        with flashjit.tuning(budget_s=5):     # each new tune: at most 5 s per bucket
+            model(warmup_batch)
+
+    The library's budget is per (description, shape bucket), so this caps each new
+    kernel's tuning, not the block's total. Descriptions already got before the block
+    keep their kernels (warm up inside the block). Yields the settings in force."""
+    saved = getattr(_runtime._local, "settings", None)
+    new = _runtime.checked_settings(saved or _runtime.settings, tune_mode, cache_path,
+                                    budget_s)
+    _runtime._local.settings = new
     try:
-        yield
+        yield dict(new)
     finally:
-        ops._local.settings = saved
+        _runtime._local.settings = saved
+
+
+def _default_cache_path():
+    """The user cache a context opened with cache_path=None uses (the library's rule,
+    cache/paths.cpp; "" = in memory only)."""
+    if os.environ.get("FLASHJIT_CACHE") is not None:
+        return os.environ["FLASHJIT_CACHE"]
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = xdg if xdg and os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"),
+                                                                ".cache")
+    return os.path.join(base, "flashjit", "cache.sqlite")
 
 
 def info():
-    """What flashjit has: the library, its version, whether it has the backward pass,
-    the settings, and each context opened so far (device, target, cache, counts)."""
-    import ctypes as C
-    from . import _capi
+    """What flashjit has, as a dict: the library (path, version, whether it has the
+    backward pass), the package's version, the environment variables the library reads,
+    the settings and the user cache they point to, each context opened so far (device,
+    its name and compile target, tune mode, cache path, compilations and tunes) and each
+    kernel handle got so far (its description, family, tile, origin, backward family).
+    The C API describes devices only through a context: there is no device list here
+    before the first call on a GPU."""
     lib = library()
-    out = dict(library=lib.path, version=lib.version(), backward=lib.has_backward,
-               environment={k: os.environ[k] for k in ("FLASHJIT_CACHE", "FLASHJIT_TUNE",
-                                                       "FLASHJIT_FAMILY", "FLASHJIT_LIBRARY")
-                            if k in os.environ},
-               contexts=[])
-    try:
-        ops = _torch_ops()
-    except ImportError:
-        return out
-    out["settings"] = dict(ops.settings)
-    for key, handle in list(ops._contexts.items()):
-        ci = _capi.new(_capi.ContextInfo)
-        lib.check("fj_context_info", lib.lib.fj_context_info(handle, C.byref(ci)))
-        out["contexts"].append(dict(
-            device=ci.device, device_name=ci.device_name.decode(), target=ci.target.decode(),
-            tune_mode=ci.tune_mode, user_cache_path=ci.user_cache_path.decode(),
-            kernels=ci.kernels_outstanding, compilations=ci.compilations, tunes=ci.tunes,
-            budget_s=key[3]))
-    return out
+    s = _runtime.current_settings()
+    return dict(
+        library=lib.path, version=lib.version(), package_version=__version__,
+        backward=lib.has_backward,
+        environment={k: os.environ[k] for k in ("FLASHJIT_CACHE", "FLASHJIT_TUNE",
+                                                "FLASHJIT_FAMILY", "FLASHJIT_LIBRARY",
+                                                "XDG_CACHE_HOME") if k in os.environ},
+        settings=dict(s),
+        user_cache_path=_default_cache_path() if s["cache_path"] is None else s["cache_path"],
+        contexts=_runtime.contexts_info(), kernels=_runtime.kernels_info())
 
 
 def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=None,
@@ -117,11 +124,14 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=
     v [batch, seq_k, heads_kv, dv] (flash_attn_func's); 'bhsd': [batch, heads, seq, d]
     (SDPA's). GQA/MQA when heads_q is a multiple of heads_kv. causal is aligned to the
     bottom right (query i sees keys j <= i + seq_k - seq_q), as FlashAttention >= 2.1.
-    Variable-length: q [total_q, heads_q, d] etc. with cu_seqlens_q/k (int32, batch + 1
-    prefix sums) and max_seqlen_q/k. Returns o (q's layout, dv wide), and with
-    return_lse the log-sum-exp [batch, heads_q, seq_q] fp32 ([heads_q, total_q] varlen),
+    Variable-length: q [total_q, heads_q, d], k and v [total_k, heads_kv, d] with
+    cu_seqlens_q/k (int32 CUDA tensors, batch + 1 prefix sums, the last one the number
+    of rows of q / k) and max_seqlen_q/k (ints: the longest sequences).
+
+    Returns o (q's layout, dv wide, contiguous), and with return_lse also the
+    log-sum-exp, fp32 [batch, heads_q, seq_q] ([heads_q, total_q] varlen), natural log,
     not differentiable. Gradients flow to q, k and v through flashjit's backward pass
-    (deterministic=True: bitwise-reproducible dq).
+    when the library has it (deterministic=True: bitwise-reproducible dq).
 
     The first call of a description gets its kernel (from the cache, else compiled or
     tuned: do it before capturing a CUDA graph); later calls only launch.
@@ -135,21 +145,29 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=
         if out is not None:
             return out
     _, dims = check_inputs(q, k, v, layout, cu_seqlens_q, cu_seqlens_k)
-    if varlen and (max_seqlen_q is None or max_seqlen_k is None):
-        raise ValueError("with cu_seqlens, max_seqlen_q and max_seqlen_k are required (the "
-                         "longest sequence of each)")
+    if varlen:
+        check_max_seqlens(max_seqlen_q, max_seqlen_k)
     d = dims["q"][3]
     if scale is None:
         scale = 0.0  # the library's default: 1 / sqrt(d)
-    elif not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale is {scale}: expected a finite positive number (None: "
-                         f"1/sqrt({d}))")
+    else:
+        try:
+            value = float(scale)
+        except (TypeError, ValueError):
+            raise TypeError(f"scale is {scale!r}: expected a number (None: 1/sqrt({d}))") \
+                from None
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"scale is {scale!r}: expected a finite positive number (None: "
+                             f"1/sqrt({d}))")
+        scale = value
     import torch
     _enable_fast_path()
-    need_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or
-                                             v.requires_grad)
+    # The kernel is got with its backward pass only when a gradient may be asked for
+    # (and the library has one): inference never prepares the backward kernels.
+    need_grad = _fast_ops.HAS_BACKWARD and torch.is_grad_enabled() and (
+        q.requires_grad or k.requires_grad or v.requires_grad)
     o, lse = torch.ops.flashjit.attention_fwd(
-        q, k, v, bool(causal), float(scale), layout, cu_seqlens_q, cu_seqlens_k,
+        q, k, v, bool(causal), float(scale), layout.lower(), cu_seqlens_q, cu_seqlens_k,
         int(max_seqlen_q or 0), int(max_seqlen_k or 0), bool(need_grad), bool(deterministic))
     return (o, lse.detach()) if return_lse else o
 
@@ -167,10 +185,12 @@ _warned = set()
 
 
 def _fallback(reason, *args, **kwargs):
+    """PyTorch's SDPA, with one warning per kind of reason (numbers do not count)."""
     import warnings
     import torch.nn.functional as F
-    if reason not in _warned:
-        _warned.add(reason)
+    kind = re.sub(r"\d+", "N", reason)
+    if kind not in _warned:
+        _warned.add(kind)
         warnings.warn(f"flashjit.sdpa: {reason}; using torch's scaled_dot_product_attention",
                       stacklevel=3)
     return F.scaled_dot_product_attention(*args, **kwargs)
@@ -180,15 +200,16 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
          enable_gqa=False):
     """torch.nn.functional.scaled_dot_product_attention's signature and layout
     ([batch, heads, seq, dim]); flashjit where it can, PyTorch (with one warning per
-    reason) for a dense attn_mask, dropout, other dtypes, CPU tensors, unsupported head
-    dims, and is_causal with seq_q != seq_k (PyTorch aligns that mask to the top left,
-    flashjit to the bottom right)."""
+    reason) for an attn_mask, dropout, dtypes other than fp16/bf16, CPU tensors,
+    unsupported head dims or strides, ranks other than 4, head counts that differ
+    without enable_gqa, and is_causal with seq_q != seq_k (PyTorch aligns that mask to
+    the top left, flashjit to the bottom right: they agree only when seq_q == seq_k)."""
     call = (query, key, value)
     kw = dict(attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale)
     if enable_gqa:
         kw["enable_gqa"] = True
     if attn_mask is not None:
-        return _fallback("a dense attn_mask is not supported", *call, **kw)
+        return _fallback("an attn_mask is not supported", *call, **kw)
     if dropout_p > 0:
         return _fallback("dropout is not supported", *call, **kw)
     if any(len(t.shape) != 4 for t in call):
@@ -196,10 +217,20 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     if query.shape[1] != key.shape[1] and not enable_gqa:
         return _fallback("different head counts need enable_gqa=True", *call, **kw)
     if is_causal and query.shape[2] != key.shape[2]:
-        return _fallback("is_causal with seq_q != seq_k is top-left aligned in PyTorch", *call,
-                         **kw)
-    try:
-        check_inputs(query, key, value, "bhsd")
+        return _fallback("is_causal with seq_q != seq_k is aligned to the top left in PyTorch "
+                         "and to the bottom right in flashjit", *call, **kw)
+    if scale is not None and not _positive_number(scale):
+        return _fallback(f"scale {scale!r} is not a finite positive number", *call, **kw)
+    import torch
+    try:  # data_ptr() cannot be traced: under torch.compile the library checks alignment
+        check_inputs(query, key, value, "bhsd", pointers=not torch.compiler.is_compiling())
     except (TypeError, ValueError) as ex:
         return _fallback(str(ex), *call, **kw)
     return attention(query, key, value, causal=is_causal, scale=scale, layout="bhsd")
+
+
+def _positive_number(x):
+    try:
+        return math.isfinite(float(x)) and float(x) > 0
+    except (TypeError, ValueError):
+        return False

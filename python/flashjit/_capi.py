@@ -2,26 +2,39 @@
 field, and the library, found without torch. Every call that fails raises
 FlashJitError with the library's own message."""
 import ctypes as C
+import logging
 import os
 
 FJ_DTYPE_FP16, FJ_DTYPE_BF16 = 1, 2
 TUNE_MODES = {"auto": 0, "default": 1, "cached": 2, "heuristic": 3, "exhaustive": 4}
+TUNE_MODE_NAMES = {v: k for k, v in TUNE_MODES.items()}
+ORIGINS = {1: "shipped cache", 2: "user cache", 3: "compiled now", 4: "tuned now"}
+STATUS_NAMES = {0: "FJ_SUCCESS", 1: "FJ_ERROR_INVALID_VALUE", 2: "FJ_ERROR_NOT_SUPPORTED",
+                3: "FJ_ERROR_NO_DEVICE", 4: "FJ_ERROR_COMPILE", 5: "FJ_ERROR_CUDA",
+                6: "FJ_ERROR_CACHE", 7: "FJ_ERROR_NOT_FOUND", 8: "FJ_ERROR_OUT_OF_MEMORY",
+                9: "FJ_ERROR_INTERNAL"}
 _STRIDES = ("batch", "seq", "head")
 
 
 class FlashJitError(RuntimeError):
-    """A C API call failed: `status` is its fj_status, the text its message."""
+    """A C API call failed. `call` is the entry point, `status` its fj_status (an int),
+    `status_name` e.g. "FJ_ERROR_INVALID_VALUE", `message` fj_last_error_message()."""
 
     def __init__(self, call, status, message):
-        super().__init__(f"{call}: {message} (status {status})")
         self.call, self.status, self.message = call, status, message
+        self.status_name = STATUS_NAMES.get(status, f"status {status}")
+        super().__init__(f"{call} failed with {self.status_name}: {message}")
+
+
+# The log callback: void (*)(int level, const char *message, void *user_data).
+LOG_CALLBACK = C.CFUNCTYPE(None, C.c_int, C.c_char_p, C.c_void_p)
 
 
 class ContextOptions(C.Structure):
     _fields_ = [("struct_size", C.c_size_t), ("device", C.c_int32),
                 ("user_cache_path", C.c_char_p), ("shipped_cache_paths", C.POINTER(C.c_char_p)),
                 ("num_shipped_cache_paths", C.c_int32), ("tune_mode", C.c_int32),
-                ("tuning_budget_seconds", C.c_double), ("log_callback", C.c_void_p),
+                ("tuning_budget_seconds", C.c_double), ("log_callback", LOG_CALLBACK),
                 ("log_user_data", C.c_void_p)]
 
 
@@ -72,20 +85,66 @@ class KernelInfo(C.Structure):
                 ("backward_family", C.c_char_p), ("num_backward_variants", C.c_int32)]
 
 
+class VariantInfo(C.Structure):
+    _fields_ = [("struct_size", C.c_size_t), ("bucket", C.c_char_p), ("tile", C.c_char_p),
+                ("binary_key", C.c_char_p), ("binary_key_text", C.c_char_p),
+                ("tuning_key", C.c_char_p), ("note", C.c_char_p),
+                ("bucket_seqlen_q", C.c_int32), ("bucket_seqlen_k", C.c_int32),
+                ("bucket_batch_heads", C.c_int32), ("origin", C.c_int32),
+                ("block_m", C.c_int32), ("block_n", C.c_int32), ("warps", C.c_int32),
+                ("stages", C.c_int32), ("registers", C.c_int32), ("shared_bytes", C.c_int32),
+                ("tuned_us", C.c_double)]
+
+
+# Every struct the package passes, with the C name (tests/python compares the layouts).
+STRUCTS = {"fj_context_options": ContextOptions, "struct fj_context_info": ContextInfo,
+           "fj_attention_desc": AttentionDesc, "fj_forward_args": ForwardArgs,
+           "fj_backward_args": BackwardArgs, "struct fj_kernel_info": KernelInfo,
+           "fj_variant_info": VariantInfo}
+
+
 def _candidates():
-    """Where libflashjit.so may be, in order."""
+    """Where libflashjit.so may be, in order: $FLASHJIT_LIBRARY (alone: a path that
+    does not load is an error, not a reason to pick another copy), a copy bundled in
+    the package, the repository's build tree, the system loader."""
     env = os.environ.get("FLASHJIT_LIBRARY")
     if env:
         yield env
         return
     here = os.path.dirname(os.path.abspath(__file__))
-    for name in sorted(os.listdir(here)):
-        if name.startswith("libflashjit.so"):
+    for name in ("libflashjit.so", "libflashjit.so.0"):
+        if os.path.exists(os.path.join(here, name)):
             yield os.path.join(here, name)
     repo = os.path.dirname(os.path.dirname(here))  # python/flashjit -> repository
-    yield os.path.join(repo, "build", "api", "libflashjit.so")
-    yield os.path.join(repo, ".gpu", "libflashjit.so")
-    yield "libflashjit.so.0"
+    for where in (("build", "api"), (".gpu",)):
+        path = os.path.join(repo, *where, "libflashjit.so")
+        if os.path.exists(path):
+            yield path
+    yield "libflashjit.so.0"  # the installed SONAME (cmake --install), on the loader's path
+    yield "libflashjit.so"
+
+
+_REQUIRED = {
+    "fj_context_create": (lambda: [C.POINTER(ContextOptions), C.POINTER(C.c_void_p)]),
+    "fj_context_destroy": (lambda: [C.c_void_p]),
+    "fj_context_info": (lambda: [C.c_void_p, C.POINTER(ContextInfo)]),
+    "fj_kernel_get": (lambda: [C.c_void_p, C.POINTER(AttentionDesc), C.POINTER(C.c_void_p)]),
+    "fj_kernel_release": (lambda: [C.c_void_p]),
+    "fj_kernel_info": (lambda: [C.c_void_p, C.POINTER(KernelInfo)]),
+    "fj_kernel_variant_info": (lambda: [C.c_void_p, C.c_int32, C.POINTER(VariantInfo)]),
+    "fj_kernel_source": (lambda: [C.c_void_p, C.c_int32, C.POINTER(C.c_char_p),
+                                  C.POINTER(C.c_size_t)]),
+    "fj_forward": (lambda: [C.c_void_p, C.POINTER(ForwardArgs), C.c_void_p]),
+    "fj_validate_attention_desc": (lambda: [C.POINTER(AttentionDesc)]),
+    "fj_validate_forward_args": (lambda: [C.POINTER(AttentionDesc), C.POINTER(ForwardArgs)]),
+}
+# The backward pass (0.2): optional, so that a library without it still serves the forward.
+_BACKWARD = {
+    "fj_backward": (lambda: [C.c_void_p, C.POINTER(BackwardArgs), C.c_void_p]),
+    "fj_backward_workspace_size": (lambda: [C.c_void_p, C.POINTER(BackwardArgs),
+                                            C.POINTER(C.c_size_t)]),
+    "fj_validate_backward_args": (lambda: [C.POINTER(AttentionDesc), C.POINTER(BackwardArgs)]),
+}
 
 
 class Library:
@@ -105,33 +164,28 @@ class Library:
             raise ImportError("flashjit: cannot load libflashjit.so; build it with CMake "
                               "(README.md) or set FLASHJIT_LIBRARY to its path. Tried: " +
                               "; ".join(tried))
+        if self.path in ("libflashjit.so.0", "libflashjit.so"):
+            self.path = _loaded_path(self.lib) or self.path
         L = self.lib
+        missing = [name for name in ["fj_last_error_message", "fj_version", "fj_status_string",
+                                     *_REQUIRED] if not hasattr(L, name)]
+        if missing:
+            raise ImportError(f"flashjit: {self.path} lacks {', '.join(missing)}: not a "
+                              f"libflashjit.so this package can use")
         L.fj_last_error_message.restype = C.c_char_p
+        L.fj_last_error_message.argtypes = []
         L.fj_version.restype = C.c_char_p
+        L.fj_version.argtypes = []
         L.fj_status_string.restype = C.c_char_p
-        for name, args in {
-                "fj_context_create": [C.POINTER(ContextOptions), C.POINTER(C.c_void_p)],
-                "fj_context_destroy": [C.c_void_p],
-                "fj_context_info": [C.c_void_p, C.POINTER(ContextInfo)],
-                "fj_kernel_get": [C.c_void_p, C.POINTER(AttentionDesc), C.POINTER(C.c_void_p)],
-                "fj_kernel_release": [C.c_void_p],
-                "fj_kernel_info": [C.c_void_p, C.POINTER(KernelInfo)],
-                "fj_forward": [C.c_void_p, C.POINTER(ForwardArgs), C.c_void_p],
-                "fj_validate_attention_desc": [C.POINTER(AttentionDesc)],
-                "fj_validate_forward_args": [C.POINTER(AttentionDesc), C.POINTER(ForwardArgs)]}.items():
+        L.fj_status_string.argtypes = [C.c_int]
+        for name, args in _REQUIRED.items():
             fn = getattr(L, name)
-            fn.argtypes, fn.restype = args, C.c_int
-        # The backward pass (0.2): optional, so an older library still serves the forward.
-        self.has_backward = hasattr(L, "fj_backward")
+            fn.argtypes, fn.restype = args(), C.c_int
+        self.has_backward = all(hasattr(L, name) for name in _BACKWARD)
         if self.has_backward:
-            for name, args in {
-                    "fj_backward": [C.c_void_p, C.POINTER(BackwardArgs), C.c_void_p],
-                    "fj_backward_workspace_size": [C.c_void_p, C.POINTER(BackwardArgs),
-                                                   C.POINTER(C.c_size_t)],
-                    "fj_validate_backward_args": [C.POINTER(AttentionDesc),
-                                                  C.POINTER(BackwardArgs)]}.items():
+            for name, args in _BACKWARD.items():
                 fn = getattr(L, name)
-                fn.argtypes, fn.restype = args, C.c_int
+                fn.argtypes, fn.restype = args(), C.c_int
 
     def check(self, call, status):
         if status != 0:
@@ -141,10 +195,26 @@ class Library:
         return self.lib.fj_version().decode()
 
 
+def _loaded_path(lib):
+    """The file the system loader picked for `lib` (from /proc/self/maps; Linux)."""
+    try:
+        address = C.cast(lib.fj_version, C.c_void_p).value
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                parts = line.split()
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                if lo <= address < hi and len(parts) >= 6:
+                    return parts[5]
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
+
+
 _library = None
 
 
 def library():
+    """The loaded library (loaded on first use; ImportError when none can be)."""
     global _library
     if _library is None:
         _library = Library()
@@ -152,8 +222,40 @@ def library():
 
 
 def new(struct, **fields):
-    """A struct with struct_size set and the given fields."""
+    """A struct with struct_size set and the given fields (the rest zero, as the C
+    *_init functions leave them)."""
     s = struct(struct_size=C.sizeof(struct))
     for name, value in fields.items():
         setattr(s, name, value)
     return s
+
+
+# ---- the library's log, into Python's logging --------------------------------------
+logger = logging.getLogger("flashjit")
+_LEVELS = {1: logging.ERROR, 2: logging.WARNING, 3: logging.INFO}
+
+
+def _log(level, message, user_data):
+    try:
+        logger.log(_LEVELS.get(level, logging.INFO), "%s", message.decode(errors="replace"))
+    except Exception:  # never let an exception cross into C
+        pass
+
+
+# Kept alive for the life of the process: contexts hold the pointer.
+log_callback = LOG_CALLBACK(_log)
+
+
+def _text(value):
+    return value.decode(errors="replace") if value else ""
+
+
+def struct_dict(s):
+    """A ctypes struct's fields as a dict (strings decoded), struct_size left out."""
+    out = {}
+    for name, _ in s._fields_:
+        if name == "struct_size":
+            continue
+        value = getattr(s, name)
+        out[name] = _text(value) if isinstance(value, bytes) or value is None else value
+    return out

@@ -1,71 +1,21 @@
-"""The torch side: one fj_context per (device, settings), kernel handles cached per
-description, and the operators registered with torch.library (fake implementations for
-torch.compile, autograd through fj_backward)."""
+"""The torch side: the operators registered with torch.library (fake implementations
+for torch.compile, autograd through fj_backward) and the eager fast path."""
 import ctypes as C
 import math
-import threading
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
-from . import _capi, _checks
+from . import _capi, _checks, _runtime
 
-_lock = threading.Lock()
-_contexts = {}   # (device, tune mode, cache path, budget) -> fj_context handle
-_kernels = {}    # (context key, description) -> (handle, info)
-_local = threading.local()
-
-DEFAULT_SETTINGS = dict(tune_mode="auto", cache_path=None, budget_s=0.0)
-settings = dict(DEFAULT_SETTINGS)
-
-
-def current_settings():
-    return getattr(_local, "settings", None) or settings
-
-
-def _context(device: int):
-    s = current_settings()
-    key = (device, s["tune_mode"], s["cache_path"], float(s["budget_s"]))
-    with _lock:
-        if key not in _contexts:
-            lib = _capi.library()
-            opts = _capi.new(_capi.ContextOptions, device=device,
-                             tune_mode=_capi.TUNE_MODES[s["tune_mode"]],
-                             tuning_budget_seconds=float(s["budget_s"]))
-            if s["cache_path"] is not None:
-                opts.user_cache_path = s["cache_path"].encode()
-            handle = C.c_void_p()
-            lib.check("fj_context_create", lib.lib.fj_context_create(C.byref(opts), C.byref(handle)))
-            _contexts[key] = handle
-        return key, _contexts[key]
-
-
-def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints):
-    """The handle for a description (got once, then reused: fj_kernel_get may compile or
-    tune; later calls of any size reuse the handle)."""
-    ctx_key, ctx = _context(device)
-    key = (ctx_key, dtype, d, dv, hq, hkv, causal, scale, backward)
-    with _lock:
-        found = _kernels.get(key)
-    if found is not None:
-        return found
-    lib = _capi.library()
-    if backward and not lib.has_backward:
-        raise RuntimeError(f"flashjit: {lib.path} (version {lib.version()}) has no backward "
-                           f"pass (fj_backward); rebuild the library to train with flashjit")
-    desc = _capi.new(_capi.AttentionDesc, dtype=_capi.FJ_DTYPE_BF16 if dtype == "bf16"
-                     else _capi.FJ_DTYPE_FP16, head_dim=d, head_dim_v=dv, causal=int(causal),
-                     num_heads_q=hq, num_heads_kv=hkv, softmax_scale=scale,
-                     seqlen_q_hint=hints[0], seqlen_k_hint=hints[1], batch_hint=hints[2],
-                     backward=int(backward))
-    handle = C.c_void_p()
-    lib.check("fj_kernel_get", lib.lib.fj_kernel_get(ctx, C.byref(desc), C.byref(handle)))
-    info = _capi.new(_capi.KernelInfo)
-    lib.check("fj_kernel_info", lib.lib.fj_kernel_info(handle, C.byref(info)))
-    with _lock:
-        _kernels.setdefault(key, (handle, info))
-        return _kernels[key]
+# Contexts and kernel handles live in _runtime (no torch there): the names below are
+# kept for callers of this module (bench/python_overhead.py).
+kernel = _runtime.kernel
+settings = _runtime.settings
+_no_backward_message = _runtime.no_backward_message
+# Read by flashjit.attention as a plain module attribute (simple for torch.compile).
+HAS_BACKWARD = _capi.library().has_backward
 
 
 def _stream(device):
@@ -104,8 +54,13 @@ def _set_strides(args, lay, names_tensors):
 
 
 def _aligned(t):
-    """t with a contiguous last dim and strides in multiples of 8, else a contiguous copy."""
-    if t.stride(-1) == 1 and all(s % 8 == 0 for s in t.stride()[:-1]) and t.data_ptr() % 16 == 0:
+    """t if the C API takes its memory as it is (last dim contiguous, the other strides
+    positive multiples of 8 where the dimension has more than one element, 16-byte
+    aligned), else a contiguous copy: dout from autograd may be anything, e.g. the
+    expanded (stride 0) gradient of a sum()."""
+    st = t.stride()
+    if t.data_ptr() % 16 == 0 and (st[-1] == 1 or t.shape[-1] <= 1) and \
+            all(n <= 1 or (s > 0 and s % 8 == 0) for n, s in zip(t.shape[:-1], st[:-1])):
         return t
     return t.contiguous()
 
@@ -150,8 +105,7 @@ def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse:
                   deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
     lib = _capi.library()
     if not lib.has_backward:
-        raise RuntimeError(f"flashjit: {lib.path} (version {lib.version()}) has no backward "
-                           f"pass (fj_backward): gradients cannot be computed")
+        raise RuntimeError(_no_backward_message(lib))
     varlen = cu_seqlens_q is not None
     lay, batch, sq, sk, hq, hk, d = _sizes(q, k, layout, varlen, max_seqlen_q, max_seqlen_k,
                                            cu_seqlens_q)
@@ -197,9 +151,13 @@ def _backward(ctx, dout, dlse):
     q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
     causal, scale, layout, max_q, max_k, with_backward, deterministic = ctx.args
     if not with_backward:
-        raise RuntimeError("flashjit: this attention call was made without gradients in "
-                           "mind (no input required grad when it ran), so its kernel has no "
-                           "backward pass; call it with requires_grad inputs")
+        lib = _capi.library()
+        if not lib.has_backward:
+            raise RuntimeError(_no_backward_message(lib))
+        raise RuntimeError("flashjit: this attention call ran with a forward-only kernel "
+                           "(no input required grad, or grad mode was off, when it ran), so "
+                           "it has no backward pass; call flashjit.attention with "
+                           "requires_grad inputs and grad mode on")
     # lse is returned detached by flashjit.attention: dlse carries nothing.
     dq, dk, dv = torch.ops.flashjit.attention_bwd(dout, q, k, v, o, lse, causal, scale, layout,
                                                   cu_q, cu_k, max_q, max_k, deterministic)
@@ -214,6 +172,7 @@ attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 # the kernel got, the arguments laid out; a call copies the template and sets the
 # pointers. Used only outside torch.compile and autograd (the operators serve those).
 _plans = {}
+_MAX_PLANS = 4096
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
@@ -222,12 +181,17 @@ class _Plan:
 
 
 def _make_plan(q, k, v, causal, scale, layout):
-    _, dims = _checks.check_inputs(q, k, v, layout)
+    _, dims = _checks.check_inputs(q, k, v, layout, pointers=True)
     d = dims["q"][3]
     if scale is None:
         scale = 0.0
-    elif not (math.isfinite(scale) and scale > 0):
-        return None  # the general path raises the error
+    else:
+        try:
+            scale = float(scale)
+        except (TypeError, ValueError):
+            return None  # the general path raises the error
+        if not (math.isfinite(scale) and scale > 0):
+            return None
     lay = _checks.Layout(layout, False)
     b, sq, hq, _ = lay.dims(q)
     _, sk, hk, _ = lay.dims(k)
@@ -261,18 +225,26 @@ _is_compiling = torch.compiler.is_compiling
 
 
 def fast_forward(q, k, v, causal, scale, layout):
-    """o, or None when the call needs the operator (autograd, torch.compile, errors)."""
-    if (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)) \
-            or _is_compiling():
+    """o, or None when the call needs the operator (autograd, torch.compile) or the
+    general path's checks and messages (arguments that are not tensors, a bad scale)."""
+    if _is_compiling():
         return None
-    # get_device(): an int (-1 on the CPU), cheaper than building torch.device objects.
-    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype,
-           v.dtype, q.get_device(), k.get_device(), v.get_device(), causal, scale, layout)
-    plan = _plans.get(key)
+    try:
+        if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            return None
+        # get_device(): an int (-1 on the CPU), cheaper than building torch.device objects.
+        key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype,
+               k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), causal,
+               scale, layout)
+        plan = _plans.get(key)
+    except (AttributeError, TypeError):  # not tensors, or an unhashable argument
+        return None
     if plan is None:
         plan = _make_plan(q, k, v, causal, scale, layout)
         if plan is None:
             return None
+        if len(_plans) >= _MAX_PLANS:  # many shapes (e.g. every length): start over
+            _plans.clear()
         _plans[key] = plan
     o = q.new_empty(plan.o_shape)  # q's dtype and device (fewer arguments to parse)
     args = _from_template(plan.template)

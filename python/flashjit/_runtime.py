@@ -1,0 +1,141 @@
+"""Contexts, kernel handles and settings, without torch: one fj_context per (device,
+settings), created on first use and kept for the life of the process; one kernel handle
+per (device, description), got once and reused by every later call of any size."""
+import ctypes as C
+import math
+import os
+import threading
+
+from . import _capi
+
+_lock = threading.Lock()
+_contexts = {}   # (device, tune mode, cache path, budget) -> fj_context handle
+# (device, dtype, d, dv, heads_q, heads_kv, causal, scale, backward) -> (handle, info,
+# context key). The settings in force when a description is first got decide how its
+# kernel is got (cache, tune, compile); later calls reuse the handle whatever the settings.
+_kernels = {}
+_local = threading.local()
+
+DEFAULT_SETTINGS = dict(tune_mode="auto", cache_path=None, budget_s=0.0)
+settings = dict(DEFAULT_SETTINGS)
+
+
+def current_settings():
+    """This thread's settings inside flashjit.tuning(), else the process-wide ones."""
+    return getattr(_local, "settings", None) or settings
+
+
+def checked_settings(base, tune_mode=None, cache_path=None, budget_s=None):
+    """`base` updated with the given values, checked (ValueError/TypeError)."""
+    new = dict(base)
+    if tune_mode is not None:
+        if tune_mode not in _capi.TUNE_MODES:
+            raise ValueError(f"tune_mode is {tune_mode!r}: expected one of "
+                             f"{', '.join(map(repr, _capi.TUNE_MODES))}")
+        new["tune_mode"] = tune_mode
+    if cache_path is not None:
+        new["cache_path"] = os.fspath(cache_path)
+        if not isinstance(new["cache_path"], str):
+            new["cache_path"] = os.fsdecode(new["cache_path"])
+    if budget_s is not None:
+        if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)):
+            raise TypeError(f"budget_s is {budget_s!r}: expected a number of seconds")
+        if not (math.isfinite(budget_s) and budget_s >= 0):
+            raise ValueError(f"budget_s is {budget_s}: expected a finite number of seconds "
+                             f">= 0 (0: the library's default, 30 s)")
+        new["budget_s"] = float(budget_s)
+    return new
+
+
+def context(device):
+    """(key, handle) of the context for `device` under the current settings."""
+    s = current_settings()
+    key = (device, s["tune_mode"], s["cache_path"], float(s["budget_s"]))
+    handle = _contexts.get(key)
+    if handle is not None:
+        return key, handle
+    with _lock:
+        if key not in _contexts:
+            lib = _capi.library()
+            opts = _capi.new(_capi.ContextOptions, device=device,
+                             tune_mode=_capi.TUNE_MODES[s["tune_mode"]],
+                             tuning_budget_seconds=float(s["budget_s"]),
+                             log_callback=_capi.log_callback)
+            if s["cache_path"] is not None:
+                opts.user_cache_path = os.fsencode(s["cache_path"])
+            handle = C.c_void_p()
+            lib.check("fj_context_create",
+                      lib.lib.fj_context_create(C.byref(opts), C.byref(handle)))
+            _contexts[key] = handle
+        return key, _contexts[key]
+
+
+def no_backward_message(lib):
+    return (f"flashjit: {lib.path} (version {lib.version()}) has no backward pass (no "
+            f"fj_backward): gradients through flashjit.attention cannot be computed; build a "
+            f"library with it (0.2 or later) to train, or run the forward under "
+            f"torch.no_grad()")
+
+
+def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints):
+    """(handle, info) for a description: got once per device (fj_kernel_get may compile
+    or tune), then reused. dtype 'fp16' or 'bf16'; scale 0.0 for 1/sqrt(d); hints
+    (seqlen_q, seqlen_k, batch) choose the shape bucket tuned first."""
+    key = (device, dtype, d, dv, hq, hkv, bool(causal), float(scale), bool(backward))
+    found = _kernels.get(key)
+    if found is not None:
+        return found[0], found[1]
+    lib = _capi.library()
+    if backward and not lib.has_backward:
+        raise RuntimeError(no_backward_message(lib))
+    ctx_key, ctx = context(device)
+    desc = _capi.new(_capi.AttentionDesc, dtype=_capi.FJ_DTYPE_BF16 if dtype == "bf16"
+                     else _capi.FJ_DTYPE_FP16, head_dim=d, head_dim_v=dv, causal=int(causal),
+                     num_heads_q=hq, num_heads_kv=hkv, softmax_scale=scale,
+                     seqlen_q_hint=_hint(hints[0]), seqlen_k_hint=_hint(hints[1]),
+                     batch_hint=_hint(hints[2]), backward=int(backward))
+    handle = C.c_void_p()
+    lib.check("fj_kernel_get", lib.lib.fj_kernel_get(ctx, C.byref(desc), C.byref(handle)))
+    info = _capi.new(_capi.KernelInfo)
+    status = lib.lib.fj_kernel_info(handle, C.byref(info))
+    if status:
+        lib.lib.fj_kernel_release(handle)
+        lib.check("fj_kernel_info", status)
+    with _lock:
+        if key in _kernels:  # another thread got it meanwhile: keep one handle
+            lib.lib.fj_kernel_release(handle)
+        else:
+            _kernels[key] = (handle, info, ctx_key)
+        found = _kernels[key]
+    return found[0], found[1]
+
+
+def _hint(n):
+    return max(0, min(int(n), 1 << 30))
+
+
+def contexts_info():
+    """fj_context_info of every context opened so far, as dicts."""
+    lib = _capi.library()
+    out = []
+    for key, handle in list(_contexts.items()):
+        ci = _capi.new(_capi.ContextInfo)
+        lib.check("fj_context_info", lib.lib.fj_context_info(handle, C.byref(ci)))
+        entry = _capi.struct_dict(ci)
+        entry["tune_mode"] = _capi.TUNE_MODE_NAMES.get(ci.tune_mode, ci.tune_mode)
+        entry["settings"] = dict(tune_mode=key[1], cache_path=key[2], budget_s=key[3])
+        out.append(entry)
+    return out
+
+
+def kernels_info():
+    """fj_kernel_info of every kernel handle got so far, as dicts."""
+    out = []
+    for key, (_, info, _) in list(_kernels.items()):
+        device, dtype, d, dv, hq, hkv, causal, scale, backward = key
+        entry = dict(device=device, dtype=dtype, head_dim=d, head_dim_v=dv, num_heads_q=hq,
+                     num_heads_kv=hkv, causal=causal, softmax_scale=scale, backward=backward)
+        entry.update(_capi.struct_dict(info))
+        entry["origin"] = _capi.ORIGINS.get(info.origin, info.origin)
+        out.append(entry)
+    return out
