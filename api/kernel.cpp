@@ -22,6 +22,7 @@ fj_origin publicOrigin(tuner::Origin origin) {
   case tuner::Origin::UserCache: return FJ_ORIGIN_USER_CACHE;
   case tuner::Origin::CompiledNow: return FJ_ORIGIN_COMPILED_NOW;
   case tuner::Origin::TunedNow: return FJ_ORIGIN_TUNED_NOW;
+  case tuner::Origin::SystemCache: return FJ_ORIGIN_SYSTEM_CACHE;
   }
   return FJ_ORIGIN_COMPILED_NOW;
 }

@@ -118,6 +118,15 @@ template <typename T, typename Query> llvm::Expected<T> readOnce(Store &store, Q
 
 } // namespace
 
+llvm::StringRef sourceName(Source source) {
+  switch (source) {
+  case Source::User: return "user";
+  case Source::Shipped: return "shipped";
+  case Source::System: return "system";
+  }
+  return "?";
+}
+
 // ---- Impl -------------------------------------------------------------------------------
 
 std::vector<Store *> Cache::Impl::order() const {
@@ -246,16 +255,26 @@ llvm::Expected<std::unique_ptr<Cache>> Cache::open(CacheOptions options) {
     cache.user = std::move(*store);
   }
 
-  for (const std::string &path : cache.options.shippedPaths) {
+  std::vector<std::string> systemPaths =
+      cache.options.systemPaths ? *cache.options.systemPaths : defaultSystemCachePaths();
+  auto openReadOnly = [&](const std::string &path, bool system) -> llvm::Error {
     StoreConfig config = base;
     config.kind = StoreKind::Shipped;
+    config.system = system;
     config.path = absolutePath(path);
     config.immutable = cache.options.shippedImmutable;
     llvm::Expected<std::unique_ptr<Store>> store = Store::open(config);
     if (!store)
       return store.takeError(); // shipped stores report problems by not being usable
     cache.shipped.push_back(std::move(*store));
-  }
+    return llvm::Error::success();
+  };
+  for (const std::string &path : cache.options.shippedPaths)
+    if (llvm::Error error = openReadOnly(path, false))
+      return std::move(error);
+  for (const std::string &path : systemPaths)
+    if (llvm::Error error = openReadOnly(path, true))
+      return std::move(error);
   return std::unique_ptr<Cache>(new Cache(std::move(impl)));
 }
 

@@ -1,6 +1,7 @@
 // The flashjit cache: compiled binaries and tuning winners in SQLite, so that a process
 // that finds its kernels here starts with no compilation. One writable user DB and any
-// number of read-only shipped DBs; lookups go user first, then shipped in the order given.
+// number of read-only shipped DBs, then the system DBs installed with flashjit; lookups go
+// user first, then shipped in the order given, then system.
 // The cache knows nothing of CUDA: binaries are opaque bytes, keys are computed by callers.
 // docs/CACHE.md describes files, schema and behaviour.
 #pragma once
@@ -50,7 +51,11 @@ struct TuningRow {
   std::string flashjitVersion;            // filled by the cache when empty
 };
 
-enum class Source { User, Shipped };
+// Where a row was found: the writable user DB, a DB the application ships, or the system
+// DB installed with flashjit (share/flashjit/system.sqlite next to the library).
+enum class Source { User, Shipped, System };
+llvm::StringRef sourceName(Source source); // "user", "shipped", "system"
+
 template <typename Row> struct Found {
   Row row;
   Source source;
@@ -66,6 +71,8 @@ struct Tuned {
 struct CacheOptions {
   std::optional<std::string> userPath; // nullopt: $FLASHJIT_CACHE / XDG default; "": no user DB
   std::vector<std::string> shippedPaths;
+  // Read-only DBs below the shipped ones. nullopt: defaultSystemCachePaths().
+  std::optional<std::vector<std::string>> systemPaths;
   uint64_t maxUserBytes = 2ull << 30;        // LRU-evict unreferenced binaries above this
   std::function<void(llvm::StringRef)> warn; // warnings; default: stderr
   // How long a call may wait for other writers before it fails (never with SQLITE_BUSY).
@@ -114,7 +121,7 @@ public:
   bool persistent() const;      // false when there is no user DB (in-memory only)
   std::string userPath() const; // "" when not persistent
   // Every DB: a user DB that was asked for but skipped (with the reason), the user DB in
-  // use (":memory:" when not persistent), then the shipped DBs in order.
+  // use (":memory:" when not persistent), then the shipped DBs in order, then the system DBs.
   std::vector<DatabaseInfo> databases() const;
 
   class Impl;
@@ -127,5 +134,15 @@ private:
 // $FLASHJIT_CACHE, else $XDG_CACHE_HOME/flashjit/cache.sqlite, else
 // ~/.cache/flashjit/cache.sqlite. "" (persistence off) when $FLASHJIT_CACHE is set empty.
 std::string defaultUserCachePath();
+
+// The system cache: $FLASHJIT_SYSTEM_CACHE when set (paths separated by ':'; empty: none),
+// else the first of installedSystemCachePaths() that exists. So an installed prefix
+// (lib/, bin/, share/) and a build tree built with FLASHJIT_SYSTEM_CACHE=ON find theirs
+// without configuration.
+std::vector<std::string> defaultSystemCachePaths();
+// Where the installed system DB is looked for, whether or not it exists: with <dir> the
+// directory of the binary this code is in (libflashjit.so, or the flashjit executable),
+// <dir>/../share/flashjit/system.sqlite, then <dir>/../../share/... (a multiarch libdir).
+std::vector<std::string> installedSystemCachePaths();
 
 } // namespace flashjit::cache

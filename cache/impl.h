@@ -17,13 +17,16 @@ class Cache::Impl {
 public:
   CacheOptions options;
   std::unique_ptr<Store> user;                 // StoreKind::User, or Memory when persistence is off
-  std::vector<std::unique_ptr<Store>> shipped; // usable or not, in the order given
+  // Usable or not: the shipped DBs in the order given, then the system DBs.
+  std::vector<std::unique_ptr<Store>> shipped;
   std::optional<DatabaseInfo> userSkipped;     // the user DB asked for, when not usable
 
-  // Lookup order: the user DB, then the shipped DBs still usable.
+  // Lookup order: the user DB, then the shipped and system DBs still usable.
   std::vector<Store *> order() const;
   static Source sourceOf(const Store &store) {
-    return store.kind() == StoreKind::Shipped ? Source::Shipped : Source::User;
+    if (store.kind() != StoreKind::Shipped)
+      return Source::User;
+    return store.system() ? Source::System : Source::Shipped;
   }
   void warn(llvm::StringRef message);
 

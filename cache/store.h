@@ -28,6 +28,7 @@ struct StoreConfig {
   std::string path; // absolute; ignored for Memory
   std::chrono::milliseconds busyTimeout{60000};
   bool immutable = false; // Shipped: always open with immutable=1
+  bool system = false;    // Shipped: the system layer (installed with flashjit)
   std::function<void(llvm::StringRef)> warn;
 };
 
@@ -48,6 +49,7 @@ public:
                   std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 
   StoreKind kind() const { return config_.kind; }
+  bool system() const { return config_.system; }
   const std::string &path() const { return config_.path; } // ":memory:" for Memory
   bool usable() const { return usable_.load(); }
   std::string note() const; // why it is not usable, or a remark about how it is read

@@ -58,6 +58,39 @@ std::string KernelSpec::key() const {
       .str();
 }
 
+llvm::Expected<KernelSpec> KernelSpec::parse(llvm::StringRef key) {
+  llvm::SmallVector<llvm::StringRef, 6> parts;
+  key.split(parts, '.');
+  auto bad = [&] {
+    return makeError(ErrorCode::InvalidValue,
+                     "bad kernel spec '{0}' (expected e.g. fwd_mma.bf16.d128.dv128.causal.sm90a)",
+                     key);
+  };
+  if (parts.size() != 6)
+    return bad();
+  KernelSpec spec;
+  llvm::Expected<Family> family = parseFamily(parts[0]);
+  llvm::Expected<DType> dtype = parseDType(parts[1]);
+  if (!family || !dtype) {
+    llvm::consumeError(family.takeError());
+    llvm::consumeError(dtype.takeError());
+    return bad();
+  }
+  spec.family = *family;
+  spec.dtype = *dtype;
+  llvm::StringRef d = parts[2], dv = parts[3], arch = parts[5];
+  if (!d.consume_front("d") || d.getAsInteger(10, spec.headDim) || !dv.consume_front("dv") ||
+      dv.getAsInteger(10, spec.headDimV) || !arch.consume_front("sm") || arch.empty())
+    return bad();
+  if (parts[4] != "causal" && parts[4] != "nocausal")
+    return bad();
+  spec.causal = parts[4] == "causal";
+  spec.target = ("sm_" + arch).str();
+  if (llvm::Error err = validateSpec(spec))
+    return std::move(err);
+  return spec;
+}
+
 std::string TileConfig::key() const {
   return llvm::formatv("bm{0}.bn{1}.w{2}.s{3}", blockM, blockN, warps, stages).str();
 }

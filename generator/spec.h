@@ -33,6 +33,8 @@ struct KernelSpec {
 
   // "fwd_mma.bf16.d128.dv128.causal.sm90a" (".nocausal" when not causal).
   std::string key() const;
+  // The inverse of key(), checked with validateSpec.
+  static llvm::Expected<KernelSpec> parse(llvm::StringRef key);
 };
 
 struct TileConfig {

@@ -2,6 +2,7 @@
 // The work is done by cache/ (cache.h, ship.h); this file parses and prints.
 #include "cache/cache.h"
 #include "cache/ship.h"
+#include "cache/winners.h"
 #include "tools/command.h"
 
 #include "support/error.h"
@@ -18,8 +19,9 @@ namespace {
 cl::SubCommand
     cacheCommand("cache",
                  "Inspect and ship the kernel cache:\n"
-                 "  ls                                list tuning rows (user DB, then --shipped)\n"
-                 "  export --device-key K --out F     write a compact DB to ship\n"
+                 "  ls                                list tuning rows (user DB, --shipped, system)\n"
+                 "  export --device-key K --out F     write a compact DB to ship (--format json:\n"
+                 "                                    the winners alone, as text)\n"
                  "  merge A B... --out F              combine DBs, keeping the faster winner\n"
                  "  verify [DB...]                    check integrity, schema and checksums\n"
                  "  clear                             delete every row of the user DB");
@@ -31,6 +33,16 @@ cl::opt<std::string> userDb("user",
                             cl::value_desc("file"), cl::sub(cacheCommand));
 cl::list<std::string> shippedDbs("shipped", cl::desc("A shipped DB, searched after the user DB"),
                                  cl::value_desc("file"), cl::sub(cacheCommand));
+cl::list<std::string> systemDbs("system",
+                                cl::desc("A system DB, searched after the shipped ones (default: "
+                                         "$FLASHJIT_SYSTEM_CACHE, else share/flashjit/"
+                                         "system.sqlite beside this installation)"),
+                                cl::value_desc("file"), cl::sub(cacheCommand));
+cl::opt<std::string> format("format",
+                            cl::desc("export: sqlite (a DB to ship, the default) or json (the "
+                                     "winners and their measurements, no binaries: what "
+                                     "`flashjit tune --compile-only --winners` reads)"),
+                            cl::init("sqlite"), cl::sub(cacheCommand));
 cl::list<std::string> deviceKeys("device-key",
                                  cl::desc("export: a device key to include (repeat or "
                                           "separate with commas)"),
@@ -58,6 +70,8 @@ Expected<std::unique_ptr<flashjit::cache::Cache>> openForReading() {
   std::string user = userPathOrDefault();
   options.userPath = sys::fs::exists(user) ? user : "";
   options.shippedPaths.assign(shippedDbs.begin(), shippedDbs.end());
+  if (systemDbs.getNumOccurrences())
+    options.systemPaths = std::vector<std::string>(systemDbs.begin(), systemDbs.end());
   return flashjit::cache::Cache::open(std::move(options));
 }
 
@@ -87,7 +101,7 @@ int list() {
   if (!cache)
     return fail(cache.takeError());
   for (const flashjit::cache::DatabaseInfo &db : (*cache)->databases()) {
-    const char *role = db.source == flashjit::cache::Source::User ? "user" : "shipped";
+    StringRef role = flashjit::cache::sourceName(db.source);
     if (db.path == ":memory:")
       continue;
     outs() << formatv("{0} {1}: ", role, db.path)
@@ -109,6 +123,31 @@ int list() {
   return 0;
 }
 
+// The winners as JSON, written to a temporary file and renamed over --out.
+int exportWinners(flashjit::cache::Cache &cache, ArrayRef<std::string> keys) {
+  Expected<std::vector<flashjit::cache::TuningRow>> rows = flashjit::cache::winnersFor(cache, keys);
+  if (!rows)
+    return fail(rows.takeError());
+  std::string temp = outPath + ".tmp";
+  {
+    std::error_code ec;
+    raw_fd_ostream os(temp, ec);
+    if (ec)
+      return fail(flashjit::makeError(flashjit::ErrorCode::InvalidValue, "--out {0}: {1}", temp,
+                                      ec.message()));
+    os << flashjit::cache::winnersToJson(*rows);
+    os.close();
+    if (os.has_error())
+      return fail(flashjit::makeError(flashjit::ErrorCode::InvalidValue, "writing {0}: {1}",
+                                      temp, os.error().message()));
+  }
+  if (std::error_code ec = sys::fs::rename(temp, outPath))
+    return fail(flashjit::makeError(flashjit::ErrorCode::InvalidValue, "--out {0}: {1}",
+                                    outPath.getValue(), ec.message()));
+  outs() << formatv("wrote {0}: {1} tuning winners\n", outPath, rows->size());
+  return 0;
+}
+
 int exportDb() {
   if (outPath.empty() || deviceKeys.empty())
     return usage("export needs --device-key and --out");
@@ -116,6 +155,10 @@ int exportDb() {
   if (!cache)
     return fail(cache.takeError());
   std::vector<std::string> keys(deviceKeys.begin(), deviceKeys.end());
+  if (format == "json")
+    return exportWinners(**cache, keys);
+  if (format != "sqlite")
+    return usage("--format '" + format + "': expected sqlite or json");
   Expected<flashjit::cache::ShipReport> report = flashjit::cache::exportDb(**cache, keys, outPath);
   if (!report)
     return fail(report.takeError());
@@ -145,6 +188,10 @@ int verify(ArrayRef<std::string> files) {
     if (!user.empty() && sys::fs::exists(user))
       paths.push_back(user);
     paths.insert(paths.end(), shippedDbs.begin(), shippedDbs.end());
+    if (systemDbs.getNumOccurrences())
+      paths.insert(paths.end(), systemDbs.begin(), systemDbs.end());
+    else
+      llvm::append_range(paths, flashjit::cache::defaultSystemCachePaths());
   }
   if (paths.empty())
     return usage("no DB to verify");

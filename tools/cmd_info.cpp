@@ -1,11 +1,13 @@
 // `flashjit info`: what this machine offers flashjit: driver, devices, NVRTC, caches.
 #include "tools/command.h"
 
+#include "cache/cache.h"
 #include "generator/templates.h"
 #include "runtime/driver.h"
 #include "runtime/nvrtc.h"
 #include "support/env.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -44,10 +46,17 @@ int runInfo() {
       }
     }
   }
-  auto cache = flashjit::getEnv("FLASHJIT_CACHE");
-  out << "Cache:   " << (cache ? (cache->empty() ? "(disabled: FLASHJIT_CACHE is empty)" : *cache)
-                               : "$XDG_CACHE_HOME/flashjit/cache.sqlite or ~/.cache/flashjit/cache.sqlite")
-      << "\n";
+  std::string user = flashjit::cache::defaultUserCachePath();
+  out << "Cache:   user   " << (user.empty() ? "(disabled: FLASHJIT_CACHE is empty)" : user) << "\n";
+  std::vector<std::string> system = flashjit::cache::defaultSystemCachePaths();
+  for (const std::string &path : system)
+    out << "         system " << path << "\n";
+  if (system.empty())
+    out << "         system (none"
+        << (flashjit::getEnv("FLASHJIT_SYSTEM_CACHE")
+                ? std::string(": FLASHJIT_SYSTEM_CACHE is empty")
+                : "; looked for " + llvm::join(flashjit::cache::installedSystemCachePaths(), ", "))
+        << ")\n";
   return 0;
 }
 

@@ -7,6 +7,7 @@
 #include "tools/command.h"
 
 #include "cache/cache.h"
+#include "cache/winners.h"
 #include "runtime/driver.h"
 #include "runtime/nvrtc.h"
 #include "support/error.h"
@@ -18,6 +19,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -84,6 +86,13 @@ cl::list<std::string> targets("targets",
                               cl::desc("--compile-only targets (default: sm_80,sm_86,sm_89,"
                                        "sm_90a)"),
                               cl::CommaSeparated, cl::sub(sub), cl::cat(runCat));
+cl::list<std::string> winnersFiles(
+    "winners",
+    cl::desc("--compile-only: also make the tuning winners of this file usable from the "
+             "cache (a file of `flashjit cache export --format json`): each winner's tile is "
+             "compiled here and its measured row kept; rows measured with another generator "
+             "are skipped as stale (repeatable)"),
+    cl::value_desc("file"), cl::sub(sub), cl::cat(runCat));
 cl::list<unsigned> devices("devices",
                            cl::desc("GPUs to tune on, one worker each (default: 0)"),
                            cl::CommaSeparated, cl::sub(sub), cl::cat(runCat));
@@ -169,6 +178,10 @@ llvm::Expected<std::unique_ptr<cache::Cache>> openCache() {
   cache::CacheOptions options;
   if (cachePath.getNumOccurrences())
     options.userPath = cachePath.getValue();
+  // A sweep writes what it makes into the DB it names; a row of the system cache must
+  // not stand in for it (a deployment cache prepared with a system DB installed would
+  // lack those rows).
+  options.systemPaths = std::vector<std::string>{};
   auto opened = cache::Cache::open(std::move(options));
   if (opened && !(*opened)->persistent())
     llvm::errs() << "flashjit tune: warning: the cache is in memory only ($FLASHJIT_CACHE is "
@@ -274,6 +287,56 @@ ProgressBar makeBar(int total) {
                      interactive ? llvm::sys::Process::StandardErrColumns() : 0);
 }
 
+// --winners: each file's rows (this shard's part of them) made usable from the cache.
+// A stale row is a note, not a failure: the file was measured before the kernels changed.
+int importWinners(cache::Cache &cache) {
+  std::optional<Shard> shard;
+  if (shardText.getNumOccurrences()) {
+    llvm::Expected<Shard> parsed = parseShard(shardText);
+    if (!parsed)
+      return fail(parsed.takeError());
+    shard = *parsed;
+  }
+  int failed = 0;
+  for (const std::string &file : winnersFiles) {
+    llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> text = llvm::MemoryBuffer::getFile(file);
+    if (!text)
+      return fail(makeError(ErrorCode::InvalidValue, "--winners {0}: {1}", file,
+                            text.getError().message()));
+    llvm::Expected<std::vector<cache::TuningRow>> rows =
+        cache::winnersFromJson((*text)->getBuffer(), file);
+    if (!rows)
+      return fail(rows.takeError());
+    int imported = 0, stale = 0, compiled = 0, index = -1;
+    for (const cache::TuningRow &row : *rows) {
+      ++index;
+      if (shard && index % shard->count != shard->index)
+        continue;
+      llvm::Expected<WinnerImport> done = importWinner(cache, row);
+      if (!done)
+        return fail(done.takeError());
+      compiled += done->compiledNow;
+      switch (done->status) {
+      case WinnerImport::Imported: ++imported; break;
+      case WinnerImport::Stale:
+        ++stale;
+        llvm::errs() << "flashjit tune: note: " << file << ": " << done->label << ": stale ("
+                     << done->why << ")\n";
+        break;
+      case WinnerImport::Failed:
+        ++failed;
+        llvm::errs() << "flashjit tune: " << file << ": " << done->label << ": " << done->why
+                     << "\n";
+        break;
+      }
+    }
+    llvm::outs() << llvm::formatv("winners {0}: {1} imported ({2} compiled now), {3} stale, "
+                                  "{4} failed\n",
+                                  file, imported, compiled, stale, failed);
+  }
+  return failed ? 1 : 0;
+}
+
 int runCompileOnly(const SweepConfig &config, bool announce, const std::string &why) {
   std::vector<std::string> list = targets.empty()
                                       ? defaultCompileTargets()
@@ -318,7 +381,9 @@ int runCompileOnly(const SweepConfig &config, bool announce, const std::string &
   ProgressBar bar = makeBar((int)p->pending.size());
   SweepOutcome outcome = runCompileSweep(**cache, p->pending, jobs, bar.callbacks());
   bar.close();
-  return finish(*p, outcome, false);
+  int status = finish(*p, outcome, false);
+  int winnersStatus = importWinners(**cache);
+  return std::max(status, winnersStatus);
 }
 
 int runTuneSweep(const SweepConfig &config) {
@@ -385,6 +450,10 @@ int runTune() {
   if (targets.getNumOccurrences())
     return fail(makeError(ErrorCode::InvalidValue, "--targets goes with --compile-only (a "
                                                    "tune uses the GPU's own target)"));
+  if (winnersFiles.getNumOccurrences())
+    return fail(makeError(ErrorCode::InvalidValue,
+                          "--winners goes with --compile-only (it fills a cache without a "
+                          "GPU from winners measured elsewhere)"));
   // Is there a GPU?
   std::string why;
   llvm::Expected<int> count = runtime::deviceCount();

@@ -15,6 +15,7 @@ llvm::StringRef originName(Origin origin) {
   case Origin::UserCache: return "user cache";
   case Origin::CompiledNow: return "compiled now";
   case Origin::TunedNow: return "tuned now";
+  case Origin::SystemCache: return "system cache";
   }
   return "unknown";
 }
@@ -37,7 +38,12 @@ Selection selectionOf(const generator::KernelSpec &spec, const Bucket &bucket,
 
 namespace {
 Origin originOf(cache::Source source) {
-  return source == cache::Source::User ? Origin::UserCache : Origin::ShippedCache;
+  switch (source) {
+  case cache::Source::User: return Origin::UserCache;
+  case cache::Source::Shipped: return Origin::ShippedCache;
+  case cache::Source::System: return Origin::SystemCache;
+  }
+  return Origin::ShippedCache;
 }
 } // namespace
 

@@ -24,7 +24,7 @@
 
 namespace flashjit::tuner {
 
-enum class Origin { ShippedCache, UserCache, CompiledNow, TunedNow };
+enum class Origin { ShippedCache, UserCache, CompiledNow, TunedNow, SystemCache };
 llvm::StringRef originName(Origin origin); // "shipped cache", "user cache", "compiled now",
                                            // "tuned now"
 
@@ -150,6 +150,19 @@ private:
 llvm::Expected<std::string /*binaryKey*/> compileOnly(cache::Cache &cache,
                                                       const generator::KernelSpec &spec,
                                                       bool *compiledNow = nullptr);
+
+// No device: a tuning winner measured elsewhere (a row of a winners file), made usable
+// here: its tile compiled for its spec's target with this NVRTC, and the row published
+// pointing at that binary, every measured field kept. Only rows measured with this
+// build's generator fingerprint and measurement protocol are taken; the others are
+// Stale (their kernels or timings may differ from what this build runs).
+struct WinnerImport {
+  enum Status { Imported, Stale, Failed } status = Failed;
+  std::string label; // "spec bucket device"
+  std::string why;   // Stale and Failed: the reason
+  bool compiledNow = false;
+};
+llvm::Expected<WinnerImport> importWinner(cache::Cache &cache, const cache::TuningRow &winner);
 
 // Binary key of DESIGN.md: sha256(source + '\0' + options joined + '\0' + NVRTC
 // version + '\0' + exact target) (tuner/variants.h), and its readable text

@@ -113,7 +113,8 @@ typedef enum fj_origin {
   FJ_ORIGIN_SHIPPED_CACHE = 1,  /* a read-only cache shipped with the application */
   FJ_ORIGIN_USER_CACHE = 2,     /* the user's (writable) cache */
   FJ_ORIGIN_COMPILED_NOW = 3,   /* compiled by this call, not tuned */
-  FJ_ORIGIN_TUNED_NOW = 4       /* tuned (and compiled) by this call */
+  FJ_ORIGIN_TUNED_NOW = 4,      /* tuned (and compiled) by this call */
+  FJ_ORIGIN_SYSTEM_CACHE = 5    /* the system cache installed with flashjit (added in 0.2) */
 } fj_origin;
 
 /* Levels passed to the log callback. */

@@ -8,7 +8,8 @@ import os
 FJ_DTYPE_FP16, FJ_DTYPE_BF16 = 1, 2
 TUNE_MODES = {"auto": 0, "default": 1, "cached": 2, "heuristic": 3, "exhaustive": 4}
 TUNE_MODE_NAMES = {v: k for k, v in TUNE_MODES.items()}
-ORIGINS = {1: "shipped cache", 2: "user cache", 3: "compiled now", 4: "tuned now"}
+ORIGINS = {1: "shipped cache", 2: "user cache", 3: "compiled now", 4: "tuned now",
+           5: "system cache"}
 STATUS_NAMES = {0: "FJ_SUCCESS", 1: "FJ_ERROR_INVALID_VALUE", 2: "FJ_ERROR_NOT_SUPPORTED",
                 3: "FJ_ERROR_NO_DEVICE", 4: "FJ_ERROR_COMPILE", 5: "FJ_ERROR_CUDA",
                 6: "FJ_ERROR_CACHE", 7: "FJ_ERROR_NOT_FOUND", 8: "FJ_ERROR_OUT_OF_MEMORY",

@@ -15,10 +15,12 @@ namespace flashjit::cache::testing {
 inline std::unique_ptr<Cache> openCache(std::optional<std::string> user,
                                         std::vector<std::string> shipped = {},
                                         Warnings *warnings = nullptr,
-                                        bool shippedImmutable = false) {
+                                        bool shippedImmutable = false,
+                                        std::vector<std::string> system = {}) {
   CacheOptions options;
   options.userPath = std::move(user);
   options.shippedPaths = std::move(shipped);
+  options.systemPaths = std::move(system); // never the environment's: tests are hermetic
   options.shippedImmutable = shippedImmutable;
   options.warn = warnings ? warnings->sink() : [](llvm::StringRef) {};
   llvm::Expected<std::unique_ptr<Cache>> cache = Cache::open(std::move(options));

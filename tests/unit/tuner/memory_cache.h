@@ -13,6 +13,7 @@ namespace flashjit::testing {
 inline std::unique_ptr<cache::Cache> memoryCache() {
   cache::CacheOptions options;
   options.userPath = "";
+  options.systemPaths = std::vector<std::string>{}; // hermetic: no installed system DB
   auto c = cache::Cache::open(options);
   EXPECT_TRUE(bool(c)) << llvm::toString(c.takeError());
   return std::move(*c);

@@ -1,0 +1,62 @@
+// A tuning winner from a winners file (cache/winners.h) into a cache, for the build-time
+// sweep that fills the system cache: the tile is compiled here (the binary key depends on
+// this machine's NVRTC), the measurement is kept as it was recorded.
+#include "generator/templates.h"
+#include "support/error.h"
+#include "tuner/measure.h"
+#include "tuner/tuner.h"
+#include "tuner/variants.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+namespace flashjit::tuner {
+
+llvm::Expected<WinnerImport> importWinner(cache::Cache &cache, const cache::TuningRow &winner) {
+  WinnerImport result;
+  result.label = llvm::formatv("{0} {1} {2}", winner.key.spec, winner.key.bucket,
+                               winner.key.deviceKey)
+                     .str();
+  auto stop = [&](WinnerImport::Status status, std::string why) {
+    result.status = status;
+    result.why = std::move(why);
+    return result;
+  };
+  if (winner.key.generatorFingerprint != generator::generatorFingerprint())
+    return stop(WinnerImport::Stale,
+                llvm::formatv("measured with generator {0}, this build is {1}: re-measure",
+                              winner.key.generatorFingerprint.substr(0, 12),
+                              generator::generatorFingerprint().substr(0, 12)));
+  if (winner.key.protocolVersion != kMeasurementProtocolVersion)
+    return stop(WinnerImport::Stale,
+                llvm::formatv("measured with protocol {0}, this build uses {1}: re-measure",
+                              winner.key.protocolVersion, kMeasurementProtocolVersion));
+  llvm::Expected<generator::KernelSpec> spec = generator::KernelSpec::parse(winner.key.spec);
+  if (!spec)
+    return stop(WinnerImport::Failed, llvm::toString(spec.takeError()));
+  llvm::Expected<generator::TileConfig> tile = generator::TileConfig::parse(winner.config);
+  if (!tile)
+    return stop(WinnerImport::Failed, llvm::toString(tile.takeError()));
+  if (llvm::Error err = generator::validateTile(*spec, *tile))
+    return stop(WinnerImport::Failed, llvm::toString(std::move(err)));
+
+  BuildOptions build;
+  build.threads = 1;
+  llvm::Expected<BuildResult> built = buildVariants(cache, *spec, {*tile}, build);
+  if (!built)
+    return built.takeError();
+  const Variant &v = built->variants.front();
+  result.compiledNow = v.compiledNow;
+  if (!v.error.empty())
+    return stop(WinnerImport::Failed, v.error);
+  if (!v.rejection.empty())
+    return stop(WinnerImport::Failed, v.rejection);
+
+  cache::TuningRow row = winner;
+  row.binaryKey = v.key; // this NVRTC's binary; the measured one is in the winners file
+  if (llvm::Error err = cache.publish(nullptr, &row))
+    return std::move(err);
+  result.status = WinnerImport::Imported;
+  return result;
+}
+
+} // namespace flashjit::tuner
