@@ -149,8 +149,9 @@ int exportWinners(flashjit::cache::Cache &cache, ArrayRef<std::string> keys) {
 }
 
 int exportDb() {
-  if (outPath.empty() || deviceKeys.empty())
-    return usage("export needs --device-key and --out");
+  if (outPath.empty() || (deviceKeys.empty() && format != "json"))
+    return usage("export needs --device-key and --out (--format json: --out; every device "
+                 "when no --device-key)");
   Expected<std::unique_ptr<flashjit::cache::Cache>> cache = openForReading();
   if (!cache)
     return fail(cache.takeError());
