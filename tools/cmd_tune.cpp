@@ -354,7 +354,10 @@ int runCompileOnly(const SweepConfig &config, bool announce, const std::string &
   if (seqlens.getNumOccurrences() || batchHeads.getNumOccurrences())
     llvm::errs() << "flashjit tune: note: --compile-only compiles one tile per spec; "
                     "--seqlens and --batch-heads do not change it\n";
-  std::vector<SweepItem> items = compileItems(config, list);
+  std::vector<std::string> leftOut;
+  std::vector<SweepItem> items = compileItems(config, list, &leftOut);
+  for (const std::string &line : leftOut)
+    llvm::errs() << "flashjit tune: note: left out, no tile fits: " << line << "\n";
   for (const std::string &t : list)
     if (sweepFamilies(config, t).empty())
       llvm::errs() << "flashjit tune: note: " << t << " is left out: "

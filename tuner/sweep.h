@@ -60,9 +60,11 @@ std::vector<generator::Family> sweepFamilies(const SweepConfig &config, llvm::St
 // seqlen, batch x heads. Duplicated values are dropped.
 std::vector<SweepItem> tuneItems(const SweepConfig &config, llvm::StringRef target);
 // Compile-only items: one per (spec, target), in the same order, targets then families
-// innermost.
+// innermost. A spec whose default tile does not fit its target has no kernel and is left
+// out, described in `leftOut` when given.
 std::vector<SweepItem> compileItems(const SweepConfig &config,
-                                    llvm::ArrayRef<std::string> targets);
+                                    llvm::ArrayRef<std::string> targets,
+                                    std::vector<std::string> *leftOut = nullptr);
 
 // --shard I/N: the I-th of N disjoint parts (0 <= I < N).
 struct Shard {

@@ -340,3 +340,26 @@ TEST(CompileOnlyProcess, SecondProcessReadsWithZeroCompilations) {
 }
 
 } // namespace
+
+// The system cache's sweep includes the backward pass, which has no tile at d256 on
+// sm_86 / sm_89 (256 bytes of shared memory short): those specs are left out and said
+// so, instead of failing the sweep.
+TEST(Sweep, CompileItemsLeaveOutSpecsWithNoFittingTile) {
+  SweepConfig c;
+  c.headDims = {64, 256};
+  c.dtypes = {generator::DType::BF16};
+  c.causal = {false};
+  c.seqlens = {1024};
+  c.batchHeads = {32};
+  c.families = {generator::Family::BwdMma};
+  std::vector<std::string> leftOut;
+  auto items = tuner::compileItems(c, {"sm_80", "sm_86", "sm_89", "sm_90a"}, &leftOut);
+  std::vector<std::string> labels;
+  for (const SweepItem &item : items)
+    labels.push_back(item.label());
+  EXPECT_EQ(labels.size(), 6u) << llvm::join(labels, ", ");
+  ASSERT_EQ(leftOut.size(), 2u);
+  EXPECT_EQ(llvm::StringRef(leftOut[0]).split(':').first, "bwd_mma.bf16.d256.dv256.nocausal.sm86");
+  EXPECT_EQ(llvm::StringRef(leftOut[1]).split(':').first, "bwd_mma.bf16.d256.dv256.nocausal.sm89");
+  EXPECT_NE(leftOut[0].find("shared memory"), std::string::npos) << leftOut[0];
+}
