@@ -13,6 +13,7 @@
  * needs device pointers and a stream. Build it with examples/CMakeLists.txt against
  * an installed flashjit (find_package(flashjit)).
  */
+#define _POSIX_C_SOURCE 199309L /* clock_gettime */
 #include <flashjit/flashjit.h>
 
 #include <cuda_runtime_api.h>
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define FJ_CHECK(call)                                                                  \
   do {                                                                                  \
@@ -76,8 +78,15 @@ static const char *origin_name(int origin) {
   case FJ_ORIGIN_USER_CACHE: return "user cache";
   case FJ_ORIGIN_COMPILED_NOW: return "compiled now";
   case FJ_ORIGIN_TUNED_NOW: return "tuned now";
+  case FJ_ORIGIN_SYSTEM_CACHE: return "system cache";
   }
   return "?";
+}
+
+static double seconds_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* Element (b, s, h, d) of a packed [batch, seq, heads, dim] tensor. */
@@ -137,6 +146,7 @@ int main(int argc, char **argv) {
   fj_attention_desc desc;
   fj_kernel kernel;
   struct fj_kernel_info info;
+  double get_start, get_seconds;
   fj_attention_desc_init(&desc);
   desc.dtype = FJ_DTYPE_BF16;
   desc.head_dim = DIM;
@@ -146,11 +156,16 @@ int main(int argc, char **argv) {
   desc.seqlen_q_hint = SEQ_Q;
   desc.seqlen_k_hint = SEQ_K;
   desc.batch_hint = BATCH;
+  get_start = seconds_now();
   FJ_CHECK(fj_kernel_get(ctx, &desc, &kernel));
+  get_seconds = seconds_now() - get_start;
   info.struct_size = sizeof(info);
   FJ_CHECK(fj_kernel_info(kernel, &info));
-  printf("kernel %s: %d variant(s), got in %.1f ms, %d compiled now\n", info.spec_key,
-         info.num_variants, info.get_ms, info.compiled_now);
+  FJ_CHECK(fj_context_info(ctx, &ctx_info));
+  printf("kernel %s: %d variant(s), fj_kernel_get took %.2f ms, %d compiled now, "
+         "%d NVRTC compilations in this context\n",
+         info.spec_key, info.num_variants, get_seconds * 1e3, info.compiled_now,
+         ctx_info.compilations);
   for (v = 0; v < info.num_variants; ++v) {
     fj_variant_info variant;
     variant.struct_size = sizeof(variant);
