@@ -2,6 +2,7 @@
 for torch.compile, autograd through fj_backward) and the eager fast path."""
 import ctypes as C
 import math
+import threading
 from typing import Optional, Tuple
 
 import torch
@@ -168,16 +169,18 @@ attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
 # ---- the eager inference fast path -------------------------------------------------
-# Plans per (shapes, strides, dtype, device, causal, scale, layout): the checks done,
-# the kernel got, the arguments laid out; a call copies the template and sets the
-# pointers. Used only outside torch.compile and autograd (the operators serve those).
+# Plans per (shapes, strides, dtype, device, causal, scale, layout, thread): the checks
+# done, the kernel got, the arguments laid out once; a call sets the four pointers in the
+# plan's own argument struct and launches. A plan belongs to one thread, so no other
+# thread can rewrite its pointers between the set and the launch. Used only outside
+# torch.compile and autograd (the operators serve those).
 _plans = {}
 _MAX_PLANS = 4096
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 class _Plan:
-    __slots__ = ("handle", "template", "o_shape", "dtype", "device", "index")
+    __slots__ = ("handle", "args", "args_ref", "o_shape", "dtype", "device", "index")
 
 
 def _make_plan(q, k, v, causal, scale, layout):
@@ -208,7 +211,8 @@ def _make_plan(q, k, v, causal, scale, layout):
     ob, os_, oh = (o_strides[0], o_strides[1], o_strides[2]) if lay.name == "bshd" else \
         (o_strides[0], o_strides[2], o_strides[1])
     template.o_batch_stride, template.o_seq_stride, template.o_head_stride = ob, os_, oh
-    plan.template = bytes(template)
+    plan.args = template
+    plan.args_ref = C.byref(template)
     return plan
 
 
@@ -235,7 +239,7 @@ def fast_forward(q, k, v, causal, scale, layout):
         # get_device(): an int (-1 on the CPU), cheaper than building torch.device objects.
         key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype,
                k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), causal,
-               scale, layout)
+               scale, layout, _thread_id())
         plan = _plans.get(key)
     except (AttributeError, TypeError):  # not tensors, or an unhashable argument
         return None
@@ -247,11 +251,11 @@ def fast_forward(q, k, v, causal, scale, layout):
             _plans.clear()
         _plans[key] = plan
     o = q.new_empty(plan.o_shape)  # q's dtype and device (fewer arguments to parse)
-    args = _from_template(plan.template)
+    args = plan.args
     args.q, args.k, args.v, args.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
     stream = _raw_stream(plan.index) if _raw_stream else \
         torch.cuda.current_stream(plan.device).cuda_stream
-    status = _forward(plan.handle, C.byref(args), stream)
+    status = _forward(plan.handle, plan.args_ref, stream)
     if status:
         _capi.library().check("fj_forward", status)
     return o
@@ -267,4 +271,4 @@ def _forward_holding_gil():
 
 
 _forward = _forward_holding_gil()
-_from_template = _capi.ForwardArgs.from_buffer_copy
+_thread_id = threading.get_ident

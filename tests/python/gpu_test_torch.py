@@ -333,6 +333,36 @@ def cuda_graph_backward():
         assert torch.equal(a, b), f"{name}: replay differs from a direct call"
 
 
+@case("eager calls from 4 threads at once, same shape, different tensors")
+def threads():
+    # The eager fast path keeps one argument struct per plan and thread: a thread must
+    # never launch with another thread's pointers.
+    import threading
+    inputs = [tuple(rand(1, 333, 4, 64) for _ in range(3)) for _ in range(4)]
+    outputs = [[] for _ in inputs]
+    start = threading.Barrier(len(inputs))
+
+    def work(i):
+        q, k, v = inputs[i]
+        start.wait()
+        with torch.no_grad():
+            for _ in range(200):
+                outputs[i].append(flashjit.attention(q, k, v, causal=True))
+        torch.cuda.current_stream().synchronize()
+
+    pool = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    torch.cuda.synchronize()
+    for i, (q, k, v) in enumerate(inputs):
+        assert len(outputs[i]) == 200
+        check_forward(outputs[i][0], q, k, v, True, what=f"thread {i}")
+        for o in outputs[i][1:]:
+            assert torch.equal(o, outputs[i][0]), f"thread {i}: a launch differs from its first"
+
+
 @case("side stream")
 def side_stream():
     q, k, v = rand(2, 300, 4, 64), rand(2, 300, 4, 64), rand(2, 300, 4, 64)
@@ -457,6 +487,7 @@ def main():
     compiled_reduce_overhead()
     cuda_graph()
     cuda_graph_backward()
+    threads()
     side_stream()
     sdpa_case()
     sdpa_gradients()
