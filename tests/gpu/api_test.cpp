@@ -7,6 +7,7 @@
 // sending what TMA cannot take (cu_seqlens, odd strides, no keys) to its fwd_mma
 // fallback, and $FLASHJIT_FAMILY.
 #include "api_harness.h"
+#include "tests/scoped_env.h"
 #include "gpu_skip.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -29,6 +30,7 @@ extern char **environ;
 
 using namespace flashjit;
 using namespace flashjit::apitest;
+using flashjit::testing::ScopedEnv;
 
 namespace {
 
@@ -576,27 +578,6 @@ TEST(ApiGpu, GraphCaptureAndReplayGivesTheSameOutput) {
 // ---- kernel families ------------------------------------------------------------------
 
 // Sets an environment variable for one scope (fj_context_create reads it), restoring
-// what was there.
-class ScopedEnv {
-public:
-  ScopedEnv(const char *name, const char *value) : name_(name) {
-    if (const char *old = std::getenv(name))
-      old_ = old, had_ = true;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
-private:
-  const char *name_;
-  std::string old_;
-  bool had_ = false;
-};
-
 // Poisons the outputs, runs fj_forward with `args` (the problem's, edited) and judges.
 llvm::Expected<ApiReport> runEdited(ApiProblem &problem, fj_kernel kernel,
                                     const fj_forward_args &args, CUstream stream) {

@@ -114,8 +114,9 @@ TEST(CacheDamage, CorruptPageFoundDuringALookupRebuildsAndTheCallGoesOn) {
   for (int i = 0; i < 30; ++i) {
     auto found = cache->findTuned(makeKey(i));
     ASSERT_TRUE(bool(found)) << "the call goes on: " << llvm::toString(found.takeError());
-    if (found->has_value()) // a row read before the damage was noticed must be exact
+    if (found->has_value()) { // a row read before the damage was noticed must be exact
       EXPECT_TRUE(sameTuning((*found)->tuning.row, makeTuning(makeKey(i), makeBinary(i))));
+    }
   }
   EXPECT_EQ(movedAside(dir, "cache.sqlite").size(), 1u);
   expectWorking(*cache, path);

@@ -60,9 +60,10 @@ TEST(CacheEvict, LeastRecentlyUsedUnreferencedBinariesGoFirst) {
     bool kept = cache.findBinary(loose[i].key)->has_value();
     if (kept && firstKept < 0)
       firstKept = i;
-    if (firstKept >= 0)
+    if (firstKept >= 0) {
       EXPECT_TRUE(kept) << "binary " << i << " evicted although binary " << firstKept
                         << " (older) was kept";
+    }
   }
   EXPECT_GT(firstKept, 2);
 }

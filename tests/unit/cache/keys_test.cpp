@@ -1,4 +1,5 @@
 #include "tests/unit/cache/fixtures.h"
+#include "tests/scoped_env.h"
 
 #include <gtest/gtest.h>
 
@@ -6,6 +7,7 @@
 
 using namespace flashjit::cache;
 using namespace flashjit::cache::testing;
+using flashjit::testing::ScopedEnv;
 
 TEST(CacheKeys, TextNamesEveryFieldAndHashIsItsSha256) {
   TuningKey key{"fwd_mma.bf16.d128.dv128.causal.sm90a", "q1024.k1024.bh64",
@@ -17,21 +19,6 @@ TEST(CacheKeys, TextNamesEveryFieldAndHashIsItsSha256) {
   other.protocolVersion = 4;
   EXPECT_NE(other.hash(), key.hash());
 }
-
-// Restores an environment variable when the test ends.
-class ScopedEnv {
-public:
-  ScopedEnv(const char *name, const char *value) : name_(name) {
-    if (const char *old = getenv(name))
-      old_ = old;
-    value ? setenv(name, value, 1) : unsetenv(name);
-  }
-  ~ScopedEnv() { old_ ? setenv(name_, old_->c_str(), 1) : unsetenv(name_); }
-
-private:
-  const char *name_;
-  std::optional<std::string> old_;
-};
 
 TEST(CacheKeys, DefaultUserPathFollowsTheEnvironment) {
   ScopedEnv home("HOME", "/home/someone");

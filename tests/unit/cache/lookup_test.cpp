@@ -12,15 +12,6 @@ using namespace flashjit;
 using namespace flashjit::cache;
 using namespace flashjit::cache::testing;
 
-namespace {
-
-void publishOrFail(Cache &cache, const BinaryRow *b, const TuningRow *t) {
-  llvm::Error error = cache.publish(b, t);
-  ASSERT_FALSE(error) << llvm::toString(std::move(error));
-}
-
-} // namespace
-
 TEST(CacheLookup, InMemoryWhenPersistenceIsOff) {
   std::unique_ptr<Cache> cache = openCache("");
   ASSERT_TRUE(cache);

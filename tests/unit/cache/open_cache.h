@@ -31,4 +31,10 @@ inline std::unique_ptr<Cache> openCache(std::optional<std::string> user,
   return std::move(*cache);
 }
 
+// A publish that must succeed (a failure is the test's, with the cache's message).
+inline void publishOrFail(Cache &cache, const BinaryRow *b, const TuningRow *t) {
+  llvm::Error error = cache.publish(b, t);
+  ASSERT_FALSE(error) << llvm::toString(std::move(error));
+}
+
 } // namespace flashjit::cache::testing

@@ -2,6 +2,7 @@
 // the application's shipped DBs; how they are found; and that a DB from another toolkit
 // or generator gives misses, never its rows.
 #include "tests/unit/cache/open_cache.h"
+#include "tests/scoped_env.h"
 
 #include "support/env.h"
 
@@ -14,13 +15,10 @@
 using namespace flashjit;
 using namespace flashjit::cache;
 using namespace flashjit::cache::testing;
+using flashjit::testing::ScopedEnv;
 
 namespace {
 
-void publishOrFail(Cache &cache, const BinaryRow *b, const TuningRow *t) {
-  llvm::Error error = cache.publish(b, t);
-  ASSERT_FALSE(error) << llvm::toString(std::move(error));
-}
 
 // A DB at `path` holding key 1's winner (config `config`) and its binary.
 void fill(const std::string &path, int config, const Versions &v = {}) {
@@ -30,29 +28,6 @@ void fill(const std::string &path, int config, const Versions &v = {}) {
   TuningRow t = makeTuning(makeKey(1, v), b, 10, config);
   publishOrFail(*cache, &b, &t);
 }
-
-// Sets an environment variable for one scope.
-class ScopedEnv {
-public:
-  ScopedEnv(const char *name, const char *value) : name_(name) {
-    if (const char *old = getenv(name))
-      old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
-private:
-  const char *name_;
-  std::optional<std::string> old_;
-};
 
 } // namespace
 

@@ -2,6 +2,7 @@
 // sm_90a, fwd_mma alone elsewhere, $FLASHJIT_FAMILY overriding, and the refusal of a
 // family the target cannot run.
 #include "tuner/family.h"
+#include "tests/scoped_env.h"
 
 #include "support/error.h"
 
@@ -12,6 +13,7 @@
 #include <string>
 
 using namespace flashjit;
+using flashjit::testing::ScopedEnv;
 using generator::Family;
 using tuner::FamilyPlan;
 
@@ -28,26 +30,6 @@ ErrorReport failureOf(const char *target, const char *forced) {
   EXPECT_FALSE(bool(plan)) << target << " " << forced;
   return plan ? ErrorReport{} : takeErrorReport(plan.takeError());
 }
-
-// Sets an environment variable for one scope, restoring what was there.
-class ScopedEnv {
-public:
-  ScopedEnv(const char *name, const char *value) : name_(name) {
-    if (const char *old = std::getenv(name))
-      old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
-private:
-  const char *name_;
-  std::optional<std::string> old_;
-};
 
 TEST(FamilyPlan, HopperGetsWgmmaWithAnMmaFallback) {
   for (const char *forced : {"", "auto", " AUTO "}) {
