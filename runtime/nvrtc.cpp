@@ -5,9 +5,13 @@
 #include "support/error.h"
 
 #include "llvm/ADT/ScopeExit.h"
+#include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
 
 #include <chrono>
+#include <ctime>
 
 namespace flashjit::runtime {
 namespace {
@@ -17,7 +21,40 @@ llvm::Error nvrtcError(const detail::NvrtcApi &api, nvrtcResult result, const ch
                    api.nvrtcGetErrorString(result));
 }
 
+// CPU time of the calling thread, in milliseconds.
+double threadCpuMs() {
+  timespec now{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now) != 0)
+    return 0;
+  return now.tv_sec * 1e3 + now.tv_nsec / 1e6;
+}
+
 } // namespace
+
+CompiledBinary::Phases parseNvrtcTimeTable(llvm::StringRef csv) {
+  CompiledBinary::Phases phases;
+  llvm::SmallVector<llvm::StringRef, 16> lines;
+  csv.split(lines, '\n', -1, false);
+  for (llvm::StringRef line : lines) {
+    llvm::SmallVector<llvm::StringRef, 4> fields;
+    line.split(fields, ',');
+    if (fields.size() < 4 || fields[3].trim() != "ms")
+      continue; // the header, or a metric that is not a time
+    double ms = 0;
+    if (fields[2].trim().getAsDouble(ms))
+      continue;
+    llvm::StringRef phase = fields[1].trim();
+    if (phase == "CUDA C++ Frontend")
+      phases.frontEndMs += ms;
+    else if (phase == "NVVM Optimizer")
+      phases.nvvmMs += ms;
+    else if (phase == "PTX Translation")
+      phases.ptxasMs += ms;
+    else
+      phases.otherMs += ms;
+  }
+  return phases;
+}
 
 llvm::Expected<std::string> nvrtcVersion() {
   auto api = detail::nvrtc();
@@ -50,6 +87,7 @@ llvm::Expected<CompiledBinary> compile(llvm::StringRef source, const CompileOpti
   if (!api)
     return api.takeError();
   auto started = std::chrono::steady_clock::now();
+  double startedCpuMs = threadCpuMs();
 
   // One program per call: NVRTC is thread-safe across distinct programs.
   nvrtcProgram program = nullptr;
@@ -71,6 +109,20 @@ llvm::Expected<CompiledBinary> compile(llvm::StringRef source, const CompileOpti
   int major = 0, minor = 0;
   if (api->nvrtcVersion(&major, &minor) == NVRTC_SUCCESS && nvrtcCachesPrograms(major, minor))
     owned.push_back("--no-cache");
+  // --time appends its table to a file (its "-" writes nothing we can read back): one
+  // temporary file per compile, so that concurrent compiles keep their tables apart.
+  llvm::SmallString<128> timeFile;
+  auto removeTimeFile = llvm::make_scope_exit([&] {
+    if (!timeFile.empty())
+      llvm::sys::fs::remove(timeFile);
+  });
+  if (options.timePhases) {
+    if (std::error_code ec =
+            llvm::sys::fs::createTemporaryFile("flashjit-nvrtc-time", "csv", timeFile))
+      return makeError(ErrorCode::Compile, "cannot create a file for NVRTC's times: {0}",
+                       ec.message());
+    owned.push_back(("--time=" + timeFile).str());
+  }
   owned.insert(owned.end(), options.options.begin(), options.options.end());
   llvm::SmallVector<const char *, 16> argv;
   for (const std::string &option : owned)
@@ -108,6 +160,10 @@ llvm::Expected<CompiledBinary> compile(llvm::StringRef source, const CompileOpti
       binary.ptx.pop_back();
   }
 
+  if (!timeFile.empty())
+    if (auto table = llvm::MemoryBuffer::getFile(timeFile))
+      binary.phases = parseNvrtcTimeTable((*table)->getBuffer());
+
   ResourceUsage usage = parsePtxasLog(binary.log);
   binary.registers = usage.registers;
   binary.spillStoreBytes = usage.spillStoreBytes;
@@ -117,6 +173,7 @@ llvm::Expected<CompiledBinary> compile(llvm::StringRef source, const CompileOpti
   binary.compileMs = std::chrono::duration<double, std::milli>(
                          std::chrono::steady_clock::now() - started)
                          .count();
+  binary.compileCpuMs = threadCpuMs() - startedCpuMs;
   return binary;
 }
 

@@ -20,6 +20,9 @@ struct CompileOptions {
   // that make ptxas report resource usage are added by compile().
   std::vector<std::string> options;
   bool keepPtx = false;
+  // Ask NVRTC for its per-phase times (`--time`): CompiledBinary::phases. It costs a
+  // temporary file per compile and does not change the cubin.
+  bool timePhases = false;
   std::string programName = "flashjit_kernel.cu";
 };
 
@@ -35,7 +38,23 @@ struct CompiledBinary {
   int stackFrameBytes = 0;
   int staticSharedBytes = 0;
   double compileMs = 0;
+  // CPU time of the compiling thread over the same span. NVRTC compiles on the calling
+  // thread, so on an idle machine this is compileMs; on a busy one (a 2-core machine
+  // that runs tests beside a benchmark) it leaves out the time spent waiting for a core.
+  double compileCpuMs = 0;
+  // With CompileOptions::timePhases: where NVRTC's time went, in milliseconds
+  // (0 when NVRTC did not report the phase).
+  struct Phases {
+    double frontEndMs = 0; // "CUDA C++ Frontend": parsing, template instantiation
+    double nvvmMs = 0;     // "NVVM Optimizer": LLVM optimization and PTX code generation
+    double ptxasMs = 0;    // "PTX Translation": ptxas, PTX to SASS
+    double otherMs = 0;    // any phase not named above
+  } phases;
 };
+
+// Adds up the table that NVRTC's `--time=<file>` writes ("file, phase, metric, unit"
+// per line, a header line first) into phases. Lines it cannot read are skipped.
+CompiledBinary::Phases parseNvrtcTimeTable(llvm::StringRef csv);
 
 // Whether this NVRTC version keeps its own cache of compiled programs (12.9 and newer),
 // which compile() turns off: a program served from it comes without ptxas's report.

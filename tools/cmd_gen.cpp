@@ -7,6 +7,7 @@
 #include "generator/emit.h"
 #include "runtime/nvrtc.h"
 #include "runtime/resource_usage.h"
+#include "support/hash.h"
 #include "tuner/space.h"
 #include "tuner/variants.h"
 
@@ -63,6 +64,7 @@ llvm::Expected<runtime::CompiledBinary> compileKernel(const generator::KernelSpe
   runtime::CompileOptions options;
   options.target = spec.target;
   options.options = kernel.options;
+  options.timePhases = true; // where NVRTC's time goes; the cubin is the same
   return runtime::compile(kernel.source, options);
 }
 
@@ -79,7 +81,29 @@ struct SpaceRow {
   std::string text;
   bool accepted = false;
   bool failed = false;
+  double compileMs = 0;
+  double compileCpuMs = 0;
+  runtime::CompiledBinary::Phases phases;
 };
+
+std::string phaseText(const runtime::CompiledBinary::Phases &phases) {
+  return llvm::formatv("front end {0,3:f0} + NVVM {1,4:f0} + ptxas {2,4:f0}",
+                       phases.frontEndMs, phases.nvvmMs, phases.ptxasMs)
+      .str();
+}
+
+// The first 16 hex digits of the cubin's SHA-256.
+std::string cubinHash(const runtime::CompiledBinary &binary) {
+  return sha256Hex(binary.cubin).substr(0, 16);
+}
+
+double median(std::vector<double> values) {
+  if (values.empty())
+    return 0;
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
 
 SpaceRow compileForSpace(const generator::KernelSpec &spec, const generator::TileConfig &tile) {
   SpaceRow row;
@@ -98,10 +122,17 @@ SpaceRow compileForSpace(const generator::KernelSpec &spec, const generator::Til
     return failed(binary.takeError());
   std::string rejection = rejectionOf(*binary);
   row.accepted = rejection.empty();
-  row.text = llvm::formatv("  {0,-20} {1,3} registers {2,5} B spilled {3,6:f0} ms  tuner {4}\n",
+  row.compileMs = binary->compileMs;
+  row.compileCpuMs = binary->compileCpuMs;
+  row.phases = binary->phases;
+  // The cubin's hash shows which tiles a change to the templates or to the NVRTC options
+  // touched at all.
+  row.text = llvm::formatv("  {0,-20} {1,3} registers {2,5} B spilled {3,6:f0} ms, CPU {4,5:f0} "
+                           "ms ({5})  cubin {6}  tuner {7}\n",
                            tile.key(), binary->registers,
                            binary->spillStoreBytes + binary->spillLoadBytes, binary->compileMs,
-                           verdictText(rejection))
+                           binary->compileCpuMs, phaseText(binary->phases),
+                           cubinHash(*binary), verdictText(rejection))
                  .str();
   for (const std::string &note : runtime::ptxasNotes(binary->log))
     row.text += "      ptxas: " + note + "\n";
@@ -121,21 +152,37 @@ int runSpace(const generator::KernelSpec &spec) {
                                 spec.key(), fits.size(), all.size());
   llvm::outs().flush();
   std::vector<SpaceRow> rows(fits.size());
+  unsigned threads = jobs ? unsigned(jobs) : llvm::hardware_concurrency().compute_thread_count();
   {
-    unsigned threads = jobs ? unsigned(jobs) : llvm::hardware_concurrency().compute_thread_count();
     llvm::ThreadPool pool(llvm::hardware_concurrency(std::max(1u, threads)));
     for (size_t i = 0; i < fits.size(); ++i)
       pool.async([&, i] { rows[i] = compileForSpace(spec, fits[i]); });
     pool.wait();
   }
-  int accepted = 0, failures = 0;
+  int accepted = 0, failures = 0, fast = 0;
+  std::vector<double> total, cpu, frontEnd, nvvm, ptxas;
   for (const SpaceRow &row : rows) {
     llvm::outs() << row.text;
     accepted += row.accepted;
     failures += row.failed;
+    if (row.failed)
+      continue;
+    total.push_back(row.compileMs);
+    cpu.push_back(row.compileCpuMs);
+    frontEnd.push_back(row.phases.frontEndMs);
+    nvvm.push_back(row.phases.nvvmMs);
+    ptxas.push_back(row.phases.ptxasMs);
+    fast += row.compileMs <= 500;
   }
   llvm::outs() << llvm::formatv("{0} of {1} compiled tiles the tuner would time\n", accepted,
                                 fits.size() - failures);
+  if (!total.empty())
+    llvm::outs() << llvm::formatv(
+        "NVRTC time per tile ({0} threads): median {1:f0} ms (CPU {2:f0} ms), {3:f0} to {4:f0} "
+        "ms, {5} of {6} tiles <= 500 ms; median phases: {7} ms\n",
+        threads, median(total), median(cpu), *std::min_element(total.begin(), total.end()),
+        *std::max_element(total.begin(), total.end()), fast, total.size(),
+        phaseText({median(frontEnd), median(nvvm), median(ptxas), 0}));
   if (failures)
     llvm::errs() << llvm::formatv("flashjit gen: {0} tile(s) failed to compile\n", failures);
   return failures ? 1 : 0;
@@ -201,11 +248,12 @@ int runGen() {
       "{0} / {1}\n  target           {2}\n  threads          {3}\n"
       "  registers        {4}\n  spills           {5} B stored, {6} B loaded\n"
       "  stack frame      {7} B\n  shared memory    {8} B dynamic, {9} B static\n"
-      "  cubin            {10} B\n  compile time     {11:f0} ms\n",
+      "  cubin            {10} B, sha256 {13}\n"
+      "  compile time     {11:f0} ms, CPU {14:f0} ms ({12} ms)\n",
       spec.key(), tile.key(), spec.target, kernel->threads, binary->registers,
       binary->spillStoreBytes, binary->spillLoadBytes, binary->stackFrameBytes,
       kernel->sharedBytes, binary->staticSharedBytes, binary->cubin.size(),
-      binary->compileMs);
+      binary->compileMs, phaseText(binary->phases), cubinHash(*binary), binary->compileCpuMs);
   // What the tuner would make of it, and why: its rejections (spills, serialised wgmma,
   // ignored setmaxnreg) and ptxas's other advisories, which cost speed silently.
   llvm::outs() << "  tuner            " << verdictText(rejectionOf(*binary)) << "\n";

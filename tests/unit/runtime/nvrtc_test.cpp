@@ -152,6 +152,44 @@ TEST(Nvrtc, CachesProgramsFromVersion12_9) {
   EXPECT_FALSE(nvrtcCachesPrograms(11, 9));
 }
 
+TEST(Nvrtc, ParsesTheTimeTable) {
+  CompiledBinary::Phases phases = parseNvrtcTimeTable(
+      "File name, phase name, metric, unit\n"
+      "k.cu, CUDA C++ Frontend, 41, ms\n"
+      "k.cu, NVVM Optimizer, 199, ms\n"
+      "k.cu, PTX Translation, 204, ms\n"
+      "k.cu, Something New, 7, ms\n"
+      "k.cu, NVVM Optimizer, 1, ms\n"
+      "k.cu, Memory, 12, MB\n"
+      "garbage\n");
+  EXPECT_EQ(phases.frontEndMs, 41);
+  EXPECT_EQ(phases.nvvmMs, 200);
+  EXPECT_EQ(phases.ptxasMs, 204);
+  EXPECT_EQ(phases.otherMs, 7);
+  CompiledBinary::Phases none = parseNvrtcTimeTable("");
+  EXPECT_EQ(none.frontEndMs + none.nvvmMs + none.ptxasMs + none.otherMs, 0);
+}
+
+// --time reports where the time went and changes nothing in the cubin.
+TEST(Nvrtc, TimesItsPhasesWithoutChangingTheCubin) {
+  CompileOptions options;
+  options.target = "sm_90a";
+  CompiledBinary plain = compileOrFail(kRegisterHungryKernel, options);
+  options.timePhases = true;
+  CompiledBinary timed = compileOrFail(kRegisterHungryKernel, options);
+  ASSERT_FALSE(plain.cubin.empty());
+  EXPECT_EQ(plain.cubin, timed.cubin);
+  EXPECT_EQ(plain.phases.frontEndMs + plain.phases.nvvmMs + plain.phases.ptxasMs, 0)
+      << "phases were not asked for";
+  EXPECT_GT(timed.phases.frontEndMs, 0);
+  EXPECT_GT(timed.phases.frontEndMs + timed.phases.nvvmMs + timed.phases.ptxasMs, 0);
+  EXPECT_LE(timed.phases.frontEndMs + timed.phases.nvvmMs + timed.phases.ptxasMs,
+            timed.compileMs + 1);
+  // NVRTC works on the calling thread: its CPU time is most of the compile, never more.
+  EXPECT_GT(timed.compileCpuMs, 0);
+  EXPECT_LE(timed.compileCpuMs, timed.compileMs + 1);
+}
+
 TEST(Nvrtc, ReportsStaticSharedMemory) {
   CompiledBinary binary = compileOrFail(kSharedKernel, {});
   EXPECT_EQ(binary.staticSharedBytes, 512 * 4) << binary.log;
