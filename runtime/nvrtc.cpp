@@ -70,6 +70,10 @@ bool nvrtcCachesPrograms(int major, int minor) {
   return major > 12 || (major == 12 && minor >= 9);
 }
 
+bool nvrtcHasMinimal(int major, int minor) {
+  return major > 12 || (major == 12 && minor >= 4);
+}
+
 bool isValidTarget(llvm::StringRef target) {
   if (!target.consume_front("sm_"))
     return false;
@@ -107,8 +111,11 @@ llvm::Expected<CompiledBinary> compile(llvm::StringRef source, const CompileOpti
   // and a kernel that spills looks like one that does not. flashjit caches binaries
   // itself (cache/), so NVRTC's cache only hid what the tuner checks.
   int major = 0, minor = 0;
-  if (api->nvrtcVersion(&major, &minor) == NVRTC_SUCCESS && nvrtcCachesPrograms(major, minor))
+  bool versionKnown = api->nvrtcVersion(&major, &minor) == NVRTC_SUCCESS;
+  if (versionKnown && nvrtcCachesPrograms(major, minor))
     owned.push_back("--no-cache");
+  if (options.minimal && versionKnown && nvrtcHasMinimal(major, minor))
+    owned.push_back("--minimal");
   // --time appends its table to a file (its "-" writes nothing we can read back): one
   // temporary file per compile, so that concurrent compiles keep their tables apart.
   llvm::SmallString<128> timeFile;

@@ -20,6 +20,12 @@ struct CompileOptions {
   // that make ptxas report resource usage are added by compile().
   std::vector<std::string> options;
   bool keepPtx = false;
+  // The source uses no texture or surface functions, no device-side runtime (cudaMalloc,
+  // kernel launches) and no CUDA runtime types (cudaError_t): NVRTC 12.4 and newer then
+  // leave their declarations out (`--minimal`), which takes 5-7 ms off the front end of
+  // each compile and gives the same cubin (docs/PERF.md, "JIT compile time"). flashjit's
+  // generated kernels use none of them; set it false for a source that does.
+  bool minimal = true;
   // Ask NVRTC for its per-phase times (`--time`): CompiledBinary::phases. It costs a
   // temporary file per compile and does not change the cubin.
   bool timePhases = false;
@@ -55,6 +61,9 @@ struct CompiledBinary {
 // Adds up the table that NVRTC's `--time=<file>` writes ("file, phase, metric, unit"
 // per line, a header line first) into phases. Lines it cannot read are skipped.
 CompiledBinary::Phases parseNvrtcTimeTable(llvm::StringRef csv);
+
+// Whether this NVRTC version has `--minimal` (12.4 and newer).
+bool nvrtcHasMinimal(int major, int minor);
 
 // Whether this NVRTC version keeps its own cache of compiled programs (12.9 and newer),
 // which compile() turns off: a program served from it comes without ptxas's report.

@@ -152,6 +152,36 @@ TEST(Nvrtc, CachesProgramsFromVersion12_9) {
   EXPECT_FALSE(nvrtcCachesPrograms(11, 9));
 }
 
+TEST(Nvrtc, HasMinimalFromVersion12_4) {
+  EXPECT_FALSE(nvrtcHasMinimal(12, 3));
+  EXPECT_TRUE(nvrtcHasMinimal(12, 4));
+  EXPECT_TRUE(nvrtcHasMinimal(13, 0));
+  EXPECT_FALSE(nvrtcHasMinimal(11, 9));
+}
+
+// --minimal leaves out texture functions and the runtime's types: the same cubin for a
+// kernel that needs neither, a compile error for one that does, unless turned off.
+TEST(Nvrtc, MinimalKeepsTheCubinAndCanBeTurnedOff) {
+  CompileOptions options;
+  options.target = "sm_90a";
+  options.minimal = false;
+  std::string full = compileOrFail(kRegisterHungryKernel, options).cubin;
+  options.minimal = true;
+  std::string minimal = compileOrFail(kRegisterHungryKernel, options).cubin;
+  ASSERT_FALSE(full.empty());
+  EXPECT_EQ(full, minimal) << "--minimal changed the cubin";
+
+  constexpr const char *kTextureKernel = R"(
+extern "C" __global__ void sample(cudaTextureObject_t t, float *out) {
+  out[threadIdx.x] = tex1Dfetch<float>(t, threadIdx.x);
+})";
+  auto refused = compile(kTextureKernel, options);
+  ASSERT_FALSE(bool(refused)) << "NVRTC 13 declares no textures under --minimal";
+  llvm::consumeError(refused.takeError());
+  options.minimal = false;
+  EXPECT_FALSE(compileOrFail(kTextureKernel, options).cubin.empty());
+}
+
 TEST(Nvrtc, ParsesTheTimeTable) {
   CompiledBinary::Phases phases = parseNvrtcTimeTable(
       "File name, phase name, metric, unit\n"
