@@ -49,6 +49,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
 quoted() { printf ' %q' "$@"; }
+fj=$(printf '%q' "$flashjit") # the CLI as the job scripts name it
 task_script=$out/tune-array.sbatch
 merge_script=$out/merge.sbatch
 cat >"$task_script" <<SCRIPT
@@ -58,7 +59,7 @@ cat >"$task_script" <<SCRIPT
 #SBATCH --gres=gpu:1
 #SBATCH --output=$out/tune-%a.log
 set -euo pipefail
-exec$(quoted "$flashjit") tune${tune_options[*]:+$(quoted "${tune_options[@]}")} \\
+exec $fj tune${tune_options[*]:+$(quoted "${tune_options[@]}")} \\
   --shard "\${SLURM_ARRAY_TASK_ID}/$shards" --cache "$out/shard-\${SLURM_ARRAY_TASK_ID}.sqlite"
 SCRIPT
 cat >"$merge_script" <<SCRIPT
@@ -69,10 +70,10 @@ set -euo pipefail
 shopt -s nullglob
 shards=("$out"/shard-*.sqlite)
 [ \${#shards[@]} -gt 0 ] || { echo "no shard DB in $out"; exit 1; }
-$(quoted "$flashjit" | sed 's/^ //') cache merge "\${shards[@]}" --out "$out/tuned.sqlite"
-$(quoted "$flashjit" | sed 's/^ //') cache verify "$out/tuned.sqlite"
+$fj cache merge "\${shards[@]}" --out "$out/tuned.sqlite"
+$fj cache verify "$out/tuned.sqlite"
 # The winners of every device, as text; only this sweep's (no installed system DB).
-FLASHJIT_SYSTEM_CACHE= $(quoted "$flashjit" | sed 's/^ //') cache export --user "$out/tuned.sqlite" \\
+FLASHJIT_SYSTEM_CACHE= $fj cache export --user "$out/tuned.sqlite" \\
   --format json --out "$out/winners.json"
 SCRIPT
 chmod +x "$task_script" "$merge_script"

@@ -190,6 +190,16 @@ llvm::Expected<std::unique_ptr<cache::Cache>> openCache() {
   return opened;
 }
 
+// --shard, parsed (nothing when not given).
+llvm::Expected<std::optional<Shard>> shardOption() {
+  if (!shardText.getNumOccurrences())
+    return std::nullopt;
+  llvm::Expected<Shard> shard = parseShard(shardText);
+  if (!shard)
+    return shard.takeError();
+  return std::optional<Shard>(*shard);
+}
+
 // Items already done are reported from the cache and not redone (resume).
 struct Plan {
   std::vector<SweepItem> all, pending;
@@ -199,12 +209,11 @@ struct Plan {
 llvm::Expected<Plan> plan(cache::Cache &cache, std::vector<SweepItem> items,
                           llvm::StringRef deviceKey, const GpuSpec *gpu) {
   Plan p;
-  if (shardText.getNumOccurrences()) {
-    llvm::Expected<Shard> shard = parseShard(shardText);
-    if (!shard)
-      return shard.takeError();
-    items = shardItems(items, *shard);
-  }
+  llvm::Expected<std::optional<Shard>> shard = shardOption();
+  if (!shard)
+    return shard.takeError();
+  if (*shard)
+    items = shardItems(items, **shard);
   p.all = items;
   for (const SweepItem &item : items) {
     llvm::Expected<bool> done = retune ? false : itemDone(cache, item, deviceKey);
@@ -290,13 +299,9 @@ ProgressBar makeBar(int total) {
 // --winners: each file's rows (this shard's part of them) made usable from the cache.
 // A stale row is a note, not a failure: the file was measured before the kernels changed.
 int importWinners(cache::Cache &cache) {
-  std::optional<Shard> shard;
-  if (shardText.getNumOccurrences()) {
-    llvm::Expected<Shard> parsed = parseShard(shardText);
-    if (!parsed)
-      return fail(parsed.takeError());
-    shard = *parsed;
-  }
+  llvm::Expected<std::optional<Shard>> shard = shardOption();
+  if (!shard)
+    return fail(shard.takeError());
   int failed = 0;
   for (const std::string &file : winnersFiles) {
     llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> text = llvm::MemoryBuffer::getFile(file);
@@ -310,7 +315,7 @@ int importWinners(cache::Cache &cache) {
     int imported = 0, stale = 0, compiled = 0, index = -1;
     for (const cache::TuningRow &row : *rows) {
       ++index;
-      if (shard && index % shard->count != shard->index)
+      if (*shard && index % (*shard)->count != (*shard)->index)
         continue;
       llvm::Expected<WinnerImport> done = importWinner(cache, row);
       if (!done)

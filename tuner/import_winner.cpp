@@ -3,9 +3,9 @@
 // this machine's NVRTC), the measurement is kept as it was recorded.
 #include "generator/templates.h"
 #include "support/error.h"
+#include "tuner/compile_tile.h"
 #include "tuner/measure.h"
 #include "tuner/tuner.h"
-#include "tuner/variants.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -39,20 +39,17 @@ llvm::Expected<WinnerImport> importWinner(cache::Cache &cache, const cache::Tuni
   if (llvm::Error err = generator::validateTile(*spec, *tile))
     return stop(WinnerImport::Failed, llvm::toString(std::move(err)));
 
-  BuildOptions build;
-  build.threads = 1;
-  llvm::Expected<BuildResult> built = buildVariants(cache, *spec, {*tile}, build);
-  if (!built)
-    return built.takeError();
-  const Variant &v = built->variants.front();
-  result.compiledNow = v.compiledNow;
-  if (!v.error.empty())
-    return stop(WinnerImport::Failed, v.error);
-  if (!v.rejection.empty())
-    return stop(WinnerImport::Failed, v.rejection);
+  llvm::Expected<Variant> v = compileTile(cache, *spec, *tile);
+  if (!v)
+    return v.takeError();
+  result.compiledNow = v->compiledNow;
+  if (!v->error.empty())
+    return stop(WinnerImport::Failed, v->error);
+  if (!v->rejection.empty())
+    return stop(WinnerImport::Failed, v->rejection);
 
   cache::TuningRow row = winner;
-  row.binaryKey = v.key; // this NVRTC's binary; the measured one is in the winners file
+  row.binaryKey = v->key; // this NVRTC's binary; the measured one is in the winners file
   if (llvm::Error err = cache.publish(nullptr, &row))
     return std::move(err);
   result.status = WinnerImport::Imported;
