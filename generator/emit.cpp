@@ -9,6 +9,9 @@
 
 #include "llvm/ADT/StringExtras.h"
 
+#include <algorithm>
+#include <cstdio>
+
 namespace flashjit::generator {
 
 llvm::Expected<std::string> inlineTemplates(llvm::ArrayRef<llvm::StringRef> files) {
@@ -48,6 +51,85 @@ const std::vector<std::string> &compileOptions() {
 
 namespace {
 
+// Where the user's code ends, the lines are numbered as the generated source's again
+// (filled in by resumeLineNumbers once the whole source is known).
+constexpr llvm::StringLiteral kResumeMarker = "#line FJ_RESUME_LINE\n";
+
+// A float as a C++ literal that reads back exactly.
+std::string floatLiteral(float value) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%.9gf", value);
+  std::string out = text;
+  if (out.find_first_of(".e") == std::string::npos)
+    out.insert(out.size() - 1, ".0");
+  return out;
+}
+
+// One user function: its signature, then the user's text numbered from line 1 of a
+// file named after it, so that NVRTC's messages point at the user's own lines.
+std::string userFunction(llvm::StringRef signature, llvm::StringRef fileName,
+                         llvm::StringRef body, llvm::StringRef fallback) {
+  if (body.empty())
+    return llvm::formatv("  __device__ static __forceinline__ {0} {{ {1} }\n", signature,
+                         fallback)
+        .str();
+  std::string out = llvm::formatv("  __device__ static __forceinline__ {0} {{\n#line 1 \"{1}\"\n",
+                                  signature, fileName)
+                        .str();
+  out += body.str();
+  if (!body.endswith("\n"))
+    out += '\n';
+  out += kResumeMarker;
+  out += "  }\n";
+  return out;
+}
+
+} // namespace
+
+std::string featuresBlock(const Features &f) {
+  if (!f.any())
+    return "";
+  std::string out = "// ---- features: " + f.keySuffix().substr(1) + " ----\n";
+  out += "struct FjFeatures {\n";
+  out += llvm::formatv("  static constexpr bool kWindow = {0};\n"
+                       "  static constexpr int kWindowLeft = {1}, kWindowRight = {2};\n"
+                       "  static constexpr float kSoftcap = {3};\n"
+                       "  static constexpr bool kAlibi = {4};\n"
+                       "  static constexpr bool kScoreMod = {5}, kMaskMod = {6};\n",
+                       f.window ? "true" : "false", f.window ? f.windowLeft : -1,
+                       f.window ? f.windowRight : -1, floatLiteral(f.softcap),
+                       f.alibi ? "true" : "false", f.scoreMod.empty() ? "false" : "true",
+                       f.maskMod.empty() ? "false" : "true")
+             .str();
+  out += userFunction("float score_mod(float score, int b, int h, int q_idx, int kv_idx, "
+                      "const FjModArgs &args)",
+                      "score_mod", f.scoreMod, "return score;");
+  out += userFunction("bool mask_mod(int b, int h, int q_idx, int kv_idx, "
+                      "const FjModArgs &args)",
+                      "mask_mod", f.maskMod, "return true;");
+  out += "};\n\n";
+  return out;
+}
+
+std::string resumeLineNumbers(std::string source, llvm::StringRef programName) {
+  size_t at;
+  while ((at = source.find(kResumeMarker.data())) != std::string::npos) {
+    // The line after the directive is line (directive's line + 1) of the whole source.
+    size_t line = 1 + std::count(source.begin(), source.begin() + at, '\n') + 1;
+    source.replace(at, kResumeMarker.size(),
+                   llvm::formatv("#line {0} \"{1}\"\n", line, programName).str());
+  }
+  return source;
+}
+
+namespace {
+
+// The template arguments a family's config adds for the features: none for the plain
+// kernel (whose source then stays what it was), else the FjFeatures struct.
+std::string featuresArgument(const KernelSpec &spec) {
+  return spec.features.any() ? ", FjFeatures" : "";
+}
+
 int panelColumns(int headDim) {
   int padded = (headDim + 31) / 32 * 32;
   return padded % 64 == 0 ? 64 : 32;
@@ -56,7 +138,7 @@ int panelColumns(int headDim) {
 std::string wgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
   return llvm::formatv(
              "// ---- configuration: {0} / {1} ----\n"
-             "typedef fj::FwdWgmmaConfig<{2}, {3}, {4}, {5}, {6}, {7}, {8}> FjConfig;\n"
+             "{11}typedef fj::FwdWgmmaConfig<{2}, {3}, {4}, {5}, {6}, {7}, {8}{12}> FjConfig;\n"
              "static_assert(FjConfig::kSmemBytes == {9}, \"host and device disagree on "
              "shared memory\");\n"
              "static_assert(FjConfig::kStoreOByTma == {10}, \"host and device disagree on "
@@ -74,13 +156,27 @@ std::string wgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
              "}\n",
              spec.key(), tile.key(), elementTypeName(spec.dtype), spec.headDim, spec.headDimV,
              tile.blockN, tile.blockM / 64, tile.stages, spec.causal ? "true" : "false",
-             sharedBytes(spec, tile), wgmmaStoresOByTma(spec, tile) ? "true" : "false")
+             sharedBytes(spec, tile), wgmmaStoresOByTma(spec, tile) ? "true" : "false",
+             featuresBlock(spec.features), featuresArgument(spec))
       .str();
 }
 
 } // namespace
 
+namespace {
+llvm::Expected<std::string> configBlock(const KernelSpec &spec, const TileConfig &tile);
+} // namespace
+
 llvm::Expected<std::string> emitConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
+  auto block = configBlock(spec, tile);
+  if (!block)
+    return block.takeError();
+  return resumeLineNumbers(std::move(*block), kProgramName);
+}
+
+namespace {
+// The configuration block with the line markers after user code still in it.
+llvm::Expected<std::string> configBlock(const KernelSpec &spec, const TileConfig &tile) {
   if (auto err = validateSpec(spec))
     return std::move(err);
   if (auto err = validateTile(spec, tile))
@@ -91,7 +187,7 @@ llvm::Expected<std::string> emitConfigBlock(const KernelSpec &spec, const TileCo
     return bwdMmaConfigBlock(spec, tile);
   return llvm::formatv(
              "// ---- configuration: {0} / {1} ----\n"
-             "typedef fj::FwdMmaConfig<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}> FjConfig;\n"
+             "{11}typedef fj::FwdMmaConfig<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}{12}> FjConfig;\n"
              "static_assert(FjConfig::kSmemBytes == {10}, \"host and device disagree on "
              "shared memory\");\n\n"
              // At least one block per SM: without it ptxas may cap the registers at an
@@ -103,9 +199,11 @@ llvm::Expected<std::string> emitConfigBlock(const KernelSpec &spec, const TileCo
              "}\n",
              spec.key(), tile.key(), elementTypeName(spec.dtype), spec.headDim, spec.headDimV,
              tile.blockM, tile.blockN, tile.warps, tile.stages,
-             spec.causal ? "true" : "false", sharedBytes(spec, tile))
+             spec.causal ? "true" : "false", sharedBytes(spec, tile),
+             featuresBlock(spec.features), featuresArgument(spec))
       .str();
 }
+} // namespace
 
 llvm::Expected<EmittedKernel> emitKernel(const KernelSpec &spec, const TileConfig &tile) {
   if (operationOf(spec.family) == Operation::Backward) {
@@ -122,12 +220,13 @@ llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConf
   if (operationOf(spec.family) != Operation::Forward)
     return makeError(ErrorCode::InvalidValue, "{0} is not a forward family",
                      familyName(spec.family));
-  auto config = emitConfigBlock(spec, tile);
+  auto config = configBlock(spec, tile);
   if (!config)
     return config.takeError();
   EmittedKernel kernel;
   if (spec.family == Family::FwdWgmma) {
-    auto common = inlineTemplates({"fj_params.h", "fj_common.cuh", "fj_hopper.cuh"});
+    auto common =
+        inlineTemplates({"fj_params.h", "fj_common.cuh", "fj_features.cuh", "fj_hopper.cuh"});
     if (!common)
       return common.takeError();
     auto schedule = inlineTemplates({"fwd_wgmma.cuh"});
@@ -149,12 +248,14 @@ llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConf
     kernel.tma.panelDv = panelColumns(spec.headDimV);
   } else {
     auto body =
-        inlineTemplates({"fj_params.h", "fj_common.cuh", "fj_smem.cuh", "fwd_mma.cuh"});
+        inlineTemplates({"fj_params.h", "fj_common.cuh", "fj_features.cuh", "fj_smem.cuh",
+                         "fwd_mma.cuh"});
     if (!body)
       return body.takeError();
     kernel.source = generatedHeader(spec.key() + " / " + tile.key()) + *body + *config;
     kernel.entryName = "flashjit_fwd_mma";
   }
+  kernel.source = resumeLineNumbers(std::move(kernel.source), kProgramName);
   kernel.options = compileOptions();
   kernel.threads = tile.warps * 32;
   kernel.sharedBytes = sharedBytes(spec, tile);
@@ -163,26 +264,32 @@ llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConf
 }
 
 llvm::Expected<EmittedKernel> emitReference(DType dtype, bool emulateLowPrecision,
-                                            const std::string &target) {
+                                            const std::string &target,
+                                            const Features &features) {
   auto info = targetInfo(target);
   if (!info)
     return info.takeError();
-  auto body = inlineTemplates({"fj_params.h", "fj_common.cuh", "reference.cuh"});
+  auto body =
+      inlineTemplates({"fj_params.h", "fj_common.cuh", "fj_features.cuh", "reference.cuh"});
   if (!body)
     return body.takeError();
   EmittedKernel kernel;
   kernel.source =
-      generatedHeader(llvm::formatv("reference.{0}.{1}", dtypeName(dtype),
-                           emulateLowPrecision ? "emulated" : "fp32")
-                 .str()) +
-      *body +
+      generatedHeader(llvm::formatv("reference.{0}.{1}{2}", dtypeName(dtype),
+                                    emulateLowPrecision ? "emulated" : "fp32",
+                                    features.keySuffix())
+                          .str()) +
+      *body + featuresBlock(features) +
       llvm::formatv("extern \"C\" __global__ void __launch_bounds__(fj::reference::kThreads)\n"
                     "flashjit_reference(const FjForwardParams params, int head_dim, "
                     "int head_dim_v, int causal) {{\n"
-                    "  fj::reference::run<{0}, {1}>(params, head_dim, head_dim_v, causal != 0);\n"
+                    "  fj::reference::run<{0}, {1}{2}>(params, head_dim, head_dim_v, "
+                    "causal != 0);\n"
                     "}\n",
-                    elementTypeName(dtype), emulateLowPrecision ? "true" : "false")
+                    elementTypeName(dtype), emulateLowPrecision ? "true" : "false",
+                    features.any() ? ", FjFeatures" : "")
           .str();
+  kernel.source = resumeLineNumbers(std::move(kernel.source), kProgramName);
   kernel.entryName = "flashjit_reference";
   kernel.options = compileOptions();
   kernel.threads = 128;
@@ -196,8 +303,8 @@ llvm::Expected<EmittedKernel> emitBackwardReference(DType dtype, bool emulateLow
   auto info = targetInfo(target);
   if (!info)
     return info.takeError();
-  auto body = inlineTemplates(
-      {"fj_params.h", "fj_bwd_params.h", "fj_common.cuh", "reference.cuh", "reference_bwd.cuh"});
+  auto body = inlineTemplates({"fj_params.h", "fj_bwd_params.h", "fj_common.cuh",
+                               "fj_features.cuh", "reference.cuh", "reference_bwd.cuh"});
   if (!body)
     return body.takeError();
   std::string instance = llvm::formatv("<{0}, {1}>", elementTypeName(dtype),

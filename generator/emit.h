@@ -67,8 +67,24 @@ llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConf
 // intermediates are rounded to it; otherwise the output is fp32.
 // Entry point: (FjForwardParams, int head_dim, int head_dim_v, int causal);
 // grid (seqlen_q, heads_q, batch), `threads` threads, no dynamic shared memory.
+// With features, the reference applies them too (written out on its own, see
+// templates/reference.cuh).
 llvm::Expected<EmittedKernel> emitReference(DType dtype, bool emulateLowPrecision,
-                                            const std::string &target);
+                                            const std::string &target,
+                                            const Features &features = {});
+
+// The name NVRTC compiles generated sources under (runtime::CompileOptions' default):
+// lines after the user's code are numbered in it again.
+constexpr const char *kProgramName = "flashjit_kernel.cu";
+
+// The FjFeatures struct a kernel with features is instantiated with: the features as
+// constants and the user's score_mod / mask_mod, numbered from line 1 of files named
+// "score_mod" and "mask_mod" so that NVRTC's errors point at the user's lines. Empty
+// for no feature.
+std::string featuresBlock(const Features &features);
+// Replaces the line markers featuresBlock leaves after user code by #line directives
+// naming `programName` and the line the source really is at.
+std::string resumeLineNumbers(std::string source, llvm::StringRef programName);
 
 // The naive backward reference: dQ, dK and dV by the textbook formulas, fp32 (or
 // rounding like the dtype). Entry points, each (FjBackwardParams, int head_dim,

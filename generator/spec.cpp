@@ -3,9 +3,15 @@
 #include "generator/bwd_mma.h"
 #include "generator/smem_layout.h"
 #include "support/error.h"
+#include "support/hash.h"
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 namespace flashjit::generator {
 
@@ -50,13 +56,80 @@ llvm::Expected<Family> parseFamily(llvm::StringRef name) {
                    name);
 }
 
+std::string userCodeHash(llvm::StringRef text) { return sha256Hex(text).substr(0, 12); }
+
+namespace {
+// A float in a key: shortest round-trip text with '.' written 'p' (keys split on '.').
+std::string keyFloat(float value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", value);
+  std::string out = text;
+  std::replace(out.begin(), out.end(), '.', 'p');
+  return out;
+}
+std::string windowSide(int size) { return size < 0 ? "inf" : std::to_string(size); }
+} // namespace
+
+std::string Features::keySuffix() const {
+  std::string out;
+  if (window)
+    out += ".win" + windowSide(windowLeft) + "_" + windowSide(windowRight);
+  if (softcap > 0)
+    out += ".cap" + keyFloat(softcap);
+  if (alibi)
+    out += ".alibi";
+  if (!scoreMod.empty())
+    out += ".score-" + userCodeHash(scoreMod);
+  if (!maskMod.empty())
+    out += ".mask-" + userCodeHash(maskMod);
+  return out;
+}
+
+bool Features::needsTuningArgs() const {
+  auto readsTensors = [](const std::string &text) {
+    return text.find("tensor") != std::string::npos;
+  };
+  return !hasTuningArgs && (readsTensors(scoreMod) || readsTensors(maskMod));
+}
+
 std::string KernelSpec::key() const {
   std::string arch = target;
   llvm::erase_value(arch, '_');
   return llvm::formatv("{0}.{1}.d{2}.dv{3}.{4}.{5}", familyName(family), dtypeName(dtype),
                        headDim, headDimV, causal ? "causal" : "nocausal", arch)
-      .str();
+             .str() +
+         features.keySuffix();
 }
+
+namespace {
+// One feature token of a key (see Features::keySuffix) into `f`; false if it is none.
+bool parseFeature(llvm::StringRef part, Features &f) {
+  auto side = [](llvm::StringRef text, int &out) {
+    if (text == "inf") {
+      out = -1;
+      return true;
+    }
+    return !text.getAsInteger(10, out) && out >= 0;
+  };
+  if (part.consume_front("win")) {
+    auto [left, right] = part.split('_');
+    f.window = true;
+    return side(left, f.windowLeft) && side(right, f.windowRight);
+  }
+  if (part.consume_front("cap")) {
+    std::string text = part.str();
+    std::replace(text.begin(), text.end(), 'p', '.');
+    char *end = nullptr;
+    f.softcap = std::strtof(text.c_str(), &end);
+    return !text.empty() && end == text.c_str() + text.size() && f.softcap > 0;
+  }
+  if (part == "alibi") {
+    f.alibi = true;
+    return true;
+  }
+  return false;
+}
+} // namespace
 
 llvm::Expected<KernelSpec> KernelSpec::parse(llvm::StringRef key) {
   llvm::SmallVector<llvm::StringRef, 6> parts;
@@ -66,9 +139,17 @@ llvm::Expected<KernelSpec> KernelSpec::parse(llvm::StringRef key) {
                      "bad kernel spec '{0}' (expected e.g. fwd_mma.bf16.d128.dv128.causal.sm90a)",
                      key);
   };
-  if (parts.size() != 6)
+  if (parts.size() < 6)
     return bad();
   KernelSpec spec;
+  for (llvm::StringRef part : llvm::ArrayRef<llvm::StringRef>(parts).drop_front(6)) {
+    if (part.startswith("score-") || part.startswith("mask-"))
+      return makeError(ErrorCode::NotSupported,
+                       "kernel spec '{0}' names user code ({1}): its text is not in the key",
+                       key, part);
+    if (!parseFeature(part, spec.features))
+      return bad();
+  }
   llvm::Expected<Family> family = parseFamily(parts[0]);
   llvm::Expected<DType> dtype = parseDType(parts[1]);
   if (!family || !dtype) {
@@ -155,6 +236,40 @@ llvm::Error validateSpec(const KernelSpec &spec) {
                      "fwd_wgmma needs target sm_90a (wgmma, TMA and setmaxnreg), not '{0}'; "
                      "use fwd_mma there",
                      spec.target);
+  return validateFeatures(spec);
+}
+
+llvm::Error validateFeatures(const KernelSpec &spec) {
+  const Features &f = spec.features;
+  if (!f.any())
+    return llvm::Error::success();
+  if (operationOf(spec.family) != Operation::Forward)
+    return makeError(ErrorCode::NotSupported,
+                     "{0} does not support attention features yet ({1}): only the forward "
+                     "families do",
+                     familyName(spec.family), f.keySuffix().substr(1));
+  if (f.window) {
+    if (f.windowLeft < -1 || f.windowRight < -1)
+      return makeError(ErrorCode::InvalidValue,
+                       "window sizes are {0} (left) and {1} (right): each must be >= 0, or "
+                       "-1 for unbounded",
+                       f.windowLeft, f.windowRight);
+    if (f.windowLeft < 0 && f.windowRight < 0)
+      return makeError(ErrorCode::InvalidValue,
+                       "a window with both sides unbounded (-1, -1) is no window: bound a "
+                       "side or leave the window off");
+  }
+  if (!std::isfinite(f.softcap) || f.softcap < 0)
+    return makeError(ErrorCode::InvalidValue,
+                     "softcap is {0}: must be finite and > 0 (0: no soft-capping)", f.softcap);
+  for (auto [name, text] : {std::pair<const char *, const std::string &>{"score_mod", f.scoreMod},
+                            {"mask_mod", f.maskMod}}) {
+    if (text.size() > kMaxUserCodeBytes)
+      return makeError(ErrorCode::InvalidValue, "{0} is {1} bytes: at most {2}", name,
+                       text.size(), kMaxUserCodeBytes);
+    if (text.find('\0') != std::string::npos)
+      return makeError(ErrorCode::InvalidValue, "{0} contains a NUL character", name);
+  }
   return llvm::Error::success();
 }
 
@@ -280,6 +395,11 @@ TileConfig defaultTile(const KernelSpec &spec) {
       tile = {128, 96, 12, 2};
     else
       tile = {128, 80, 12, 2};
+    // Features that compute with each score's indices (ALiBi, the user's score_mod)
+    // need registers the 128-key tile has not got at d = 128: ptxas serialised its
+    // wgmma (H100 run of FeaturesGrid, docs/PERF.md f1); 112 keys fit.
+    if (dmax > 64 && dmax <= 128 && (spec.features.alibi || !spec.features.scoreMod.empty()))
+      tile.blockN = 112;
     while (tile.blockN > 16) {
       llvm::Error err = validateTile(spec, tile);
       if (!err)

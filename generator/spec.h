@@ -2,6 +2,8 @@
 // (TileConfig), with their readable key strings and validation.
 #pragma once
 
+#include "templates/fj_params.h"
+
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
@@ -21,6 +23,50 @@ Operation operationOf(Family family);
 llvm::Expected<DType> parseDType(llvm::StringRef name);
 llvm::Expected<Family> parseFamily(llvm::StringRef name);
 
+// Attention features compiled into a forward kernel (issue 28): each changes the
+// scores or the mask through the one hook of the softmax step (templates/fj_features.cuh),
+// so every family honours them without a copy of its mainloop. Every field's default is
+// "off"; a spec with all of them off is the plain kernel (and keeps its plain key).
+// Order of application to a score s = q.k: s * softmax_scale, then softcap, then ALiBi,
+// then the user's score_mod; then the masks (sequence end, causal, window, mask_mod).
+struct Features {
+  // Sliding window (bottom-right aligned, like causal): query i sees keys
+  // i + diag - windowLeft .. i + diag + windowRight, diag = seqlen_k - seqlen_q.
+  // -1 leaves that side unbounded; at least one side is bounded when window is set.
+  bool window = false;
+  int windowLeft = -1, windowRight = -1;
+  float softcap = 0;     // > 0: scores become softcap * tanh(score / softcap)
+  bool alibi = false;    // bias -slope[b, h] * |i + diag - j|, slopes given at run time
+  // The user's CUDA code: the body of
+  //   float score_mod(float score, int b, int h, int q_idx, int kv_idx, const FjModArgs &args)
+  //   bool mask_mod(int b, int h, int q_idx, int kv_idx, const FjModArgs &args)
+  // (true keeps the key). Indices count within the sequence; empty: none.
+  std::string scoreMod, maskMod;
+  // Not part of the kernel or its key: the `args` the tuner runs the user's code with
+  // (device pointers valid while it tunes, tensors sized for the tuned shape). Without
+  // them, user code that reads args.tensor is never run by the tuner: it gets the
+  // default tile, compiled, unchecked (needsTuningArgs).
+  bool hasTuningArgs = false;
+  FjModArgs tuningArgs = {};
+
+  bool transformsScores() const { return softcap > 0 || alibi || !scoreMod.empty(); }
+  bool masks() const { return window || !maskMod.empty(); }
+  bool any() const { return transformsScores() || masks(); }
+  // User code that mentions args.tensor and no tuningArgs to run it with.
+  bool needsTuningArgs() const;
+  // "" for none, else ".win1024_0.cap30.alibi.score-<12 hex>.mask-<12 hex>" (the
+  // present ones, in this order; "inf" for an unbounded window side).
+  std::string keySuffix() const;
+  bool operator==(const Features &o) const {
+    return window == o.window && windowLeft == o.windowLeft && windowRight == o.windowRight &&
+           softcap == o.softcap && alibi == o.alibi && scoreMod == o.scoreMod &&
+           maskMod == o.maskMod;
+  }
+};
+
+// The 12 hex digits that name a user code text in keys (sha256).
+std::string userCodeHash(llvm::StringRef text);
+
 // Everything a kernel is compiled for. Sizes, strides, GQA ratio, varlen and LSE
 // are run-time parameters and not part of the spec.
 struct KernelSpec {
@@ -30,10 +76,13 @@ struct KernelSpec {
   int headDimV = 128;
   bool causal = false;
   std::string target = "sm_90a";  // exact NVRTC target
+  Features features;
 
-  // "fwd_mma.bf16.d128.dv128.causal.sm90a" (".nocausal" when not causal).
+  // "fwd_mma.bf16.d128.dv128.causal.sm90a" (".nocausal" when not causal), then
+  // features.keySuffix().
   std::string key() const;
-  // The inverse of key(), checked with validateSpec.
+  // The inverse of key(), checked with validateSpec. A key that names user code
+  // (score-/mask-) cannot be parsed back: the text is not in it (NotSupported).
   static llvm::Expected<KernelSpec> parse(llvm::StringRef key);
 };
 
@@ -59,9 +108,14 @@ struct TargetInfo {
 };
 llvm::Expected<TargetInfo> targetInfo(llvm::StringRef target);
 
-// Checks the spec: head dims multiples of 8 in [8, 256], a supported target, and a
-// target the family runs on (fwd_wgmma: sm_90a only; fwd_mma and bwd_mma: sm_80+).
+// Checks the spec: head dims multiples of 8 in [8, 256], a supported target, a
+// target the family runs on (fwd_wgmma: sm_90a only; fwd_mma and bwd_mma: sm_80+), and
+// its features (forward families only; window sides >= -1 with one bounded; softcap
+// finite and >= 0; user code at most kMaxUserCodeBytes, no NUL).
+constexpr size_t kMaxUserCodeBytes = 64 * 1024;
 llvm::Error validateSpec(const KernelSpec &spec);
+// Just the features part of validateSpec.
+llvm::Error validateFeatures(const KernelSpec &spec);
 
 // Dynamic shared memory a tile needs for a spec, in bytes (mirrors templates/).
 int sharedBytes(const KernelSpec &spec, const TileConfig &tile);

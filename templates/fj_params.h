@@ -2,6 +2,14 @@
 // fills it) and the generated kernels (which take it by value). Plain C, no CUDA.
 #pragma once
 
+// What the user's score_mod / mask_mod code sees as `args` (docs/FEATURES.md): the
+// caller's tensors and scalars, passed through unchanged.
+struct FjModArgs {
+  const void *tensor[4];  // device pointers
+  float scalar[4];
+  int integer[4];
+};
+
 struct FjForwardParams {
   const void *q;  // [batch, seqlen_q, heads_q, head_dim] via the strides below
   const void *k;  // [batch, seqlen_k, heads_kv, head_dim]
@@ -29,4 +37,9 @@ struct FjForwardParams {
   int seqlen_q, seqlen_k;
   float softmax_scale;  // scale applied to q.k before the softmax
   float scale_log2;     // softmax_scale * log2(e): the kernels work in base 2
+  // Features (templates/fj_features.cuh), read only by the kernels compiled with them.
+  // ALiBi: the slope of head h of sequence b is alibi_slopes[b * alibi_batch_stride + h].
+  const float *alibi_slopes;
+  long long alibi_batch_stride;
+  FjModArgs mod_args;   // the user code's `args`
 };

@@ -8,18 +8,22 @@
 // second product). The softmax is online and in base 2 with the scale folded into
 // one FMA. Causal attention is aligned bottom-right (query i sees keys
 // j <= i + seqlen_k - seqlen_q): blocks past the diagonal are never loaded, and only
-// blocks crossing the diagonal or the end of the sequence are masked.
+// blocks crossing the diagonal or the end of the sequence are masked. Features (window,
+// softcap, ALiBi, user code) enter through fj_features.cuh's hook where the scores are
+// masked; a window also narrows the key blocks a query block loads.
 #pragma once
 
 #include "fj_common.cuh"
+#include "fj_features.cuh"
 #include "fj_smem.cuh"
 
 namespace fj {
 
 template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_,
-          int kWarps_, int kStages_, bool kCausal_>
+          int kWarps_, int kStages_, bool kCausal_, typename Features_ = NoFeatures>
 struct FwdMmaConfig {
   typedef Element_ Element;
+  typedef Features_ Features;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kBlockM = kBlockM_;
@@ -99,13 +103,20 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
                        p.o_head_stride) +
            (long long)q0 * p.o_row_stride;
 
-  // Keys this block can see: causal stops at the diagonal of its last row.
+  // Keys this block can see: causal stops at the diagonal of its last row, a window
+  // at its edges (blocks n_first .. n_blocks - 1).
   const int diag = seq.seqlen_k - seq.seqlen_q;  // query i sees keys j <= i + diag
   int n_blocks = (seq.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
   if (Cfg::kCausal) {
     int last_key = q0 + rows_valid - 1 + diag;  // last key the last row sees
     n_blocks = imin(n_blocks, last_key < 0 ? 0 : last_key / Cfg::kBlockN + 1);
   }
+  typedef typename Cfg::Features F;
+  int n_first = 0;
+  if (F::kWindow)
+    window_tiles<F, Cfg::kBlockN>(q0, q0 + rows_valid - 1, diag, n_first, n_blocks);
+  const ScoreHook<F> hook(p, b, h, seq);
+  const float score_scale = ScoreHook<F>::softmax_scale_log2(p);
 
   const u32 s_q = smem_addr(smem);
   const u32 s_kv = s_q + Cfg::kQBytes;
@@ -142,8 +153,8 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
   };
 #pragma unroll
   for (int s = 0; s < Cfg::kStages - 1; ++s) {
-    if (s < n_blocks)
-      load_kv(s);
+    if (n_first + s < n_blocks)
+      load_kv(n_first + s);
     cp_async_commit();
   }
 
@@ -180,7 +191,7 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
     }
   }
 
-  for (int n = 0; n < n_blocks; ++n) {
+  for (int n = n_first; n < n_blocks; ++n) {
     // Block n has landed once at most kStages - 2 younger groups are pending; the
     // barrier also tells every warp that block n - 1's stage is free to refill.
     cp_async_wait<Cfg::kStages - 2>();
@@ -250,12 +261,18 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
       }
     }
 
-    // Mask keys past the sequence end and, when causal, past the diagonal. Only the
-    // blocks that cross either boundary pay for it.
+    // Mask keys past the sequence end, when causal past the diagonal, and what the
+    // features mask. Only the blocks that cross a boundary pay for it. The features'
+    // score transform (the hook) applies to every block.
     const int key0 = n * Cfg::kBlockN;
     const bool crosses_end = key0 + Cfg::kBlockN > seq.seqlen_k;
     const bool crosses_diag = Cfg::kCausal && key0 + Cfg::kBlockN - 1 > q0 + diag;
-    if (crosses_end || crosses_diag) {
+    const bool needs_mask =
+        crosses_end || crosses_diag ||
+        (FeatureTraits<F>::kMasks &&
+         hook.tile_needs_mask(key0, Cfg::kBlockN, q0 + warp_row0,
+                              q0 + warp_row0 + Cfg::kRowsPerWarp - 1));
+    if (FeatureTraits<F>::kTransforms || needs_mask) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -264,9 +281,13 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
           for (int e = 0; e < 4; ++e) {
             int row = q0 + warp_row0 + mt * 16 + g + ((e >> 1) << 3);
             int col = key0 + nt * 8 + 2 * t + (e & 1);
-            bool masked = col >= seq.seqlen_k || (Cfg::kCausal && col > row + diag);
+            bool masked = needs_mask && (col >= seq.seqlen_k ||
+                                         (Cfg::kCausal && col > row + diag) ||
+                                         !hook.keeps(row, col));
             if (masked)
               acc_s[mt][nt][e] = neg_inf();
+            else if (FeatureTraits<F>::kTransforms)
+              acc_s[mt][nt][e] = hook.apply(acc_s[mt][nt][e], row, col);
           }
     }
 
@@ -288,7 +309,7 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
         // and in the 16-bit P, and most blocks skip rescaling O altogether. The LSE
         // uses the same reference, so the result is the same function.
         const float old_max = sm.row_max[mt][hf];
-        const float block_max = mx * p.scale_log2;
+        const float block_max = mx * score_scale;
         const bool moved = block_max > old_max + kRescaleSlack;
         const float new_max = moved ? block_max : old_max;
         rescale[mt][hf] = moved;
@@ -302,7 +323,7 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
-            float pv = fast_exp2(acc_s[mt][nt][e] * p.scale_log2 - base);
+            float pv = fast_exp2(acc_s[mt][nt][e] * score_scale - base);
             acc_s[mt][nt][e] = pv;
             sum += pv;
           }

@@ -27,18 +27,24 @@
 // registers allow (softmax_tile). Causal is aligned bottom-right and iterates the key
 // tiles from the last to the first, so only the first few tiles a row meets need masks;
 // the first, which holds the diagonal, gets a masked softmax specialised per warp
-// (softmax_first).
+// (softmax_first). Features (window, softcap, ALiBi, user code) enter through
+// fj_features.cuh's hook where the scores are masked (mask_tile, rescore_tile) and, for
+// those that change scores, on every tile before its softmax; a window also narrows the
+// key tiles of a work tile (work_of).
 #pragma once
 
 #include "fj_common.cuh"
+#include "fj_features.cuh"
 #include "fj_hopper.cuh"
 
 namespace fj {
 
 template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockN_, int kConsumers_,
-          int kStages_, bool kCausal_>
+          int kStages_, bool kCausal_, typename Features_ = NoFeatures>
 struct FwdWgmmaConfig {
   typedef Element_ Element;
+  typedef Features_ Features;
+  typedef FeatureTraits<Features_> FeatureInfo;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kBlockN = kBlockN_;
@@ -107,7 +113,10 @@ struct FwdWgmmaConfig {
   // the added code, d256 bm128.bn80 (which the overlap admits, the fast softmax not)
   // and three one-consumer tiles (bm64 with bn 224 at d = 64, bn 176 at d = 128, bn 64
   // at d = 256) spilled, and no other tile of the space started to.
-  static constexpr bool kFirstTileSoftmax = kCausal && kFastSoftmax && kConsumers > 1;
+  // Not with features: their hook would have to run before it, on a tile it may hand back
+  // to the loop.
+  static constexpr bool kFirstTileSoftmax =
+      kCausal && kFastSoftmax && kConsumers > 1 && !FeatureInfo::kAny;
   // Without a mask, with three consumer warpgroups: a warpgroup whose rows all lie past
   // the sequence end passes over the tile (pass_over_tile), and the walk spreads the
   // heads' last blocks, made lighter so, over the CTAs (TileWalk::next): +5 % at d = 64
@@ -179,7 +188,8 @@ struct Work {
   int h, h_kv, b;
   SeqExtent seq;  // this sequence's lengths and, with cu_seqlens, its packed rows
   int q0;         // first query row, within the sequence
-  int n_blocks;   // key tiles 0 .. n_blocks - 1 (causal stops at the diagonal)
+  int n_first;    // key tiles n_first .. n_first + n_blocks - 1 (0 but with a window)
+  int n_blocks;   // how many (causal stops at the diagonal)
   int diag;       // query i sees keys j <= i + diag
   // Tensor-map coordinates: with cu_seqlens the maps hold one packed sequence (batch 0)
   // and this one starts at its packed row.
@@ -226,6 +236,13 @@ __device__ __forceinline__ Work work_of(const FjForwardParams &p, const TileId &
     const int last_row = imin(w.q0 + Cfg::kBlockM, w.seq.seqlen_q) - 1;
     const int last_key = last_row + w.diag;
     w.n_blocks = imin(w.n_blocks, last_key < 0 ? 0 : last_key / Cfg::kBlockN + 1);
+  }
+  w.n_first = 0;
+  if (Cfg::Features::kWindow && w.n_blocks > 0) {
+    int end = w.n_blocks;
+    window_tiles<typename Cfg::Features, Cfg::kBlockN>(
+        w.q0, imin(w.q0 + Cfg::kBlockM, w.seq.seqlen_q) - 1, w.diag, w.n_first, end);
+    w.n_blocks = imax(end - w.n_first, 0);
   }
   return w;
 }
@@ -404,7 +421,7 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
                   sm.q_full(q_round), pn * Cfg::kPanelD, w.tma_q_row(w.q0), w.h, w.tma_batch());
     ++q_round;
     for (int i = 0; i < w.n_blocks; ++i, ++kv_iter) {
-      const int key0 = w.tma_k_row((w.n_blocks - 1 - i) * Cfg::kBlockN);
+      const int key0 = w.tma_k_row((w.n_first + w.n_blocks - 1 - i) * Cfg::kBlockN);
       const int s = kv_iter % Cfg::kStages;
       const u32 free_parity = ((kv_iter / Cfg::kStages) & 1) ^ 1;
       // One key tile of K or V into ring slot s, once the consumers have freed it.
@@ -486,13 +503,18 @@ __device__ __forceinline__ void mask_score(float &v, int nt, int e, int limit) {
 }
 
 // Whether a tile crosses the sequence end or, when causal, the diagonal of one of this
-// warpgroup's rows: only those tiles are masked.
+// warpgroup's rows, or holds a score the features mask: only those tiles are masked.
 template <typename Cfg>
-__device__ __forceinline__ bool tile_needs_mask(const Work &w, int key0, int wg_row0) {
+__device__ __forceinline__ bool tile_needs_mask(const Work &w,
+                                                const ScoreHook<typename Cfg::Features> &hook,
+                                                int key0, int wg_row0) {
   const bool crosses_end = key0 + Cfg::kBlockN > w.seq.seqlen_k;
   const bool crosses_diag =
       Cfg::kCausal && key0 + Cfg::kBlockN - 1 > w.q0 + wg_row0 + w.diag;
-  return crosses_end || crosses_diag;
+  const bool features = Cfg::FeatureInfo::kMasks &&
+                        hook.tile_needs_mask(key0, Cfg::kBlockN, w.q0 + wg_row0,
+                                             w.q0 + wg_row0 + 63);
+  return crosses_end || crosses_diag || features;
 }
 // The mask of the 8-key groups kFrom .. kTo - 1, for this thread's two rows' limits.
 template <typename Cfg, int kFrom, int kTo>
@@ -506,13 +528,40 @@ __device__ __forceinline__ void mask_groups(float (&acc_s)[Cfg::kBlockN / 2],
       for (int e = 2 * hf; e < 2 * hf + 2; ++e)
         mask_score(acc_s[nt * 4 + e], nt, e, limit[hf]);
 }
+// One score of this thread's row half hf, (nt, e) of the tile at key0, through the
+// features' hook: masked (-inf) when `mask` and the score lies past a bound, else
+// transformed (features that change scores).
+template <typename Cfg>
+__device__ __forceinline__ void hook_score(float &v, const ScoreHook<typename Cfg::Features> &hook,
+                                           int key0, int row, int t, int nt, int e,
+                                           int limit, bool mask) {
+  const int col = key0 + nt * 8 + 2 * t + (e & 1);
+  if (mask && (nt * 8 + (e & 1) > limit || !hook.keeps(row, col)))
+    v = neg_inf();
+  else
+    v = hook.apply(v, row, col);
+}
 // Masks keys past the sequence end and, when causal, past the diagonal (-inf scores).
+// With features: also what they mask, and (all of the tile when `mask` is false) their
+// transform of the scores.
 template <typename Cfg>
 __device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2], const Work &w,
-                                          int key0, const int (&row)[2], int t) {
+                                          const ScoreHook<typename Cfg::Features> &hook,
+                                          int key0, const int (&row)[2], int t,
+                                          bool mask = true) {
   const int limit[2] = {mask_limit<Cfg>(w, key0, row[0], t),
                         mask_limit<Cfg>(w, key0, row[1], t)};
-  mask_groups<Cfg, 0, Cfg::kBlockN / 8>(acc_s, limit);
+  if constexpr (!Cfg::FeatureInfo::kAny) {
+    mask_groups<Cfg, 0, Cfg::kBlockN / 8>(acc_s, limit);
+  } else {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+      for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
+#pragma unroll
+        for (int e = 2 * hf; e < 2 * hf + 2; ++e)
+          hook_score<Cfg>(acc_s[nt * 4 + e], hook, key0, row[hf], t, nt, e, limit[hf], mask);
+  }
 }
 
 // P = 2^(S * scale - base) in place for row half hf of this thread, and its sum.
@@ -707,6 +756,7 @@ __device__ __forceinline__ SoftmaxLeft softmax_tile(float (&acc_s)[Cfg::kBlockN 
 template <typename Cfg>
 __device__ __forceinline__ void rescore_tile(float (&acc_s)[Cfg::kBlockN / 2],
                                              const FjForwardParams &p, const Work &w,
+                                             const ScoreHook<typename Cfg::Features> &hook,
                                              int key0, const int (&row)[2], int t) {
   typedef typename Cfg::Element T;
   const int g = (threadIdx.x & 31) >> 2;
@@ -742,11 +792,15 @@ __device__ __forceinline__ void rescore_tile(float (&acc_s)[Cfg::kBlockN / 2],
       const u32 b0 = has_key ? k_row[wd] : 0u, b1 = has_key && upper ? k_row[wd + 4] : 0u;
       mma_16816<T>(d, a, b0, b1);
     }
-    // mask_tile's mask.
+    // mask_tile's mask (and the features' transform).
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       scores[nt * 4 + e] = d[e];
-      mask_score(scores[nt * 4 + e], nt, e, limit[e >> 1]);
+      if constexpr (Cfg::FeatureInfo::kAny)
+        hook_score<Cfg>(scores[nt * 4 + e], hook, key0, row[e >> 1], t, nt, e,
+                        limit[e >> 1], true);
+      else
+        mask_score(scores[nt * 4 + e], nt, e, limit[e >> 1]);
     }
   }
 #pragma unroll
@@ -995,6 +1049,8 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
     }
     const u32 q_rows = sm.q(q_round) + wg_row0 * Cfg::kSwizzleD;
     const int q_this = q_round++;
+    const ScoreHook<typename Cfg::Features> hook(p, w.b, w.h, w.seq);
+    const float score_scale = ScoreHook<typename Cfg::Features>::softmax_scale_log2(p);
 
     float acc_s[NT * 4];
     u32 p_frag[NT / 2][4];
@@ -1012,10 +1068,11 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
       release(sm.empty_k(s));
       if (!Cfg::kStageO && i == w.n_blocks - 1)
         release(sm.q_empty(q_this));
-      const int key0 = (w.n_blocks - 1 - i) * Cfg::kBlockN;
-      if (tile_needs_mask<Cfg>(w, key0, wg_row0))
-        mask_tile<Cfg>(acc_s, w, key0, row, t);
-      softmax_exact<Cfg>(acc_s, st, p.scale_log2);  // no overlap: never kFastSoftmax
+      const int key0 = (w.n_first + w.n_blocks - 1 - i) * Cfg::kBlockN;
+      const bool needs_mask = tile_needs_mask<Cfg>(w, hook, key0, wg_row0);
+      if (Cfg::FeatureInfo::kTransforms || needs_mask)
+        mask_tile<Cfg>(acc_s, w, hook, key0, row, t, needs_mask);
+      softmax_exact<Cfg>(acc_s, st, score_scale);  // no overlap: never kFastSoftmax
     };
     // O += P V of key tile i on its own, P packed from acc_s.
     auto pv_alone = [&](int i) {
@@ -1049,9 +1106,9 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
       // nothing to rescale.
       int first = 0;
       if constexpr (Cfg::kFirstTileSoftmax) {
-        const int key0 = (w.n_blocks - 1) * Cfg::kBlockN;
+        const int key0 = (w.n_first + w.n_blocks - 1) * Cfg::kBlockN;
         pin_registers(acc_s);  // S(0), after the wait
-        if (softmax_first<Cfg>(acc_s, st, p.scale_log2, w, key0, row, t,
+        if (softmax_first<Cfg>(acc_s, st, score_scale, w, key0, row, t,
                                w.q0 + wg_row0 + warp_in_wg * 16)) {
           release(sm.empty_k(kv_iter % Cfg::kStages));
           if (!Cfg::kStageO && w.n_blocks == 1)
@@ -1070,23 +1127,24 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
           release(sm.empty_k(s));
           if (!Cfg::kStageO && i == w.n_blocks - 1)
             release(sm.q_empty(q_this));
-          const int key0 = (w.n_blocks - 1 - i) * Cfg::kBlockN;
+          const int key0 = (w.n_first + w.n_blocks - 1 - i) * Cfg::kBlockN;
           // With the fast softmax a tile that needs the mask takes the exact path and is
-          // masked there (see softmax_tile).
-          const bool needs_mask = tile_needs_mask<Cfg>(w, key0, wg_row0);
-          if (!Cfg::kFastSoftmax && needs_mask)
-            mask_tile<Cfg>(acc_s, w, key0, row, t);
-          const SoftmaxLeft left = softmax_tile<Cfg>(acc_s, st, p.scale_log2, needs_mask);
+          // masked there (see softmax_tile), unless features transform the scores: every
+          // tile then goes through the hook here, masked or not.
+          const bool needs_mask = tile_needs_mask<Cfg>(w, hook, key0, wg_row0);
+          if (Cfg::FeatureInfo::kTransforms || (!Cfg::kFastSoftmax && needs_mask))
+            mask_tile<Cfg>(acc_s, w, hook, key0, row, t, needs_mask);
+          const SoftmaxLeft left = softmax_tile<Cfg>(acc_s, st, score_scale, needs_mask);
           wgmma_wait<0>();
           pin_registers(st.acc_o);
           if (i > 0)
             release(sm.empty_v(sp));
           if (left != SoftmaxLeft::kNothing) {
             if (__builtin_expect(left == SoftmaxLeft::kRescoreAndExact, 0))
-              rescore_tile<Cfg>(acc_s, p, w, key0, row, t);  // masks as it scores
-            else if (needs_mask)
-              mask_tile<Cfg>(acc_s, w, key0, row, t);
-            softmax_exact<Cfg>(acc_s, st, p.scale_log2);
+              rescore_tile<Cfg>(acc_s, p, w, hook, key0, row, t);  // masks as it scores
+            else if (needs_mask && !Cfg::FeatureInfo::kTransforms)
+              mask_tile<Cfg>(acc_s, w, hook, key0, row, t);
+            softmax_exact<Cfg>(acc_s, st, score_scale);
           }
           rescale_o<Cfg>(st);
         }

@@ -4,9 +4,13 @@
 // implementation in that dtype would; the gap between the two references sets the
 // tolerance a flash kernel must meet (DESIGN.md, correctness bar). Head dims, causal
 // and the layout are run-time values here: one compiled reference serves every test.
+// Features (fj_features.cuh's struct) are applied by the formulas written out again here,
+// not through the kernels' hook, so that the hook is checked against them: exact tanh,
+// and with kEmulateLowPrecision each step rounded as a framework would.
 #pragma once
 
 #include "fj_common.cuh"
+#include "fj_features.cuh"
 
 namespace fj {
 namespace reference {
@@ -30,7 +34,7 @@ __device__ __forceinline__ float block_reduce(float x, bool is_max, float *scrat
 }
 
 // `out` is float when !kEmulateLowPrecision, else the element type.
-template <typename T, bool kEmulateLowPrecision>
+template <typename T, bool kEmulateLowPrecision, typename F = NoFeatures>
 __device__ void run(const FjForwardParams &p, int head_dim, int head_dim_v, bool causal) {
   __shared__ float probs[kThreads];
   __shared__ float scratch[kThreads / 32];
@@ -55,19 +59,39 @@ __device__ void run(const FjForwardParams &p, int head_dim, int head_dim_v, bool
   if (causal)
     n_keys = imax(0, imin(n_keys, i + seq.seqlen_k - seq.seqlen_q + 1));
 
+  const int diag = seq.seqlen_k - seq.seqlen_q;
+  auto rounded = [](float x) { return kEmulateLowPrecision ? round_to<T>(x) : x; };
   auto score = [&](int j) {
     float s = 0.f;
     for (int d = 0; d < head_dim; ++d)
       s += to_float<T>(q[d]) * to_float<T>(k[(long long)j * p.k_row_stride + d]);
-    if (kEmulateLowPrecision)
-      return round_to<T>(round_to<T>(s) * p.softmax_scale);
-    return s * p.softmax_scale;
+    float x = kEmulateLowPrecision ? round_to<T>(round_to<T>(s) * p.softmax_scale)
+                                   : s * p.softmax_scale;
+    if (F::kSoftcap > 0.f)
+      x = rounded(F::kSoftcap * tanhf(x / F::kSoftcap));
+    if (F::kAlibi) {
+      const float slope = p.alibi_slopes[(long long)b * p.alibi_batch_stride + h];
+      x = rounded(x - slope * fabsf((float)(i + diag - j)));
+    }
+    if (F::kScoreMod)
+      x = rounded(F::score_mod(x, b, h, i, j, p.mod_args));
+    bool keep = true;
+    if (F::kWindow && F::kWindowLeft >= 0 && j < i + diag - F::kWindowLeft)
+      keep = false;
+    if (F::kWindow && F::kWindowRight >= 0 && j > i + diag + F::kWindowRight)
+      keep = false;
+    if (F::kMaskMod && !F::mask_mod(b, h, i, j, p.mod_args))
+      keep = false;
+    return keep ? x : __int_as_float(0xff800000);
   };
 
   float mx = __int_as_float(0xff800000);
   for (int j = tid; j < n_keys; j += kThreads)
     mx = fmaxf(mx, score(j));
   mx = block_reduce(mx, true, scratch);
+  // Every key masked (by the features): the row sees none.
+  if (mx == __int_as_float(0xff800000))
+    n_keys = 0;
   float sum = 0.f;
   for (int j = tid; j < n_keys; j += kThreads)
     sum += expf(score(j) - mx);

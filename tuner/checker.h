@@ -43,9 +43,10 @@ public:
 };
 
 // The forward reference (fp32, or emulating the dtype's rounding), built once per
-// (dtype, mode, target) in each context that asks.
-llvm::Expected<const ReferenceKernel *> forwardReference(generator::DType dtype, bool emulate,
-                                                         const std::string &target);
+// (dtype, mode, target, features) in each context that asks.
+llvm::Expected<const ReferenceKernel *>
+forwardReference(generator::DType dtype, bool emulate, const std::string &target,
+                 const generator::Features &features = {});
 
 class ForwardChecker : public Checker {
 public:

@@ -35,7 +35,8 @@ public:
   llvm::Expected<std::unique_ptr<TimingProblem>>
   makeTimingProblem(const generator::KernelSpec &spec, const ForwardShape &shape,
                     uint64_t l2Bytes) const override {
-    auto problem = ForwardTimingProblem::create(spec.dtype, shape, l2Bytes);
+    auto problem =
+        ForwardTimingProblem::create(spec.dtype, withFeatureInputs(spec, shape), l2Bytes);
     if (!problem)
       return problem.takeError();
     return std::unique_ptr<TimingProblem>(std::move(*problem));

@@ -19,6 +19,13 @@ float ForwardShape::scale() const {
   return softmaxScale > 0 ? softmaxScale : 1.0f / std::sqrt((float)headDim);
 }
 
+ForwardShape withFeatureInputs(const generator::KernelSpec &spec, ForwardShape shape) {
+  shape.alibi = spec.features.alibi;
+  if (spec.features.hasTuningArgs)
+    shape.modArgs = spec.features.tuningArgs;
+  return shape;
+}
+
 AttentionShape attentionShapeOf(const generator::KernelSpec &spec, const ForwardShape &shape) {
   AttentionShape a;
   a.batch = shape.batch;
@@ -29,6 +36,10 @@ AttentionShape attentionShapeOf(const generator::KernelSpec &spec, const Forward
   a.headDim = spec.headDim;
   a.headDimV = spec.headDimV;
   a.causal = spec.causal;
+  if (spec.features.window) {
+    a.windowLeft = spec.features.windowLeft;
+    a.windowRight = spec.features.windowRight;
+  }
   a.elementBytes = 2;  // fp16 and bf16
   return a;
 }
@@ -79,6 +90,19 @@ llvm::Expected<ForwardBuffers> allocateBuffers(const ForwardShape &shape, bool w
   if (shape.withLse)
     if (auto e = alloc(b.lse, 4 * (long long)shape.headsQ * tq))
       return std::move(e);
+  if (shape.alibi) {
+    // ALiBi's geometric slopes 2^(-8 (h + 1) / H), scaled per sequence so that a wrong
+    // batch stride shows.
+    std::vector<float> slopes((size_t)shape.batch * shape.headsQ);
+    for (int bi = 0; bi < shape.batch; ++bi)
+      for (int h = 0; h < shape.headsQ; ++h)
+        slopes[(size_t)bi * shape.headsQ + h] =
+            std::exp2(-8.0f * (h + 1) / shape.headsQ) * (1.0f + 0.25f * (bi % 4));
+    if (auto e = alloc(b.alibiSlopes, 4 * (long long)slopes.size()))
+      return std::move(e);
+    if (auto e = b.alibiSlopes.upload(slopes.data(), 4 * slopes.size()))
+      return std::move(e);
+  }
   if (shape.varlen()) {
     for (auto [lens, buffer] : {std::pair{&shape.seqlensQ, &b.cuSeqlensQ},
                                 std::pair{&shape.seqlensK, &b.cuSeqlensK}}) {
@@ -125,6 +149,11 @@ FjForwardParams makeParams(const ForwardShape &shape, const ForwardBuffers &buff
   p.seqlen_k = shape.seqK;
   p.softmax_scale = shape.scale();
   p.scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  if (shape.alibi) {
+    p.alibi_slopes = reinterpret_cast<const float *>(buffers.alibiSlopes.ptr());
+    p.alibi_batch_stride = shape.headsQ;
+  }
+  p.mod_args = shape.modArgs;
   return p;
 }
 

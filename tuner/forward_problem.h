@@ -28,12 +28,20 @@ struct ForwardShape {
   std::vector<int> seqlensQ, seqlensK; // non-empty: variable-length batch (packed rows)
   bool withLse = true;
   float softmaxScale = 0;              // 0: 1/sqrt(headDim)
+  // Inputs of the spec's features (forShape sets them): per-(batch, head) ALiBi slopes
+  // made up by allocateBuffers, and the user code's `args`.
+  bool alibi = false;
+  FjModArgs modArgs = {};
 
   bool varlen() const { return !seqlensQ.empty(); }
   long long totalQ() const;            // rows of Q/O (packed when varlen)
   long long totalK() const;
   float scale() const;
 };
+
+// `shape` with the inputs the spec's features need (ALiBi slopes, the user code's
+// tuning args).
+ForwardShape withFeatureInputs(const generator::KernelSpec &spec, ForwardShape shape);
 
 // The roofline model's view of a problem (FLOPs, bytes) for a spec.
 AttentionShape attentionShapeOf(const generator::KernelSpec &spec, const ForwardShape &shape);
@@ -52,7 +60,7 @@ long long tensorElements(const ForwardShape &shape, int heads, int dim, int seq,
 // Device buffers for one problem. Q/K/V/O are 16-bit; `o32` (optional) is an fp32
 // output with O's strides, for the fp32 reference.
 struct ForwardBuffers {
-  runtime::DeviceBuffer q, k, v, o, o32, lse, cuSeqlensQ, cuSeqlensK;
+  runtime::DeviceBuffer q, k, v, o, o32, lse, cuSeqlensQ, cuSeqlensK, alibiSlopes;
 };
 
 llvm::Expected<ForwardBuffers> allocateBuffers(const ForwardShape &shape, bool withFp32Output);

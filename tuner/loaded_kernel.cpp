@@ -201,8 +201,8 @@ llvm::Error ForwardKernel::launch(const FjForwardParams &params, CUstream stream
 
 llvm::Expected<std::unique_ptr<ReferenceKernel>>
 ReferenceKernel::build(generator::DType dtype, bool emulateLowPrecision,
-                       const std::string &target) {
-  auto emitted = generator::emitReference(dtype, emulateLowPrecision, target);
+                       const std::string &target, const generator::Features &features) {
+  auto emitted = generator::emitReference(dtype, emulateLowPrecision, target, features);
   if (!emitted)
     return emitted.takeError();
   auto binary = compileEmitted(*emitted, target);

@@ -77,7 +77,8 @@ private:
 class ReferenceKernel {
 public:
   static llvm::Expected<std::unique_ptr<ReferenceKernel>>
-  build(generator::DType dtype, bool emulateLowPrecision, const std::string &target);
+  build(generator::DType dtype, bool emulateLowPrecision, const std::string &target,
+        const generator::Features &features = {});
   llvm::Error launch(const FjForwardParams &params, int headDim, int headDimV, bool causal,
                      CUstream stream) const;
 

@@ -97,7 +97,22 @@ uint64_t attentionFlops(const AttentionShape &s) {
   uint64_t dims = u(s.headDim) + u(s.headDimV);
   uint64_t nq = u(s.seqQ), nk = u(s.seqK);
   uint64_t perHead;
-  if (!s.causal)
+  if (s.windowLeft >= 0 || s.windowRight >= 0) {
+    // Row by row: what a window leaves has no short closed form with every clip.
+    uint64_t pairs = 0;
+    const int64_t diag = (int64_t)s.seqK - s.seqQ;
+    for (int64_t i = 0; i < s.seqQ; ++i) {
+      int64_t lo = s.windowLeft >= 0 ? i + diag - s.windowLeft : 0;
+      int64_t hi = s.windowRight >= 0 ? i + diag + s.windowRight : s.seqK - 1;
+      if (s.causal)
+        hi = std::min(hi, i + diag);
+      lo = std::max<int64_t>(lo, 0);
+      hi = std::min<int64_t>(hi, s.seqK - 1);
+      if (hi >= lo)
+        pairs += u(hi - lo + 1);
+    }
+    perHead = 2 * pairs * dims;
+  } else if (!s.causal)
     perHead = 2 * nq * nk * dims;
   else if (nq == nk)
     perHead = nq * nk * dims; // half of 2*N*N*(d + dv), exact for odd N too

@@ -27,6 +27,9 @@ struct AttentionShape {
   int headDim = 128;    // d: Q and K
   int headDimV = 128;   // d_v: V and O
   bool causal = false;  // bottom-right aligned: query i sees keys j <= i + seqK - seqQ
+  // Sliding window (also bottom-right aligned): keys i + diag - windowLeft ..
+  // i + diag + windowRight; -1: that side unbounded.
+  int windowLeft = -1, windowRight = -1;
   int elementBytes = 2; // Q, K, V, O element size: 2 for fp16/bf16
 };
 

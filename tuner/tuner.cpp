@@ -264,6 +264,15 @@ llvm::Expected<Selection> Tuner::select(const generator::KernelSpec &spec, const
                      bucket.key());
   if (impl.options.mode == TuneMode::Heuristic)
     return impl.heuristic(spec, bucket);
+  // User code that reads tensors of the caller's cannot run on the tuner's inputs: the
+  // model's tile, compiled, not run (the caller can pass tuning args to tune it).
+  if (spec.features.needsTuningArgs()) {
+    llvm::Expected<Selection> s = impl.heuristic(spec, bucket);
+    if (s)
+      s->note = "not tuned: the user code reads args.tensor and no tuning args were given; " +
+                s->note;
+    return s;
+  }
 
   std::lock_guard<std::mutex> lock(impl.tuneMutex);
   if (!impl.options.retune) {

@@ -1,0 +1,152 @@
+// Attention features (sliding window, soft-capping, ALiBi, the user's score_mod and
+// mask_mod): the one hook every family's softmax step calls, so that a feature is
+// written once and no mainloop is copied (DESIGN.md, "Adding an operation").
+//
+// A family's config carries a feature struct (NoFeatures for the plain kernel, else the
+// generator's FjFeatures, see generator/emit.cpp) and asks its traits (FeatureTraits)
+// at compile time. With NoFeatures every test below is a constant and the plain kernel
+// compiles to the code it had before features existed.
+//
+// Per score s = q.k of query row i and key j (both counted within the sequence, with
+// diag = seqlen_k - seqlen_q as for causal):
+//   x = s * softmax_scale; softcap: x = cap * tanh(x / cap);
+//   ALiBi: x -= slope[b, h] * |i + diag - j|; score_mod: x = score_mod(x, b, h, i, j);
+// and the key is dropped outside the window i + diag - left .. i + diag + right or where
+// mask_mod(b, h, i, j) is false. A family exponentiates 2^(value * scale - max) with
+// scale = softmax_scale_log2(p): the hook hands back base-2 logits (scale 1) when it
+// transforms, and the raw score (scale softmax_scale * log2 e) when it only masks.
+#pragma once
+
+#include "fj_common.cuh"
+
+// NVRTC compiles without the math headers; user code may still write INFINITY (e.g. a
+// score_mod that drops a key returns -INFINITY).
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
+namespace fj {
+
+// The plain kernel: no feature.
+struct NoFeatures {
+  static constexpr bool kWindow = false;
+  static constexpr int kWindowLeft = -1, kWindowRight = -1;
+  static constexpr float kSoftcap = 0.f;
+  static constexpr bool kAlibi = false;
+  static constexpr bool kScoreMod = false, kMaskMod = false;
+  __device__ static float score_mod(float score, int, int, int, int, const FjModArgs &) {
+    return score;
+  }
+  __device__ static bool mask_mod(int, int, int, int, const FjModArgs &) { return true; }
+};
+
+template <typename F> struct FeatureTraits {
+  static constexpr bool kTransforms = F::kSoftcap > 0.f || F::kAlibi || F::kScoreMod;
+  static constexpr bool kMasks = F::kWindow || F::kMaskMod;
+  static constexpr bool kAny = kTransforms || kMasks;
+  static constexpr bool kLeftBound = F::kWindow && F::kWindowLeft >= 0;
+  static constexpr bool kRightBound = F::kWindow && F::kWindowRight >= 0;
+};
+
+// tanh with one MUFU instruction (relative error 2^-10.99, far below the rounding of
+// the 16-bit P it feeds): soft-capping costs one more special-function op per score,
+// not the three of an exact tanh.
+__device__ __forceinline__ float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The key tiles [first, end) of kBlockN keys that rows row_lo .. row_hi may see by the
+// window, clipped to [first, end) as given (the sequence and causal bounds).
+template <typename F, int kBlockN>
+__device__ __forceinline__ void window_tiles(int row_lo, int row_hi, int diag, int &first,
+                                             int &end) {
+  if (FeatureTraits<F>::kLeftBound) {
+    const int lo = row_lo + diag - F::kWindowLeft;  // first key of the first row
+    if (lo > 0)
+      first = imax(first, lo / kBlockN);
+  }
+  if (FeatureTraits<F>::kRightBound) {
+    const int hi = row_hi + diag + F::kWindowRight;  // last key of the last row
+    end = imin(end, hi < 0 ? 0 : hi / kBlockN + 1);
+  }
+}
+
+// One (batch, head) of one sequence: what the hook needs, set up once per work tile.
+template <typename F> struct ScoreHook {
+  typedef FeatureTraits<F> Traits;
+  int b, h, diag;
+  int seqlen_q;        // rows past it exist in a tile but not in the problem
+  float scale;         // softmax_scale
+  float alibi_slope;   // ALiBi: the head's slope
+  const FjModArgs *args;
+
+  __device__ __forceinline__ ScoreHook(const FjForwardParams &p, int b_, int h_,
+                                       const SeqExtent &seq)
+      : b(b_), h(h_), diag(seq.seqlen_k - seq.seqlen_q), seqlen_q(seq.seqlen_q),
+        scale(p.softmax_scale), alibi_slope(0.f),
+        args(&p.mod_args) {
+    if constexpr (F::kAlibi)
+      alibi_slope = p.alibi_slopes[(long long)b * p.alibi_batch_stride + h];
+  }
+
+  // The factor 2^(value * factor - max) takes for what apply() returns.
+  __device__ static __forceinline__ float softmax_scale_log2(const FjForwardParams &p) {
+    return Traits::kTransforms ? 1.f : p.scale_log2;
+  }
+
+  // Whether the features mask some score of key tile [key0, key0 + n) for the rows
+  // row_lo .. row_hi (the family tests the sequence end and causal itself).
+  __device__ __forceinline__ bool tile_needs_mask(int key0, int n, int row_lo,
+                                                  int row_hi) const {
+    if (F::kMaskMod)
+      return true;
+    bool crosses = false;
+    if (Traits::kLeftBound)
+      crosses |= key0 < row_hi + diag - F::kWindowLeft;
+    if (Traits::kRightBound)
+      crosses |= key0 + n - 1 > row_lo + diag + F::kWindowRight;
+    return crosses;
+  }
+
+  // Whether the features keep key j (< seqlen_k) for row i. The user's code is never
+  // called for a row past the sequence end (it may index its own tensors by row).
+  __device__ __forceinline__ bool keeps(int i, int j) const {
+    bool keep = true;
+    if (Traits::kLeftBound)
+      keep &= j >= i + diag - F::kWindowLeft;
+    if (Traits::kRightBound)
+      keep &= j <= i + diag + F::kWindowRight;
+    if (F::kMaskMod)
+      keep &= i >= seqlen_q || F::mask_mod(b, h, i, j, *args);
+    return keep;
+  }
+
+  // Score s = q.k of row i and key j (< seqlen_k) -> what the family exponentiates
+  // (see above).
+  __device__ __forceinline__ float apply(float s, int i, int j) const {
+    if constexpr (!Traits::kTransforms) {
+      return s;
+    } else {
+      constexpr float kLog2e = 1.4426950408889634f;
+      if constexpr (F::kSoftcap > 0.f && !F::kAlibi && !F::kScoreMod) {
+        // The common case in three operations.
+        return tanh_approx(s * (scale * (1.f / F::kSoftcap))) * (F::kSoftcap * kLog2e);
+      } else {
+        float x = s * scale;
+        if constexpr (F::kSoftcap > 0.f)
+          x = F::kSoftcap * tanh_approx(x * (1.f / F::kSoftcap));
+        if constexpr (F::kAlibi) {
+          const int d = i + diag - j;
+          x -= alibi_slope * (float)(d < 0 ? -d : d);
+        }
+        if constexpr (F::kScoreMod)
+          x = i < seqlen_q ? F::score_mod(x, b, h, i, j, *args) : x;
+        return x * kLog2e;
+      }
+    }
+  }
+};
+
+}  // namespace fj

@@ -1,0 +1,223 @@
+// Attention features (issue 28) on the GPU, every forward family against the fp32
+// reference with the same features applied (written out on its own in reference.cuh):
+// sliding windows (one- and two-sided, with and without causal), soft-capping, ALiBi,
+// a user score_mod, user mask_mods (prefix-LM from an int argument, a document mask
+// from a tensor argument), a score_mod that drops keys with -inf, and a combination;
+// fp16 and bf16, causal and not, head dims 64 and 128 (and one 256), odd lengths,
+// MHA/GQA/MQA and variable-length batches. Outputs are poisoned before each run
+// (tuner/checker.cpp).
+#include "kernel_pool.h"
+
+#include "runtime/driver.h"
+
+#include <memory>
+#include <tuple>
+
+using namespace flashjit;
+using namespace flashjit::testing;
+
+namespace {
+
+// Document ids of up to kMaxRows positions: documents of 97 rows, so that every tested
+// length has several boundaries and none falls on a tile edge.
+constexpr int kMaxRows = 4096;
+
+// The device array the document mask reads (args.tensor[0]), made once.
+const void *documentIds() {
+  static std::unique_ptr<runtime::DeviceBuffer> buffer = [] {
+    std::vector<int> ids(kMaxRows);
+    for (int i = 0; i < kMaxRows; ++i)
+      ids[i] = i / 97;
+    auto allocated = runtime::DeviceBuffer::allocate(4 * ids.size());
+    if (!allocated) {
+      llvm::consumeError(allocated.takeError());
+      return std::unique_ptr<runtime::DeviceBuffer>();
+    }
+    auto b = std::make_unique<runtime::DeviceBuffer>(std::move(*allocated));
+    if (llvm::Error err = b->upload(ids.data(), 4 * ids.size())) {
+      llvm::consumeError(std::move(err));
+      return std::unique_ptr<runtime::DeviceBuffer>();
+    }
+    return b;
+  }();
+  return buffer ? reinterpret_cast<const void *>(buffer->ptr()) : nullptr;
+}
+
+struct NamedFeatures {
+  const char *name;
+  generator::Features features;
+};
+
+std::vector<NamedFeatures> featureCases() {
+  std::vector<NamedFeatures> cases;
+  auto add = [&](const char *name, auto set) {
+    generator::Features f;
+    set(f);
+    cases.push_back({name, f});
+  };
+  add("window_left100", [](auto &f) { f.window = true, f.windowLeft = 100, f.windowRight = 0; });
+  add("window_70_45", [](auto &f) { f.window = true, f.windowLeft = 70, f.windowRight = 45; });
+  add("window_right33", [](auto &f) { f.window = true, f.windowRight = 33; });
+  add("softcap30", [](auto &f) { f.softcap = 30.f; });
+  add("softcap2", [](auto &f) { f.softcap = 2.f; });  // scores well into tanh's bend
+  add("alibi", [](auto &f) { f.alibi = true; });
+  add("score_mod_bias", [](auto &f) {
+    f.scoreMod = "return score + 0.05f * (float)((kv_idx - q_idx) % 7) + 0.1f * (float)h;";
+  });
+  add("score_mod_drop", [](auto &f) {  // drops every third key: a mask through the scores
+    f.scoreMod = "if (kv_idx % 3 == 1)\n  return -INFINITY;\nreturn score;";
+  });
+  add("mask_mod_prefix_lm", [](auto &f) {
+    f.maskMod = "return kv_idx <= q_idx || kv_idx < args.integer[0];";
+    f.hasTuningArgs = true;
+    f.tuningArgs.integer[0] = 50;
+  });
+  add("mask_mod_document", [](auto &f) {
+    f.maskMod = "const int *doc = (const int *)args.tensor[0];\n"
+                "return doc[q_idx] == doc[kv_idx];";
+    f.hasTuningArgs = true;
+    f.tuningArgs.tensor[0] = documentIds();
+  });
+  add("window_softcap_alibi", [](auto &f) {
+    f.window = true, f.windowLeft = 150, f.windowRight = 20;
+    f.softcap = 20.f;
+    f.alibi = true;
+  });
+  return cases;
+}
+
+std::vector<generator::Family> familiesHere() {
+  std::vector<generator::Family> families = {generator::Family::FwdMma};
+  if (openTestDevice() && openTestDevice()->properties().target() == "sm_90a")
+    families.push_back(generator::Family::FwdWgmma);
+  return families;
+}
+
+KernelSpec featureSpec(generator::Family family, int d, DType dtype, bool causal,
+                       const generator::Features &features) {
+  KernelSpec spec = specFor(d, d, dtype, causal, family);
+  spec.features = features;
+  return spec;
+}
+
+tuner::ForwardShape shapeOf(int batch, int headsQ, int headsKV, int seqQ, int seqK) {
+  tuner::ForwardShape shape;
+  shape.batch = batch;
+  shape.headsQ = headsQ;
+  shape.headsKV = headsKV;
+  shape.seqQ = seqQ;
+  shape.seqK = seqK;
+  return shape;
+}
+
+// The shapes every (family, feature, dtype, causal, d) is checked on.
+std::vector<std::pair<std::string, tuner::ForwardShape>> checkShapes() {
+  std::vector<std::pair<std::string, tuner::ForwardShape>> shapes = {
+      {"1x147 MHA", shapeOf(2, 4, 4, 1, 147)},
+      {"113x203 GQA", shapeOf(2, 4, 2, 113, 203)},
+      {"1023x1024 MQA", shapeOf(1, 4, 1, 1023, 1024)},
+      {"333x333 GQA", shapeOf(2, 8, 2, 333, 333)},
+      {"700x300 MHA", shapeOf(1, 2, 2, 700, 300)},
+  };
+  tuner::ForwardShape varlen = shapeOf(3, 4, 2, 0, 0);
+  varlen.seqlensQ = {37, 300, 1};
+  varlen.seqlensK = {200, 300, 129};
+  varlen.seqQ = 300;
+  varlen.seqK = 300;
+  shapes.push_back({"varlen GQA", varlen});
+  return shapes;
+}
+
+class Features
+    : public ::testing::TestWithParam<std::tuple<generator::Family, DType, bool, int>> {
+protected:
+  static void SetUpTestSuite() {
+    if (!openTestDevice())
+      return;
+    std::vector<std::pair<KernelSpec, TileConfig>> all;
+    for (generator::Family family : familiesHere())
+      for (DType dtype : {DType::FP16, DType::BF16})
+        for (bool causal : {false, true})
+          for (int d : {64, 128})
+            for (const NamedFeatures &c : featureCases()) {
+              KernelSpec spec = featureSpec(family, d, dtype, causal, c.features);
+              all.emplace_back(spec, generator::defaultTile(spec));
+            }
+    KernelPool::get().prepare(all);
+  }
+};
+
+TEST_P(Features, MatchReference) {
+  FLASHJIT_REQUIRE_GPU();
+  auto [family, dtype, causal, d] = GetParam();
+  if (family == generator::Family::FwdWgmma &&
+      openTestDevice()->properties().target() != "sm_90a")
+    GTEST_SKIP() << "fwd_wgmma needs sm_90a";
+  int checked = 0;
+  for (const NamedFeatures &c : featureCases()) {
+    KernelSpec spec = featureSpec(family, d, dtype, causal, c.features);
+    TileConfig tile = generator::defaultTile(spec);
+    uint64_t seed = 77;
+    for (const auto &[name, shape] : checkShapes()) {
+      EXPECT_EQ(checkShape(spec, tile, shape, ++seed), "")
+          << c.name << " " << spec.key() << " " << tile.key() << " " << name;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, (int)(featureCases().size() * checkShapes().size()));
+}
+
+std::string featuresParamName(
+    const ::testing::TestParamInfo<std::tuple<generator::Family, DType, bool, int>> &info) {
+  return std::string(generator::familyName(std::get<0>(info.param))) +
+         (std::get<1>(info.param) == DType::BF16 ? "_bf16" : "_fp16") +
+         (std::get<2>(info.param) ? "_causal" : "_full") + "_d" +
+         std::to_string(std::get<3>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grid, Features,
+    ::testing::Combine(::testing::Values(generator::Family::FwdMma, generator::Family::FwdWgmma),
+                       ::testing::Values(DType::FP16, DType::BF16), ::testing::Bool(),
+                       ::testing::Values(64, 128)),
+    featuresParamName);
+
+// Every tile the tuner may pick for a windowed kernel: the window's first and last key
+// tiles move with block_n and block_m.
+TEST(FeaturesTiles, WindowOverTileShapes) {
+  FLASHJIT_REQUIRE_GPU();
+  generator::Features window;
+  window.window = true;
+  window.windowLeft = 200;
+  window.windowRight = 10;
+  for (generator::Family family : familiesHere()) {
+    KernelSpec spec = featureSpec(family, 128, DType::BF16, true, window);
+    std::vector<TileConfig> tiles =
+        family == generator::Family::FwdWgmma
+            ? std::vector<TileConfig>{{64, 64, 8, 2}, {128, 80, 12, 2}, {192, 112, 16, 2}}
+            : std::vector<TileConfig>{{64, 32, 4, 3}, {128, 64, 8, 2}, {128, 128, 4, 2}};
+    for (const TileConfig &tile : tiles) {
+      if (llvm::Error err = generator::validateTile(spec, tile)) {
+        llvm::consumeError(std::move(err));
+        continue;
+      }
+      EXPECT_EQ(checkShape(spec, tile, shapeOf(2, 4, 2, 777, 901), 5), "")
+          << spec.key() << " " << tile.key();
+    }
+  }
+}
+
+// d = 256 (one consumer-heavy tile each) with the combined features.
+TEST(FeaturesTiles, HeadDim256) {
+  FLASHJIT_REQUIRE_GPU();
+  generator::Features f = featureCases().back().features;
+  for (generator::Family family : familiesHere())
+    for (bool causal : {false, true}) {
+      KernelSpec spec = featureSpec(family, 256, DType::FP16, causal, f);
+      EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shapeOf(2, 4, 2, 301, 517), 9),
+                "")
+          << spec.key();
+    }
+}
+
+} // namespace
