@@ -79,8 +79,10 @@ std::string userFunction(llvm::StringRef signature, llvm::StringRef fileName,
   out += body.str();
   if (!body.endswith("\n"))
     out += '\n';
+  // The closing brace still in the user's file: a missing ';' on the last line is
+  // reported there, one line below it, not at a line of the generated source.
+  out += "}\n";
   out += kResumeMarker;
-  out += "  }\n";
   return out;
 }
 

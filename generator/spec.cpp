@@ -241,6 +241,10 @@ llvm::Error validateSpec(const KernelSpec &spec) {
 
 llvm::Error validateFeatures(const KernelSpec &spec) {
   const Features &f = spec.features;
+  // Before the early return: a NaN or negative cap turns no feature on.
+  if (!std::isfinite(f.softcap) || f.softcap < 0)
+    return makeError(ErrorCode::InvalidValue,
+                     "softcap is {0}: must be finite and > 0 (0: no soft-capping)", f.softcap);
   if (!f.any())
     return llvm::Error::success();
   if (operationOf(spec.family) != Operation::Forward)
@@ -259,9 +263,6 @@ llvm::Error validateFeatures(const KernelSpec &spec) {
                        "a window with both sides unbounded (-1, -1) is no window: bound a "
                        "side or leave the window off");
   }
-  if (!std::isfinite(f.softcap) || f.softcap < 0)
-    return makeError(ErrorCode::InvalidValue,
-                     "softcap is {0}: must be finite and > 0 (0: no soft-capping)", f.softcap);
   for (auto [name, text] : {std::pair<const char *, const std::string &>{"score_mod", f.scoreMod},
                             {"mask_mod", f.maskMod}}) {
     if (text.size() > kMaxUserCodeBytes)

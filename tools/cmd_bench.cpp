@@ -5,9 +5,11 @@
 // --time-wrong-output times tiles that fail the check too, marked: for oracles that drop
 // part of the work on purpose to measure what it costs.
 #include "tools/command.h"
+#include "tools/spec_options.h"
 
 #include "generator/emit.h"
 #include "runtime/driver.h"
+#include "support/error.h"
 #include "tuner/checker.h"
 #include "tuner/gpu_specs.h"
 #include "tuner/loaded_kernel.h"
@@ -30,6 +32,8 @@ using namespace flashjit;
 
 cl::SubCommand benchCommand("bench",
                             "Time a kernel family on the peers' shapes over hand-picked tiles");
+// --window, --softcap, --alibi, --score-mod, --mask-mod (after benchCommand: it needs it).
+flashjit::tools::FeatureOptions featureOptions(benchCommand);
 cl::opt<std::string> familyOpt("family", cl::desc("fwd_mma, fwd_wgmma (sm_90a) or bwd_mma"),
                                cl::init("fwd_mma"), cl::sub(benchCommand));
 cl::list<int> headDims("head-dims", cl::desc("Head dims"), cl::CommaSeparated,
@@ -87,6 +91,25 @@ struct Candidate {
 };
 
 int runBench() {
+  // The spec's options first: a mistake in them is reported without a GPU.
+  auto family = generator::parseFamily(familyOpt);
+  if (!family)
+    return fail(family.takeError());
+  auto features = featureOptions.features();
+  if (!features)
+    return fail(features.takeError());
+  if (auto err = tools::checkFamilyTakesFeatures(*family, *features, "--family " + familyOpt))
+    return fail(std::move(err));
+  // The checker and the timing run the user's code with zeroed `args`: code that reads
+  // the caller's tensors would read through null pointers.
+  if (features->needsTuningArgs())
+    return fail(makeError(ErrorCode::NotSupported,
+                          "not supported yet: the user code reads args.tensor, and bench has "
+                          "no tensors to pass it (its args are zero); bench a mod that does "
+                          "not, or tune it through the C API with tuning_mod_args"));
+  if (!features->scoreMod.empty() || !features->maskMod.empty())
+    llvm::errs() << "flashjit bench: note: the user code runs with args all zero "
+                    "(args.scalar[i] = 0, args.integer[i] = 0)\n";
   auto dev = runtime::Device::open(device);
   if (!dev)
     return fail(dev.takeError());
@@ -107,9 +130,6 @@ int runBench() {
   std::vector<int> ns(seqlens.begin(), seqlens.end());
   if (ns.empty())
     ns = {512, 1024, 2048, 4096, 8192, 16384};
-  auto family = generator::parseFamily(familyOpt);
-  if (!family)
-    return fail(family.takeError());
   const tuner::Operation &operation = tuner::operationFor(*family);
   std::vector<std::string> tileKeys(tiles.begin(), tiles.end());
   if (tileKeys.empty()) {
@@ -139,6 +159,7 @@ int runBench() {
           c.spec.headDim = c.spec.headDimV = d;
           c.spec.causal = causal;
           c.spec.target = props.target();
+          c.spec.features = *features;
           c.tile = *tile;
           if (llvm::Error err = generator::validateSpec(c.spec))
             c.rejected = llvm::toString(std::move(err));
@@ -236,6 +257,7 @@ int runBench() {
           modelSpec.headDim = modelSpec.headDimV = d;
           modelSpec.causal = causal;
           modelSpec.target = props.target();
+          modelSpec.features = *features;
           auto problem = operation.makeTimingProblem(modelSpec, shape, props.l2Bytes);
           if (!problem)
             return fail(problem.takeError());

@@ -3,6 +3,7 @@
 // tuner and ptxas make of it; or compile every tile of the tuner's space for the spec
 // (--space), to see which ones a change to the templates makes spill.
 #include "tools/command.h"
+#include "tools/spec_options.h"
 
 #include "generator/emit.h"
 #include "runtime/nvrtc.h"
@@ -23,6 +24,8 @@ namespace cl = llvm::cl;
 using namespace flashjit;
 
 cl::SubCommand genCommand("gen", "Print (or compile) the kernel generated for a spec");
+// --window, --softcap, --alibi, --score-mod, --mask-mod (after genCommand: it needs it).
+flashjit::tools::FeatureOptions featureOptions(genCommand);
 cl::opt<std::string> family("family", cl::desc("Kernel family"), cl::init("fwd_mma"),
                             cl::sub(genCommand));
 cl::opt<int> headDim("head-dim", cl::desc("Head dim of Q and K (multiple of 8, <= 256)"),
@@ -196,8 +199,14 @@ int runGen() {
   auto dt = generator::parseDType(dtype);
   if (!dt)
     return fail(dt.takeError());
+  auto features = featureOptions.features();
+  if (!features)
+    return fail(features.takeError());
+  if (auto err = tools::checkFamilyTakesFeatures(*fam, *features, "--family " + family))
+    return fail(std::move(err));
   spec.family = *fam;
   spec.dtype = *dt;
+  spec.features = std::move(*features);
   spec.headDim = headDim;
   spec.headDimV = headDimV ? int(headDimV) : int(headDim);
   spec.causal = causal;

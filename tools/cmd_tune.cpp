@@ -5,6 +5,7 @@
 // given targets so a build machine can prepare a deployment cache. --shard I/N takes
 // the I-th of N disjoint parts for job arrays; docs/TUNING.md shows how.
 #include "tools/command.h"
+#include "tools/spec_options.h"
 
 #include "cache/cache.h"
 #include "cache/winners.h"
@@ -36,6 +37,9 @@ using namespace flashjit::tuner;
 cl::SubCommand sub("tune",
                    "Tune a sweep of specs and shape buckets on the local GPU(s) into the "
                    "cache (or, with --compile-only or no GPU, compile them)");
+// --window, --softcap, --alibi, --score-mod, --mask-mod: every spec of the sweep gets
+// them (after `sub`: it needs it).
+FeatureOptions featureOptions(sub);
 
 cl::OptionCategory sweepCat("tune: the sweep (no spec option: the default sweep)");
 cl::list<unsigned> headDims("head-dims", cl::desc("Head dims, comma-separated (e.g. 64,128)"),
@@ -113,7 +117,7 @@ int fail(llvm::Error err) {
 bool anySpecOption() {
   return headDims.getNumOccurrences() || dtypes.getNumOccurrences() ||
          causal.getNumOccurrences() || seqlens.getNumOccurrences() ||
-         batchHeads.getNumOccurrences();
+         batchHeads.getNumOccurrences() || featureOptions.given();
 }
 
 // The sweep: the default one, with any option given replacing its part.
@@ -342,7 +346,31 @@ int importWinners(cache::Cache &cache) {
   return failed ? 1 : 0;
 }
 
-int runCompileOnly(const SweepConfig &config, bool announce, const std::string &why) {
+// The sweep's items with the feature options' features. A compile-only item whose
+// default tile no longer fits with them is left out (described in `leftOut`).
+std::vector<SweepItem> withFeatures(std::vector<SweepItem> items,
+                                    const generator::Features &features,
+                                    std::vector<std::string> *leftOut) {
+  if (!features.any())
+    return items;
+  std::vector<SweepItem> out;
+  for (SweepItem &item : items) {
+    item.spec.features = features;
+    if (!item.bucket)
+      if (llvm::Error err =
+              generator::validateTile(item.spec, generator::defaultTile(item.spec))) {
+        std::string why = llvm::toString(std::move(err));
+        if (leftOut)
+          leftOut->push_back(item.spec.key() + ": " + why);
+        continue;
+      }
+    out.push_back(std::move(item));
+  }
+  return out;
+}
+
+int runCompileOnly(const SweepConfig &config, const generator::Features &features,
+                   bool announce, const std::string &why) {
   std::vector<std::string> list = targets.empty()
                                       ? defaultCompileTargets()
                                       : std::vector<std::string>(targets.begin(), targets.end());
@@ -360,7 +388,8 @@ int runCompileOnly(const SweepConfig &config, bool announce, const std::string &
     llvm::errs() << "flashjit tune: note: --compile-only compiles one tile per spec; "
                     "--seqlens and --batch-heads do not change it\n";
   std::vector<std::string> leftOut;
-  std::vector<SweepItem> items = compileItems(config, list, &leftOut);
+  std::vector<SweepItem> items =
+      withFeatures(compileItems(config, list, &leftOut), features, &leftOut);
   for (const std::string &line : leftOut)
     llvm::errs() << "flashjit tune: note: left out, no tile fits: " << line << "\n";
   for (const std::string &t : list)
@@ -394,7 +423,7 @@ int runCompileOnly(const SweepConfig &config, bool announce, const std::string &
   return std::max(status, winnersStatus);
 }
 
-int runTuneSweep(const SweepConfig &config) {
+int runTuneSweep(const SweepConfig &config, const generator::Features &features) {
   llvm::Expected<TuneMode> mode = modeName.getNumOccurrences()
                                       ? parseTuneMode(modeName)
                                       : tuneModeFromEnv(TuneMode::Default);
@@ -412,7 +441,16 @@ int runTuneSweep(const SweepConfig &config) {
     return fail(first.takeError());
   const runtime::DeviceProperties props = (*first)->properties();
   GpuSpec gpu = gpuSpecFromDevice(props);
-  std::vector<SweepItem> items = tuneItems(config, props.target());
+  std::vector<SweepItem> items =
+      withFeatures(tuneItems(config, props.target()), features, nullptr);
+  // What the tuner can do with the user's code: the CLI gives it no `args`.
+  if (features.needsTuningArgs())
+    llvm::errs() << "flashjit tune: note: the user code reads args.tensor and the CLI has no "
+                    "tensors to give it: each spec gets the default tile, compiled, not tuned "
+                    "(the C API tunes it with tuning_mod_args)\n";
+  else if (!features.scoreMod.empty() || !features.maskMod.empty())
+    llvm::errs() << "flashjit tune: note: the user code is checked and timed with args all "
+                    "zero\n";
   if (items.empty())
     return fail(makeError(ErrorCode::NotSupported,
                           "the sweep is empty: --family {0} does not run on {1} ({2}); use "
@@ -449,12 +487,32 @@ int runTuneSweep(const SweepConfig &config) {
   return finish(*p, *outcome, true);
 }
 
+// The feature options, refused where the sweep has a family that cannot take them (the
+// backward's).
+llvm::Expected<generator::Features> sweepFeatures(const SweepConfig &config) {
+  llvm::Expected<generator::Features> features = featureOptions.features();
+  if (!features || !features->any())
+    return features;
+  if (config.backward)
+    if (llvm::Error err =
+            checkFamilyTakesFeatures(generator::Family::BwdMma, *features, "--backward"))
+      return std::move(err);
+  for (generator::Family fam : config.families)
+    if (llvm::Error err = checkFamilyTakesFeatures(
+            fam, *features, ("--family " + generator::familyName(fam)).str()))
+      return std::move(err);
+  return features;
+}
+
 int runTune() {
   llvm::Expected<SweepConfig> config = sweepConfig();
   if (!config)
     return fail(config.takeError());
+  llvm::Expected<generator::Features> features = sweepFeatures(*config);
+  if (!features)
+    return fail(features.takeError());
   if (compileOnlyFlag)
-    return runCompileOnly(*config, false, "");
+    return runCompileOnly(*config, *features, false, "");
   if (targets.getNumOccurrences())
     return fail(makeError(ErrorCode::InvalidValue, "--targets goes with --compile-only (a "
                                                    "tune uses the GPU's own target)"));
@@ -475,9 +533,9 @@ int runTune() {
                             "no GPU to tune on ({0}); to prepare a cache without one, add "
                             "--compile-only --targets sm_80,sm_90a",
                             why));
-    return runCompileOnly(*config, true, why);
+    return runCompileOnly(*config, *features, true, why);
   }
-  return runTuneSweep(*config);
+  return runTuneSweep(*config, *features);
 }
 
 RegisterCommand reg(sub, &runTune);
