@@ -10,3 +10,6 @@ typedef char fj_check_backward_args[offsetof(fj_backward_args, struct_size) == 0
 typedef char fj_check_kernel_info[offsetof(struct fj_kernel_info, struct_size) == 0 ? 1 : -1];
 typedef char fj_check_context_info[offsetof(struct fj_context_info, struct_size) == 0 ? 1 : -1];
 typedef char fj_check_variant_info[offsetof(fj_variant_info, struct_size) == 0 ? 1 : -1];
+/* fj_mod_args (0.3) is embedded, not versioned: its C layout is the kernels' FjModArgs
+ * (api/validate.cpp checks it against that in C++), with no padding on any ABI. */
+typedef char fj_check_mod_args[sizeof(fj_mod_args) == 4 * sizeof(void *) + 8 * 4 ? 1 : -1];

@@ -36,6 +36,7 @@ generator::KernelSpec specFor(const AttentionDesc &desc, llvm::StringRef target,
   spec.headDimV = desc.headDimV;
   spec.causal = desc.causal;
   spec.target = target.str();
+  spec.features = desc.features;  // tuningArgs included: the tuner runs user code with them
   return spec;
 }
 
@@ -186,6 +187,9 @@ llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attentio
 
   auto kernel = std::make_unique<fj_kernel_s>();
   kernel->desc = *desc;
+  // The caller's tuning arguments were valid during this call only.
+  kernel->desc.features.hasTuningArgs = false;
+  kernel->desc.features.tuningArgs = {};
   kernel->family = generator::familyName(spec.family).str();
   kernel->specKey = spec.key();
   kernel->variants = std::move(*variants);

@@ -5,8 +5,17 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <cstdint>
+
+// fj_mod_args goes to the kernels as FjModArgs, copied byte for byte.
+static_assert(sizeof(fj_mod_args) == sizeof(FjModArgs) &&
+                  offsetof(fj_mod_args, tensor) == offsetof(FjModArgs, tensor) &&
+                  offsetof(fj_mod_args, scalar) == offsetof(FjModArgs, scalar) &&
+                  offsetof(fj_mod_args, integer) == offsetof(FjModArgs, integer) &&
+                  sizeof(int32_t) == sizeof(int),
+              "fj_mod_args (flashjit.h) and FjModArgs (templates/fj_params.h) differ");
 
 namespace flashjit::api {
 namespace {
@@ -45,6 +54,117 @@ llvm::Error checkAligned(const char *field, const void *ptr, unsigned alignment)
   if (reinterpret_cast<uintptr_t>(ptr) % alignment != 0)
     return makeError(ErrorCode::InvalidValue, "args->{0} is {1}: not {2}-byte aligned", field,
                      ptr, alignment);
+  return llvm::Error::success();
+}
+
+// One side of the sliding window: >= 0 keys, or -1 for unbounded.
+llvm::Error checkWindowSide(const char *field, int value) {
+  if (value < -1)
+    return makeError(ErrorCode::InvalidValue,
+                     "desc->{0} is {1}: must be >= 0 (keys), or -1 for unbounded", field,
+                     value);
+  return llvm::Error::success();
+}
+
+llvm::Error checkWindow(const fj_attention_desc &d, generator::Features &f) {
+  if (!d.window) {
+    // Sides without the switch: a window the caller asked for and would not get.
+    for (auto [field, value] : {std::pair{"window_left", d.window_left},
+                                std::pair{"window_right", d.window_right}})
+      if (value != 0)
+        return makeError(ErrorCode::InvalidValue,
+                         "desc->{0} is {1} but desc->window is 0: set desc->window to "
+                         "enable the sliding window (or leave its sides 0)",
+                         field, value);
+    return llvm::Error::success();
+  }
+  if (llvm::Error error = checkWindowSide("window_left", d.window_left))
+    return error;
+  if (llvm::Error error = checkWindowSide("window_right", d.window_right))
+    return error;
+  if (d.window_left < 0 && d.window_right < 0)
+    return makeError(ErrorCode::InvalidValue,
+                     "desc->window_left and desc->window_right are both -1: a window "
+                     "unbounded on both sides is no window; bound a side, or set "
+                     "desc->window to 0");
+  f.window = true;
+  f.windowLeft = d.window_left;
+  f.windowRight = d.window_right;
+  return llvm::Error::success();
+}
+
+// User code: NULL or "" is none; otherwise copied, at most kMaxUserCodeBytes (read no
+// further than one byte past the limit).
+llvm::Error copyUserCode(const char *field, const char *text, std::string &out) {
+  if (!text)
+    return llvm::Error::success();
+  size_t length = strnlen(text, generator::kMaxUserCodeBytes + 1);
+  if (length > generator::kMaxUserCodeBytes)
+    return makeError(ErrorCode::InvalidValue,
+                     "desc->{0} is longer than {1} bytes: user code is at most {1} bytes",
+                     field, generator::kMaxUserCodeBytes);
+  out.assign(text, length);
+  return llvm::Error::success();
+}
+
+// The fields of a description that enable features, for messages: "window, alibi".
+std::string featureFields(const generator::Features &f) {
+  std::string out;
+  auto add = [&](bool on, const char *name) {
+    if (on)
+      out += (out.empty() ? "desc->" : ", desc->") + std::string(name);
+  };
+  add(f.window, "window");
+  add(f.softcap > 0, "softcap");
+  add(f.alibi, "alibi");
+  add(!f.scoreMod.empty(), "score_mod");
+  add(!f.maskMod.empty(), "mask_mod");
+  return out;
+}
+
+// The features of a description (all zero: none), checked as generator::validateFeatures
+// checks a spec, with messages that name the fields.
+llvm::Error checkFeatures(const fj_attention_desc &d, generator::Features &f) {
+  if (llvm::Error error = checkWindow(d, f))
+    return error;
+  if (!std::isfinite(d.softcap) || d.softcap < 0)
+    return makeError(ErrorCode::InvalidValue,
+                     "desc->softcap is {0}: must be finite and >= 0 (0: no soft-capping)",
+                     floatText(d.softcap));
+  f.softcap = d.softcap;
+  f.alibi = d.alibi != 0;
+  if (llvm::Error error = copyUserCode("score_mod", d.score_mod, f.scoreMod))
+    return error;
+  if (llvm::Error error = copyUserCode("mask_mod", d.mask_mod, f.maskMod))
+    return error;
+  if (d.tuning_mod_args) {
+    f.hasTuningArgs = true;
+    std::memcpy(&f.tuningArgs, d.tuning_mod_args, sizeof(f.tuningArgs));
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error checkAlibiSlopes(const fj_forward_args &a, const AttentionDesc &desc) {
+  if (!a.alibi_slopes)
+    return makeError(ErrorCode::InvalidValue,
+                     "args->alibi_slopes is NULL, but the description has ALiBi "
+                     "(desc->alibi): the slopes are given per call, fp32 in device memory "
+                     "([num_heads_q] or [batch, num_heads_q])");
+  if (llvm::Error error = checkAligned("alibi_slopes", a.alibi_slopes, 4))
+    return error;
+  if (a.alibi_batch_stride < 0)
+    return makeError(ErrorCode::InvalidValue,
+                     "args->alibi_batch_stride is {0}: must be >= 0 (0: one slope per head "
+                     "for the whole batch)",
+                     a.alibi_batch_stride);
+  // The kernels index slopes with b * alibi_batch_stride + h: keep it far from overflow.
+  int64_t span = 0;
+  if (__builtin_mul_overflow((int64_t)a.batch - 1, a.alibi_batch_stride, &span) ||
+      span > (INT64_C(1) << 61) - desc.headsQ)
+    return makeError(ErrorCode::InvalidValue,
+                     "args->alibi_batch_stride is {0}: over batch {1} it spans more than "
+                     "2^61 elements",
+                     a.alibi_batch_stride, a.batch);
   return llvm::Error::success();
 }
 
@@ -105,6 +225,15 @@ std::string floatText(double value) {
   return text;
 }
 
+llvm::Error checkBackwardFeatures(const generator::Features &f, const char *what) {
+  if (f.any())
+    return makeError(ErrorCode::NotSupported,
+                     "{0} with attention features ({1}): the backward pass does not "
+                     "support attention features yet (only the forward does)",
+                     what, featureFields(f));
+  return llvm::Error::success();
+}
+
 llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *in) {
   fj_attention_desc d;
   if (llvm::Error error = copyInStruct(in, "desc", "fj_attention_desc", d))
@@ -161,6 +290,11 @@ llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *in) {
   out.seqKHint = d.seqlen_k_hint > 0 ? d.seqlen_k_hint : out.seqQHint;
   out.batchHint = d.batch_hint > 0 ? d.batch_hint : 1;
   out.backward = d.backward != 0;
+  if (llvm::Error error = checkFeatures(d, out.features))
+    return std::move(error);
+  if (out.backward)
+    if (llvm::Error error = checkBackwardFeatures(out.features, "desc->backward is set"))
+      return std::move(error);
   return out;
 }
 
@@ -259,6 +393,9 @@ llvm::Error checkForwardArgs(const AttentionDesc &desc, const fj_forward_args *i
   if (a.lse)
     if (llvm::Error error = checkAligned("lse", a.lse, 4))
       return error;
+  if (desc.features.alibi)  // else the slopes are ignored
+    if (llvm::Error error = checkAlibiSlopes(a, desc))
+      return error;
 
   params.q = a.q;
   params.k = a.k;
@@ -280,6 +417,11 @@ llvm::Error checkForwardArgs(const AttentionDesc &desc, const fj_forward_args *i
   // LSE: [batch, heads, seqlen_q], or [heads, total_q] when variable-length.
   params.lse_head_stride = varlen ? a.total_q : a.seqlen_q;
   params.lse_batch_stride = varlen ? 0 : (long long)desc.headsQ * a.seqlen_q;
+  if (desc.features.alibi) {
+    params.alibi_slopes = a.alibi_slopes;
+    params.alibi_batch_stride = a.alibi_batch_stride;
+  }
+  std::memcpy(&params.mod_args, &a.mod_args, sizeof(params.mod_args));
   return llvm::Error::success();
 }
 

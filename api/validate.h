@@ -6,6 +6,7 @@
 #pragma once
 
 #include "flashjit/flashjit.h"
+#include "generator/spec.h"
 #include "templates/fj_bwd_params.h"
 #include "templates/fj_params.h"
 
@@ -48,6 +49,10 @@ struct AttentionDesc {
   float scale = 0;  // resolved: never 0
   int seqQHint = 0, seqKHint = 0, batchHint = 0;  // resolved: >= 1
   bool backward = false;  // the kernel also carries the backward pass
+  // Window, softcap, ALiBi and the user's code (copied), checked; all off for a
+  // description older than 0.3. tuningArgs are the caller's, valid during fj_kernel_get
+  // only.
+  generator::Features features;
 };
 
 llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *desc);
@@ -57,6 +62,10 @@ llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *desc);
 // must be launched.
 llvm::Error checkForwardArgs(const AttentionDesc &desc, const fj_forward_args *args,
                              FjForwardParams &params, bool &noWork);
+
+// NotSupported when `features` has any (the backward pass has none yet); `what` starts
+// the message ("desc->backward is set").
+llvm::Error checkBackwardFeatures(const generator::Features &features, const char *what);
 
 // Checks backward arguments for a kernel of `desc` and fills the kernels' parameters
 // (the workspace pointers are left null: the caller binds them). `noWork` as above.

@@ -36,6 +36,11 @@ llvm::Error checkBackwardArgs(const AttentionDesc &desc, const fj_backward_args 
   fj_backward_args a;
   if (llvm::Error error = copyInStruct(in, "args", "fj_backward_args", a))
     return error;
+  // A description with features never gets a backward kernel (checkDesc refuses it
+  // with desc.backward); its arguments are refused for the same reason.
+  if (llvm::Error error =
+          checkBackwardFeatures(desc.features, "backward arguments for a description"))
+    return error;
   const bool varlen = a.cu_seqlens_q || a.cu_seqlens_k;
   // lse and (with cu_seqlens) total_q first: the forward's rules would accept their
   // absence, the backward pass cannot.

@@ -20,8 +20,28 @@ template <typename T> constexpr size_t minStructSize() { return sizeof(T); }
 template <> constexpr size_t minStructSize<fj_attention_desc>() {
   return offsetof(fj_attention_desc, backward);  // 0.1
 }
+template <> constexpr size_t minStructSize<fj_forward_args>() {
+  return offsetof(fj_forward_args, alibi_slopes);  // 0.2
+}
 template <> constexpr size_t minStructSize<struct fj_kernel_info>() {
   return offsetof(struct fj_kernel_info, backward_family);  // 0.1
+}
+// The version whose size minStructSize is, for messages.
+template <typename T> constexpr const char *minStructVersion() { return "0.1"; }
+template <> constexpr const char *minStructVersion<fj_forward_args>() { return "0.2"; }
+
+// How many of an older caller's `size` bytes are fields. A version's sizeof may end in
+// padding where a later version put a field: those bytes are whatever the caller's
+// compiler left there (a struct filled field by field), not a request, so they read as
+// zero. fj_attention_desc of 0.2 ends with `backward` and 4 bytes of padding, where
+// `window` now is.
+template <typename T> constexpr size_t fieldBytes(size_t size) { return size; }
+template <> constexpr size_t fieldBytes<fj_attention_desc>(size_t size) {
+  constexpr size_t fields02 = offsetof(fj_attention_desc, backward) + sizeof(int32_t);
+  constexpr size_t sizeof02 = (fields02 + alignof(size_t) - 1) / alignof(size_t) * alignof(size_t);
+  static_assert(offsetof(fj_attention_desc, window) == fields02,
+                "window is the first field after 0.2's (in its padding)");
+  return size <= sizeof02 && size > fields02 ? fields02 : size;
 }
 
 template <typename T>
@@ -32,8 +52,8 @@ llvm::Error checkStructSize(size_t size, const char *name, const char *typeName)
                      "with sizeof or the _init function",
                      name, size, typeName, sizeof(T),
                      minStructSize<T>() < sizeof(T)
-                         ? llvm::formatv(" (or {0}, its size in flashjit 0.1)",
-                                         minStructSize<T>()).str()
+                         ? llvm::formatv(" (or {0}, its size in flashjit {1})",
+                                         minStructSize<T>(), minStructVersion<T>()).str()
                          : std::string());
   if (size > kMaxStructSize)
     return makeError(ErrorCode::InvalidValue,
@@ -55,7 +75,7 @@ llvm::Error copyInStruct(const T *in, const char *name, const char *typeName, T 
   const unsigned char *bytes = reinterpret_cast<const unsigned char *>(in);
   if (size < sizeof(T)) {  // an older version's struct: what it lacks reads as zero
     std::memset(&out, 0, sizeof(T));
-    std::memcpy(&out, in, size);
+    std::memcpy(&out, in, fieldBytes<T>(size));
     return llvm::Error::success();
   }
   for (size_t i = sizeof(T); i < size; ++i)

@@ -55,7 +55,7 @@ extern "C" {
 #endif
 
 #define FLASHJIT_VERSION_MAJOR 0
-#define FLASHJIT_VERSION_MINOR 2
+#define FLASHJIT_VERSION_MINOR 3
 #define FLASHJIT_VERSION_PATCH 0
 
 /* ---- Status codes ------------------------------------------------------------ */
@@ -186,6 +186,29 @@ FJ_API fj_status fj_context_info(fj_context context, struct fj_context_info *inf
 
 /* ---- Attention description: what a kernel is specialized for ------------------ */
 
+/* What the user code of a description (score_mod, mask_mod) sees as `args`: the
+ * caller's tensors and numbers, passed to the kernel unchanged (no copy, no check).
+ * tensor[] are device pointers of any type (the code casts them); unused entries are
+ * ignored. Laid out as the kernels' FjModArgs. (Added in 0.3.) */
+typedef struct fj_mod_args {
+  const void *tensor[4];
+  float scalar[4];
+  int32_t integer[4];
+} fj_mod_args;
+
+/* Attention features (added in 0.3), fields of fj_attention_desc. Each is off when zero,
+ * so a zero-initialised description is the plain kernel. A score s = q.k of query i
+ * (0-based within its sequence) and key j becomes, in this order:
+ *   1. s * softmax_scale;
+ *   2. softcap (> 0): softcap * tanh(s / softcap);
+ *   3. ALiBi: s - slope * |i + diag - j|, diag = seqlen_k - seqlen_q, the slope of the
+ *      sequence's head given to fj_forward (fj_forward_args.alibi_slopes);
+ *   4. score_mod: the user's function of it;
+ * then the masks remove keys: past the sequence's end, causal, the sliding window, and
+ * mask_mod. A query row that sees no key gets o = 0 and lse = -inf.
+ * The features are part of what a kernel is compiled for (fj_kernel_info's spec_key
+ * ends with them, e.g. ".win256_0.cap30.alibi"); the backward pass does not support
+ * them yet (desc.backward with a feature: FJ_ERROR_NOT_SUPPORTED). */
 typedef struct fj_attention_desc {
   size_t struct_size;     /* sizeof(fj_attention_desc) */
   int32_t dtype;          /* an fj_dtype */
@@ -209,6 +232,41 @@ typedef struct fj_attention_desc {
    * fj_kernel_get prepares nothing for gradients. (Added in 0.2: a struct_size that
    * ends before this field is accepted and reads as 0.) */
   int32_t backward;
+  /* ---- Features (added in 0.3: a struct_size that ends before them is accepted, and
+   * they read as off; see the order of application above). */
+  /* Non-zero: a sliding window, aligned to the bottom right like causal: query i sees
+   * keys i + diag - window_left .. i + diag + window_right (diag = seqlen_k - seqlen_q).
+   * Each side >= 0 (keys), or -1 for unbounded; not both -1. With window 0 the sides
+   * must be 0. With causal, the window's right side beyond the diagonal is masked too. */
+  int32_t window;
+  int32_t window_left;
+  int32_t window_right;
+  /* 0: none; else finite and > 0: scaled scores become softcap * tanh(score / softcap)
+   * (Gemma 2, Grok). */
+  float softcap;
+  /* Non-zero: ALiBi, the bias -slope * |i + diag - j| on the scaled scores; the slopes
+   * are given per call (fj_forward_args.alibi_slopes), so one kernel serves any. */
+  int32_t alibi;
+  /* User CUDA code (NULL or "": none), the body of
+   *   float score_mod(float score, int b, int h, int q_idx, int kv_idx,
+   *                   const FjModArgs &args)
+   *   bool mask_mod(int b, int h, int q_idx, int kv_idx, const FjModArgs &args)
+   * (mask_mod returns true to keep key kv_idx). b is the sequence, h the query head,
+   * q_idx and kv_idx count within the sequence; args is fj_forward_args.mod_args (as a
+   * struct of the same layout, FjModArgs). NUL-terminated, at most 65536 bytes each;
+   * copied by fj_kernel_get, not retained. Code that does not compile fails
+   * fj_kernel_get with NVRTC's log in the message (FJ_ERROR_COMPILE, or
+   * FJ_ERROR_NOT_SUPPORTED when no tile the tuner tried compiled). The text is part of
+   * the kernel's identity (its hash ends spec_key), so the same text finds the same
+   * cached kernel. */
+  const char *score_mod;
+  const char *mask_mod;
+  /* Optional (NULL: none): the args the tuner runs score_mod / mask_mod with while
+   * fj_kernel_get tunes (device pointers valid during the call, tensors sized for the
+   * hinted shape: seqlen_q_hint, seqlen_k_hint, batch_hint). Not part of the kernel's
+   * identity, not retained. User code that mentions `tensor` without them is never run
+   * by the tuner: it gets the default tile, compiled but not tuned. */
+  const fj_mod_args *tuning_mod_args;
 } fj_attention_desc;
 
 /* Zeroes `desc` and sets its struct_size (dtype must still be chosen). */
@@ -287,6 +345,16 @@ typedef struct fj_forward_args {
    * variable-length call runs on the fallback family. Ignored without cu_seqlens. */
   int64_t total_q;
   int64_t total_k;
+  /* ---- Features (added in 0.3: a struct_size that ends before them is accepted, and
+   * they read as zero). */
+  /* With desc.alibi (required then; ignored otherwise): fp32 slopes in device memory,
+   * 4-byte aligned; the slope of query head h of sequence b is
+   * alibi_slopes[b * alibi_batch_stride + h]. alibi_batch_stride >= 0: 0 for one slope
+   * per head shared by the batch ([num_heads_q]), num_heads_q for [batch, num_heads_q]. */
+  const float *alibi_slopes;
+  int64_t alibi_batch_stride;
+  /* What the description's score_mod / mask_mod see as `args` (ignored without them). */
+  fj_mod_args mod_args;
 } fj_forward_args;
 
 /* Zeroes `args` and sets its struct_size. */
@@ -298,7 +366,8 @@ FJ_API fj_status fj_validate_forward_args(const fj_attention_desc *desc,
                                           const fj_forward_args *args);
 
 /* o = softmax(q k^T * scale [causal mask]) v, per head (head h of q uses head
- * h / (num_heads_q / num_heads_kv) of k and v), and the optional lse.
+ * h / (num_heads_q / num_heads_kv) of k and v), and the optional lse; with the
+ * description's features applied to the scores (see fj_attention_desc).
  * Launches on `stream` (a CUstream; NULL: the legacy default stream) and returns
  * without waiting. It never compiles, tunes, allocates or synchronizes, so it may be
  * captured in a CUDA graph. It picks the variant tuned for the nearest shape bucket
@@ -390,7 +459,8 @@ struct fj_kernel_info {
   size_t struct_size;       /* set by the caller: sizeof(struct fj_kernel_info) */
   /* Strings owned by the kernel, valid until it is released. */
   const char *family;       /* the primary family: "fwd_wgmma" or "fwd_mma" */
-  const char *spec_key;     /* "fwd_wgmma.bf16.d128.dv128.causal.sm90a" */
+  const char *spec_key;     /* "fwd_wgmma.bf16.d128.dv128.causal.sm90a", then the
+                               features if any (".win256_0.cap30.alibi.score-<hash>") */
   const char *device_key;   /* the tuning cache's device key */
   /* >= 1: the primary family's variants, then the fallback family's (fj_kernel_get;
    * their binary_key_text names the family, their note says "fallback"), then the

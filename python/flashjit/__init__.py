@@ -14,10 +14,11 @@ import os
 import re
 
 from ._capi import FlashJitError, library
-from ._checks import check_inputs, check_max_seqlens
+from ._checks import (check_alibi_slopes, check_features, check_inputs, check_max_seqlens,
+                      check_mod_args, PLAIN)
 from . import _runtime
 
-__version__ = "0.2.0"  # the package's version (python/pyproject.toml reads it from here)
+__version__ = "0.3.0"  # the package's version (python/pyproject.toml reads it from here)
 
 __all__ = ["attention", "sdpa", "info", "configure", "tuning", "FlashJitError", "library_path",
            "version", "has_backward", "__version__"]
@@ -116,7 +117,8 @@ def info():
 
 def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=None,
               cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, return_lse=False,
-              deterministic=False):
+              deterministic=False, window=None, softcap=0.0, alibi_slopes=None,
+              score_mod=None, mask_mod=None, mod_tensors=(), mod_scalars=(), mod_ints=()):
     """Exact attention softmax(q k^T * scale) v on CUDA fp16/bf16 tensors, launched on
     the current stream.
 
@@ -133,12 +135,36 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=
     not differentiable. Gradients flow to q, k and v through flashjit's backward pass
     when the library has it (deterministic=True: bitwise-reproducible dq).
 
+    Attention features (docs/PYTHON.md, "Attention features"; applied to the scaled
+    scores in this order: softcap, ALiBi, score_mod, then the masks):
+    window=(left, right): a sliding window aligned bottom-right like causal, query i sees
+    keys i + seq_k - seq_q - left .. i + seq_k - seq_q + right (-1: unbounded side).
+    softcap=c > 0: scores become c * tanh(score / c).
+    alibi_slopes: a float32 CUDA tensor [heads_q] or [batch, heads_q]: the bias
+    -slope * |i + seq_k - seq_q - j|.
+    score_mod / mask_mod: CUDA code, the bodies of
+    `float score_mod(float score, int b, int h, int q_idx, int kv_idx, const FjModArgs &args)`
+    and `bool mask_mod(int b, int h, int q_idx, int kv_idx, const FjModArgs &args)` (true
+    keeps the key), with args.tensor[i] the data pointers of mod_tensors (up to 4 CUDA
+    tensors), args.scalar[i] mod_scalars (floats), args.integer[i] mod_ints (int32s).
+    The features select the kernel (one handle per distinct set, code text included).
+    They have no backward pass yet: backward() raises NotImplementedError.
+
     The first call of a description gets its kernel (from the cache, else compiled or
     tuned: do it before capturing a CUDA graph); later calls only launch.
     """
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if window is None and alibi_slopes is None and score_mod is None and mask_mod is None \
+            and type(softcap) in (float, int) and softcap == 0 \
+            and not (_given(mod_tensors) or _given(mod_scalars) or _given(mod_ints)):
+        features = PLAIN  # the common call, tested cheaply (the fast path's overhead)
+    else:
+        features = check_features(window, softcap, alibi_slopes is not None, score_mod,
+                                  mask_mod)
+        mod_tensors, mod_scalars, mod_ints = check_mod_args(
+            mod_tensors, mod_scalars, mod_ints, getattr(q, "device", None))
     ops = _fast_ops
-    if ops is not None and not varlen and not return_lse:
+    if ops is not None and not varlen and not return_lse and features == PLAIN:
         # Eager inference: the launch without the operator dispatcher (its cost is most
         # of a small call's; docs/PYTHON.md, "Overhead").
         out = ops.fast_forward(q, k, v, causal, scale, layout)
@@ -148,6 +174,9 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=
     if varlen:
         check_max_seqlens(max_seqlen_q, max_seqlen_k)
     d = dims["q"][3]
+    if alibi_slopes is not None:
+        batch = cu_seqlens_q.shape[0] - 1 if varlen else dims["q"][0]
+        check_alibi_slopes(alibi_slopes, batch, dims["q"][2], q.device)
     if scale is None:
         scale = 0.0  # the library's default: 1 / sqrt(d)
     else:
@@ -164,12 +193,22 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=
     _enable_fast_path()
     # The kernel is got with its backward pass only when a gradient may be asked for
     # (and the library has one): inference never prepares the backward kernels.
+    # With features there is no backward kernel to get: the forward runs, and backward()
+    # raises NotImplementedError (_ops._backward).
     need_grad = _fast_ops.HAS_BACKWARD and torch.is_grad_enabled() and (
-        q.requires_grad or k.requires_grad or v.requires_grad)
+        q.requires_grad or k.requires_grad or v.requires_grad) and features == PLAIN
     o, lse = torch.ops.flashjit.attention_fwd(
         q, k, v, bool(causal), float(scale), layout.lower(), cu_seqlens_q, cu_seqlens_k,
-        int(max_seqlen_q or 0), int(max_seqlen_k or 0), bool(need_grad), bool(deterministic))
+        int(max_seqlen_q or 0), int(max_seqlen_k or 0), bool(need_grad), bool(deterministic),
+        None if features.window is None else list(features.window), features.softcap,
+        alibi_slopes, features.score_mod, features.mask_mod, list(mod_tensors),
+        list(mod_scalars), list(mod_ints))
     return (o, lse.detach()) if return_lse else o
+
+
+def _given(values):
+    """Whether a mod_* argument holds anything (anything but an empty tuple or list)."""
+    return type(values) not in (tuple, list) or len(values) > 0
 
 
 _fast_ops = None

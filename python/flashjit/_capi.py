@@ -46,12 +46,25 @@ class ContextInfo(C.Structure):
                 ("device_key", C.c_char_p), ("user_cache_path", C.c_char_p)]
 
 
+# What user code (score_mod / mask_mod) sees as `args` (0.3).
+MOD_ARGS = 4  # entries of each array
+
+
+class ModArgs(C.Structure):
+    _fields_ = [("tensor", C.c_void_p * MOD_ARGS), ("scalar", C.c_float * MOD_ARGS),
+                ("integer", C.c_int32 * MOD_ARGS)]
+
+
 class AttentionDesc(C.Structure):
     _fields_ = [("struct_size", C.c_size_t), ("dtype", C.c_int32), ("head_dim", C.c_int32),
                 ("head_dim_v", C.c_int32), ("causal", C.c_int32), ("num_heads_q", C.c_int32),
                 ("num_heads_kv", C.c_int32), ("softmax_scale", C.c_float),
                 ("seqlen_q_hint", C.c_int32), ("seqlen_k_hint", C.c_int32),
-                ("batch_hint", C.c_int32), ("backward", C.c_int32)]
+                ("batch_hint", C.c_int32), ("backward", C.c_int32),
+                # attention features (0.3)
+                ("window", C.c_int32), ("window_left", C.c_int32), ("window_right", C.c_int32),
+                ("softcap", C.c_float), ("alibi", C.c_int32), ("score_mod", C.c_char_p),
+                ("mask_mod", C.c_char_p), ("tuning_mod_args", C.POINTER(ModArgs))]
 
 
 class ForwardArgs(C.Structure):
@@ -60,7 +73,10 @@ class ForwardArgs(C.Structure):
                 ("batch", C.c_int32), ("seqlen_q", C.c_int32), ("seqlen_k", C.c_int32)] + \
                [(f"{t}_{s}_stride", C.c_int64) for t in "qkvo" for s in _STRIDES] + \
                [("cu_seqlens_q", C.c_void_p), ("cu_seqlens_k", C.c_void_p),
-                ("total_q", C.c_int64), ("total_k", C.c_int64)]
+                ("total_q", C.c_int64), ("total_k", C.c_int64),
+                # attention features (0.3)
+                ("alibi_slopes", C.c_void_p), ("alibi_batch_stride", C.c_int64),
+                ("mod_args", ModArgs)]
 
 
 BACKWARD_TENSORS = ("q", "k", "v", "o", "dout", "dq", "dk", "dv")
@@ -101,7 +117,7 @@ class VariantInfo(C.Structure):
 STRUCTS = {"fj_context_options": ContextOptions, "struct fj_context_info": ContextInfo,
            "fj_attention_desc": AttentionDesc, "fj_forward_args": ForwardArgs,
            "fj_backward_args": BackwardArgs, "struct fj_kernel_info": KernelInfo,
-           "fj_variant_info": VariantInfo}
+           "fj_variant_info": VariantInfo, "fj_mod_args": ModArgs}
 
 
 def _candidates():
@@ -229,6 +245,18 @@ def new(struct, **fields):
     for name, value in fields.items():
         setattr(s, name, value)
     return s
+
+
+def mod_args(pointers=(), scalars=(), integers=()):
+    """An fj_mod_args of device pointers (ints), floats and ints; what is not given is 0."""
+    m = ModArgs()
+    for i, p in enumerate(pointers):
+        m.tensor[i] = p or None
+    for i, x in enumerate(scalars):
+        m.scalar[i] = x
+    for i, n in enumerate(integers):
+        m.integer[i] = n
+    return m
 
 
 # ---- the library's log, into Python's logging --------------------------------------

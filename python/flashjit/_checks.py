@@ -2,11 +2,17 @@
 (shape, stride(), dtype, device, data_ptr()), so CI tests them on stand-ins. Each failure
 is a ValueError or TypeError naming the argument and the value. They mirror the C API's
 rules (api/validate.cpp) and are never stricter: the library checks again."""
+import math
+import operator
+from collections import namedtuple
 
 SUPPORTED_DTYPES = {"torch.float16": "fp16", "torch.bfloat16": "bf16"}
 MAX_HEAD_DIM = 256
 MAX_GRID = 65535  # batch and heads: a CUDA grid dimension
 MAX_SEQLEN = 1 << 30
+MAX_USER_CODE_BYTES = 64 * 1024  # generator::kMaxUserCodeBytes
+MOD_ARGS = 4  # entries of each of fj_mod_args' arrays
+INT32 = (-(1 << 31), (1 << 31) - 1)
 
 
 def dtype_name(t):
@@ -170,3 +176,142 @@ def check_max_seqlens(max_seqlen_q, max_seqlen_k):
             raise ValueError(f"{name} is {value}: expected the longest sequence length, "
                              f"1 to 2^30")
 
+
+
+# ---- attention features (0.3) ------------------------------------------------------
+# What selects a kernel beyond the plain description, hashable (it is part of the key of
+# the kernel handles): window None or (left, right); softcap 0.0 for none; alibi a bool
+# (the slopes come per call); score_mod / mask_mod the user's CUDA text or None.
+Features = namedtuple("Features", "window softcap alibi score_mod mask_mod")
+PLAIN = Features(None, 0.0, False, None, None)
+
+
+def features_on(f):
+    """The names of the features `f` enables ("window, softcap"), "" for none."""
+    names = [name for name, on in (("window", f.window is not None), ("softcap", f.softcap > 0),
+                                   ("alibi", f.alibi), ("score_mod", f.score_mod),
+                                   ("mask_mod", f.mask_mod)) if on]
+    return ", ".join(names)
+
+
+def _window(window):
+    if window is None:
+        return None
+    try:
+        left, right = window
+    except (TypeError, ValueError):
+        raise TypeError(f"window is {window!r}: expected (left, right), the keys each query "
+                        f"sees before and after its diagonal (-1: unbounded), or None") \
+            from None
+    sides = []
+    for name, side in (("left", left), ("right", right)):
+        try:
+            if isinstance(side, bool):
+                raise TypeError
+            sides.append(operator.index(side))  # ints, numpy's and torch's too; not floats
+        except TypeError:
+            raise TypeError(f"window's {name} side is {side!r}: expected an int (keys, or -1 "
+                            f"for unbounded)") from None
+    left, right = sides
+    for name, side in (("left", left), ("right", right)):
+        if not -1 <= side <= INT32[1]:
+            raise ValueError(f"window's {name} side is {side}: expected >= 0 keys, or -1 for "
+                             f"unbounded")
+    if left < 0 and right < 0:
+        raise ValueError("window is (-1, -1): a window unbounded on both sides is no window; "
+                         "bound a side, or pass window=None")
+    return left, right
+
+
+def _softcap(softcap):
+    if isinstance(softcap, bool):
+        raise TypeError(f"softcap is {softcap!r}: expected a number (0: none)")
+    try:
+        value = float(softcap)
+    except (TypeError, ValueError):
+        raise TypeError(f"softcap is {softcap!r}: expected a number (0: none)") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"softcap is {softcap!r}: expected a finite number >= 0 (0: none)")
+    return value
+
+
+def _user_code(name, text):
+    """None or "" is none; else a str of at most MAX_USER_CODE_BYTES bytes (UTF-8)."""
+    if text is None or text == "":
+        return None
+    if not isinstance(text, str):
+        raise TypeError(f"{name} is a {type(text).__name__}: expected a str, the body of the "
+                        f"CUDA function (docs/PYTHON.md, \"Attention features\")")
+    if "\0" in text:
+        raise ValueError(f"{name} contains a NUL character")
+    size = len(text.encode())
+    if size > MAX_USER_CODE_BYTES:
+        raise ValueError(f"{name} is {size} bytes: at most {MAX_USER_CODE_BYTES}")
+    return text
+
+
+def check_features(window=None, softcap=0.0, alibi=False, score_mod=None, mask_mod=None):
+    """The Features of a call, checked (TypeError / ValueError naming the argument)."""
+    return Features(_window(window), _softcap(softcap), bool(alibi),
+                    _user_code("score_mod", score_mod), _user_code("mask_mod", mask_mod))
+
+
+def check_alibi_slopes(slopes, batch, heads_q, device, pointers=False):
+    """The slopes of ALiBi: a float32 tensor on q's device, [heads_q] (shared by the batch)
+    or [batch, heads_q]. Returns the batch stride in elements (0 when shared)."""
+    for attr in ("shape", "stride", "dtype", "device"):
+        if not hasattr(slopes, attr):
+            raise TypeError(f"alibi_slopes is a {type(slopes).__name__}: expected a "
+                            f"torch.float32 tensor [heads_q] or [batch, heads_q]")
+    if str(slopes.dtype) != "torch.float32":
+        raise TypeError(f"alibi_slopes.dtype is {slopes.dtype}: expected torch.float32")
+    if str(slopes.device) != str(device):
+        raise ValueError(f"alibi_slopes is on {slopes.device}, q on {device}: they must be on "
+                         f"one device")
+    shape = tuple(slopes.shape)
+    if shape not in ((heads_q,), (batch, heads_q)):
+        raise ValueError(f"alibi_slopes is {shape}: expected ({heads_q},) or ({batch}, "
+                         f"{heads_q}), one slope per query head (and sequence)")
+    st = slopes.stride()
+    if heads_q > 1 and st[-1] != 1:
+        raise ValueError(f"alibi_slopes has strides {tuple(st)}: the heads must be contiguous")
+    batch_stride = st[0] if len(shape) == 2 and batch > 1 else 0
+    if batch_stride < 0:
+        raise ValueError(f"alibi_slopes has strides {tuple(st)}: they must not be negative")
+    if pointers and slopes.data_ptr() % 4:
+        raise ValueError("alibi_slopes' data is not 4-byte aligned")
+    return batch_stride
+
+
+def check_mod_args(mod_tensors=(), mod_scalars=(), mod_ints=(), device=None):
+    """What user code sees as args: up to 4 tensors on q's device (any dtype and shape:
+    the code indexes them), 4 floats and 4 int32s. Returns them as lists."""
+    lists = []
+    for name, values in (("mod_tensors", mod_tensors), ("mod_scalars", mod_scalars),
+                         ("mod_ints", mod_ints)):
+        if values is None:
+            values = ()
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or \
+                hasattr(values, "shape"):
+            raise TypeError(f"{name} is {type(values).__name__}: expected a tuple or list of "
+                            f"at most {MOD_ARGS}")
+        if len(values) > MOD_ARGS:
+            raise ValueError(f"{name} has {len(values)} entries: at most {MOD_ARGS}")
+        lists.append(list(values))
+    tensors, scalars, ints = lists
+    for i, t in enumerate(tensors):
+        if not all(hasattr(t, attr) for attr in ("data_ptr", "device")):
+            raise TypeError(f"mod_tensors[{i}] is a {type(t).__name__}, not a tensor")
+        if device is not None and str(t.device) != str(device):
+            raise ValueError(f"mod_tensors[{i}] is on {t.device}, q on {device}: they must be "
+                             f"on one device")
+    for i, x in enumerate(scalars):
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            raise TypeError(f"mod_scalars[{i}] is {x!r}: expected a number")
+        scalars[i] = float(x)
+    for i, n in enumerate(ints):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"mod_ints[{i}] is {n!r}: expected an int")
+        if not INT32[0] <= n <= INT32[1]:
+            raise ValueError(f"mod_ints[{i}] is {n}: expected an int32")
+    return tensors, scalars, ints

@@ -3,7 +3,7 @@ for torch.compile, autograd through fj_backward) and the eager fast path."""
 import ctypes as C
 import math
 import threading
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -66,11 +66,21 @@ def _aligned(t):
     return t.contiguous()
 
 
+def op_features(window, softcap, alibi_slopes, score_mod, mask_mod):
+    """The operator's feature arguments as the _checks.Features that key the kernel (they
+    were checked by flashjit.attention; checked again here for direct callers)."""
+    return _checks.check_features(None if window is None else tuple(window), softcap,
+                                  alibi_slopes is not None, score_mod, mask_mod)
+
+
 @torch.library.custom_op("flashjit::attention_fwd", mutates_args=(), device_types="cuda")
 def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, layout: str,
                   cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
                   max_seqlen_q: int, max_seqlen_k: int, with_backward: bool,
-                  deterministic: bool) -> Tuple[Tensor, Tensor]:
+                  deterministic: bool, window: Optional[List[int]], softcap: float,
+                  alibi_slopes: Optional[Tensor], score_mod: Optional[str],
+                  mask_mod: Optional[str], mod_tensors: List[Tensor], mod_scalars: List[float],
+                  mod_ints: List[int]) -> Tuple[Tensor, Tensor]:
     varlen = cu_seqlens_q is not None
     lay, batch, sq, sk, hq, hk, d = _sizes(q, k, layout, varlen, max_seqlen_q, max_seqlen_k,
                                            cu_seqlens_q)
@@ -79,22 +89,31 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, l
     o = q.new_empty(o_shape)
     lse = q.new_empty(lse_shape, dtype=torch.float32)
     device = _device_index(q)
+    features = op_features(window, softcap, alibi_slopes, score_mod, mask_mod)
+    mod = _capi.mod_args([t.data_ptr() for t in mod_tensors], mod_scalars, mod_ints)
+    # The call's own args serve the tuner too: valid now, sized for this shape (the hints).
     handle, _ = kernel(device, _checks.dtype_name(q), d, dv, hq, hk, causal, scale,
-                       with_backward, (sq, sk, batch))
+                       with_backward, (sq, sk, batch), features, mod)
     lib = _capi.library()
     args = _capi.new(_capi.ForwardArgs, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
-                     o=o.data_ptr(), lse=lse.data_ptr(), batch=batch, seqlen_q=sq, seqlen_k=sk)
+                     o=o.data_ptr(), lse=lse.data_ptr(), batch=batch, seqlen_q=sq, seqlen_k=sk,
+                     mod_args=mod)
     _set_strides(args, lay, (("q", q), ("k", k), ("v", v), ("o", o)))
     if varlen:
         args.cu_seqlens_q, args.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
         args.total_q, args.total_k = q.shape[0], k.shape[0]
+    if alibi_slopes is not None:
+        args.alibi_slopes = alibi_slopes.data_ptr()
+        args.alibi_batch_stride = _checks.check_alibi_slopes(alibi_slopes, batch, hq, q.device)
     lib.check("fj_forward", lib.lib.fj_forward(handle, C.byref(args), _stream(device)))
     return o, lse
 
 
 @attention_fwd.register_fake
 def _attention_fwd_fake(q, k, v, causal, scale, layout, cu_seqlens_q, cu_seqlens_k,
-                        max_seqlen_q, max_seqlen_k, with_backward, deterministic):
+                        max_seqlen_q, max_seqlen_k, with_backward, deterministic, window,
+                        softcap, alibi_slopes, score_mod, mask_mod, mod_tensors, mod_scalars,
+                        mod_ints):
     o_shape, lse_shape = _out_shapes(q, v, layout, cu_seqlens_q is not None)
     return q.new_empty(o_shape), q.new_empty(lse_shape, dtype=torch.float32)
 
@@ -140,17 +159,28 @@ def _attention_bwd_fake(dout, q, k, v, o, lse, causal, scale, layout, cu_seqlens
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
+_FEATURE_INPUTS = 8  # window, softcap, alibi_slopes, score_mod, mask_mod, mod_*
+
+
 def _setup_context(ctx, inputs, output):
     (q, k, v, causal, scale, layout, cu_q, cu_k, max_q, max_k, with_backward,
-     deterministic) = inputs
+     deterministic) = inputs[:-_FEATURE_INPUTS]
+    window, softcap, alibi_slopes, score_mod, mask_mod = inputs[-_FEATURE_INPUTS:][:5]
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
     ctx.args = (causal, scale, layout, max_q, max_k, with_backward, deterministic)
+    ctx.features = op_features(window, softcap, alibi_slopes, score_mod, mask_mod)
+    # backward returns one entry per input, shaped like it: a list input (mod_tensors, ...)
+    # gets a list of as many Nones.
+    ctx.no_grads = tuple([None] * len(x) if isinstance(x, (list, tuple)) else None
+                         for x in inputs)
 
 
 def _backward(ctx, dout, dlse):
     q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
     causal, scale, layout, max_q, max_k, with_backward, deterministic = ctx.args
+    if ctx.features != _checks.PLAIN:  # a gradient is never made up
+        raise NotImplementedError(_runtime.features_backward_message(ctx.features))
     if not with_backward:
         lib = _capi.library()
         if not lib.has_backward:
@@ -162,7 +192,7 @@ def _backward(ctx, dout, dlse):
     # lse is returned detached by flashjit.attention: dlse carries nothing.
     dq, dk, dv = torch.ops.flashjit.attention_bwd(dout, q, k, v, o, lse, causal, scale, layout,
                                                   cu_q, cu_k, max_q, max_k, deterministic)
-    return dq, dk, dv, None, None, None, None, None, None, None, None, None
+    return (dq, dk, dv) + ctx.no_grads[3:]
 
 
 attention_fwd.register_autograd(_backward, setup_context=_setup_context)

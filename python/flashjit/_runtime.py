@@ -6,13 +6,14 @@ import math
 import os
 import threading
 
-from . import _capi
+from . import _capi, _checks
 
 _lock = threading.Lock()
 _contexts = {}   # (device, tune mode, cache path, budget) -> fj_context handle
-# (device, dtype, d, dv, heads_q, heads_kv, causal, scale, backward) -> (handle, info,
-# context key). The settings in force when a description is first got decide how its
-# kernel is got (cache, tune, compile); later calls reuse the handle whatever the settings.
+# (device, dtype, d, dv, heads_q, heads_kv, causal, scale, backward, features) -> (handle,
+# info, context key); features is a _checks.Features (the user code's text included). The
+# settings in force when a description is first got decide how its kernel is got (cache,
+# tune, compile); later calls reuse the handle whatever the settings.
 _kernels = {}
 _local = threading.local()
 
@@ -77,23 +78,37 @@ def no_backward_message(lib):
             f"torch.no_grad()")
 
 
-def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints):
+def features_backward_message(features):
+    return (f"flashjit: the backward pass does not support attention features yet "
+            f"({_checks.features_on(features)}): gradients through flashjit.attention with "
+            f"them cannot be computed; run the forward under torch.no_grad(), or without the "
+            f"features to train")
+
+
+def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints,
+           features=_checks.PLAIN, tuning_args=None):
     """(handle, info) for a description: got once per device (fj_kernel_get may compile
     or tune), then reused. dtype 'fp16' or 'bf16'; scale 0.0 for 1/sqrt(d); hints
-    (seqlen_q, seqlen_k, batch) choose the shape bucket tuned first."""
-    key = (device, dtype, d, dv, hq, hkv, bool(causal), float(scale), bool(backward))
+    (seqlen_q, seqlen_k, batch) choose the shape bucket tuned first; features a checked
+    _checks.Features; tuning_args (an _capi.ModArgs, or None) what the tuner runs the
+    user code with if this call gets the kernel (not part of the key)."""
+    key = (device, dtype, d, dv, hq, hkv, bool(causal), float(scale), bool(backward),
+           features)
     found = _kernels.get(key)
     if found is not None:
         return found[0], found[1]
     lib = _capi.library()
     if backward and not lib.has_backward:
         raise RuntimeError(no_backward_message(lib))
+    if backward and features != _checks.PLAIN:
+        raise NotImplementedError(features_backward_message(features))
     ctx_key, ctx = context(device)
     desc = _capi.new(_capi.AttentionDesc, dtype=_capi.FJ_DTYPE_BF16 if dtype == "bf16"
                      else _capi.FJ_DTYPE_FP16, head_dim=d, head_dim_v=dv, causal=int(causal),
                      num_heads_q=hq, num_heads_kv=hkv, softmax_scale=scale,
                      seqlen_q_hint=_hint(hints[0]), seqlen_k_hint=_hint(hints[1]),
                      batch_hint=_hint(hints[2]), backward=int(backward))
+    _set_features(desc, features, tuning_args)
     handle = C.c_void_p()
     lib.check("fj_kernel_get", lib.lib.fj_kernel_get(ctx, C.byref(desc), C.byref(handle)))
     info = _capi.new(_capi.KernelInfo)
@@ -114,6 +129,22 @@ def _hint(n):
     return max(0, min(int(n), 1 << 30))
 
 
+def _set_features(desc, features, tuning_args):
+    """The description's feature fields (0.3). The strings and tuning_args stay referenced
+    by `desc` (ctypes keeps them alive) for the fj_kernel_get call, which copies them."""
+    if features.window is not None:
+        desc.window = 1
+        desc.window_left, desc.window_right = features.window
+    desc.softcap = features.softcap
+    desc.alibi = int(features.alibi)
+    if features.score_mod:
+        desc.score_mod = features.score_mod.encode()
+    if features.mask_mod:
+        desc.mask_mod = features.mask_mod.encode()
+    if tuning_args is not None and (features.score_mod or features.mask_mod):
+        desc.tuning_mod_args = C.pointer(tuning_args)
+
+
 def contexts_info():
     """fj_context_info of every context opened so far, as dicts."""
     lib = _capi.library()
@@ -132,9 +163,10 @@ def kernels_info():
     """fj_kernel_info of every kernel handle got so far, as dicts."""
     out = []
     for key, (_, info, _) in list(_kernels.items()):
-        device, dtype, d, dv, hq, hkv, causal, scale, backward = key
+        device, dtype, d, dv, hq, hkv, causal, scale, backward, features = key
         entry = dict(device=device, dtype=dtype, head_dim=d, head_dim_v=dv, num_heads_q=hq,
-                     num_heads_kv=hkv, causal=causal, softmax_scale=scale, backward=backward)
+                     num_heads_kv=hkv, causal=causal, softmax_scale=scale, backward=backward,
+                     features=features._asdict())
         entry.update(_capi.struct_dict(info))
         entry["origin"] = _capi.ORIGINS.get(info.origin, info.origin)
         out.append(entry)

@@ -3,7 +3,9 @@
 // the fuzzed forward ones, the tail bytes choosing what differs) on arbitrary
 // descriptions and arguments, including
 // struct_size values that lie (smaller, larger, garbage) and structs from a "newer
-// header" with extra bytes. Beyond "no crash" (ASan/UBSan), it checks what the API
+// header" with extra bytes, and the attention features of 0.3 (the description's host
+// pointers, user code and tuning args, aimed at memory of the harness's own with fuzzed
+// contents). Beyond "no crash" (ASan/UBSan), it checks what the API
 // promises: a known status, a message naming the entry point on failure, the same
 // answer twice, desc errors reported first, and, when the arguments are accepted,
 // kernel parameters that are safe to launch with.
@@ -14,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -59,6 +62,52 @@ bool aligned(const void *p, unsigned n) { return reinterpret_cast<uintptr_t>(p) 
 
 bool strideOk(long long stride, long long size) {
   return size <= 1 || (stride > 0 && stride % 8 == 0);
+}
+
+// What the description's host pointers point at: the validator reads them, so fuzzed
+// addresses would crash it for no fault of its own.
+struct HostPointees {
+  std::string scoreMod, maskMod;
+  fj_mod_args tuning{};
+};
+
+// A fuzzed text: its length from the fuzzed pointer's value (up to one byte past the
+// limit), its bytes the tail's, repeated (a NUL among them ends it early, as in C).
+std::string fuzzedText(const void *pointer, const std::vector<uint8_t> &tail) {
+  const size_t limit = flashjit::generator::kMaxUserCodeBytes;
+  std::string text(reinterpret_cast<uintptr_t>(pointer) % (limit + 2), 'x');
+  for (size_t i = 0; i < text.size() && !tail.empty(); ++i)
+    text[i] = (char)tail[i % tail.size()];
+  return text;
+}
+
+// Each non-NULL host pointer of the description aimed at the harness's own memory.
+void aimHostPointers(ApiFuzzInput &in, HostPointees &own) {
+  fj_attention_desc &d = in.desc;
+  if (d.score_mod) {
+    own.scoreMod = fuzzedText(d.score_mod, in.tail);
+    d.score_mod = own.scoreMod.c_str();
+  }
+  if (d.mask_mod) {
+    own.maskMod = fuzzedText(d.mask_mod, in.tail);
+    d.mask_mod = own.maskMod.c_str();
+  }
+  if (d.tuning_mod_args) {
+    own.tuning = in.args.mod_args;
+    d.tuning_mod_args = &own.tuning;
+  }
+}
+
+// The features of an accepted description are ones a kernel can be compiled for.
+void checkFeatures(const flashjit::generator::Features &f) {
+  if (f.window)
+    FJ_FUZZ_CHECK(f.windowLeft >= -1 && f.windowRight >= -1 &&
+                      (f.windowLeft >= 0 || f.windowRight >= 0),
+                  "window %d %d", f.windowLeft, f.windowRight);
+  FJ_FUZZ_CHECK(std::isfinite(f.softcap) && f.softcap >= 0, "softcap %g", (double)f.softcap);
+  FJ_FUZZ_CHECK(f.scoreMod.size() <= flashjit::generator::kMaxUserCodeBytes &&
+                    f.maskMod.size() <= flashjit::generator::kMaxUserCodeBytes,
+                "user code of %zu and %zu bytes", f.scoreMod.size(), f.maskMod.size());
 }
 
 // The parameters fj_forward would launch with, for accepted arguments.
@@ -111,6 +160,12 @@ void checkParams(const flashjit::api::AttentionDesc &desc, const fj_forward_args
   }
   if (varlen && p.lse)
     FJ_FUZZ_CHECK(p.lse_head_stride >= 1, "varlen lse stride %lld", p.lse_head_stride);
+  if (desc.features.alibi)
+    FJ_FUZZ_CHECK(p.alibi_slopes && aligned(p.alibi_slopes, 4) && p.alibi_batch_stride >= 0,
+                  "alibi slopes %p stride %lld", (const void *)p.alibi_slopes,
+                  p.alibi_batch_stride);
+  else
+    FJ_FUZZ_CHECK(!p.alibi_slopes, "slopes %p without alibi", (const void *)p.alibi_slopes);
 }
 
 void checkFailureMessage(fj_status status, const char *function) {
@@ -220,6 +275,8 @@ void checkBackward(const fj_attention_desc *desc, const fj_forward_args *args,
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   using namespace flashjit::fuzz;
   ApiFuzzInput in = ApiFuzzInput::decode(data, size);
+  HostPointees own;
+  aimHostPointers(in, own);
   auto descBuffer = buildStruct(in.desc, in, in.flags & kFlagDescSize, in.descSize,
                                 in.flags & kFlagDescTail);
   auto argsBuffer = buildStruct(in.args, in, in.flags & kFlagArgsSize, in.argsSize,
@@ -252,6 +309,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (status == FJ_SUCCESS) {
     auto checked = flashjit::api::checkDesc(desc);
     FJ_FUZZ_CHECK((bool)checked, "desc accepted, then rejected");
+    checkFeatures(checked->features);
     checkParams(*checked, args);
   }
   return 0;

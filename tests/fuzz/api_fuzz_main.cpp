@@ -105,6 +105,51 @@ std::vector<Seed> seeds() {
       {"backward_strides_and_flags", [](I &in) {
          in.tail.assign(26, 0), in.tail[23] = 4, in.tail[24] = 3, in.tail[25] = 0x21;
        }},
+      // Attention features (0.3). User code: the pointer's value is the text's length,
+      // the tail its bytes (api_fuzz_args.cpp, fuzzedText).
+      {"valid_features", [](I &in) {
+         in.desc.window = 1, in.desc.window_left = 256, in.desc.window_right = 0;
+         in.desc.softcap = 30.0f, in.desc.alibi = 1;
+         in.args.alibi_slopes = (const float *)fakePointer(9);
+         in.args.alibi_batch_stride = 8;
+       }},
+      {"valid_user_code", [](I &in) {
+         const char text[] = "return score * args.scalar[0];";
+         in.tail.assign(text, text + sizeof(text) - 1);
+         in.desc.score_mod = (const char *)(uintptr_t)(sizeof(text) - 1);
+         in.desc.mask_mod = (const char *)(uintptr_t)(sizeof(text) - 1);
+         in.args.mod_args.scalar[0] = 0.5f;
+         in.desc.tuning_mod_args = (const fj_mod_args *)1;
+       }},
+      {"score_mod_too_long", [](I &in) {
+         in.tail.assign(1, 'x');
+         in.desc.score_mod = (const char *)(uintptr_t)(64 * 1024 + 1);
+       }},
+      {"window_both_unbounded", [](I &in) {
+         in.desc.window = 1, in.desc.window_left = -1, in.desc.window_right = -1;
+       }},
+      {"window_left_negative", [](I &in) { in.desc.window = 1, in.desc.window_left = -5; }},
+      {"window_sides_without_window", [](I &in) { in.desc.window_right = 64; }},
+      {"softcap_nan", [](I &in) { in.desc.softcap = __builtin_nanf(""); }},
+      {"alibi_without_slopes", [](I &in) { in.desc.alibi = 1; }},
+      {"alibi_stride_negative", [](I &in) {
+         in.desc.alibi = 1;
+         in.args.alibi_slopes = (const float *)fakePointer(9);
+         in.args.alibi_batch_stride = -8;
+       }},
+      {"backward_with_feature", [](I &in) { in.desc.backward = 1, in.desc.softcap = 30.0f; }},
+      // A 0.2 caller: the description ends with `backward` and its padding, where
+      // `window` now is; garbage there (and in the features after it) is not read.
+      {"desc_size_0_2", [](I &in) {
+         in.flags = flashjit::fuzz::kFlagDescSize;
+         in.descSize = (offsetof(fj_attention_desc, backward) + 4 + 7) / 8 * 8;
+         in.desc.window = 1, in.desc.window_left = in.desc.window_right = -1;
+         in.desc.softcap = __builtin_nanf("");
+       }},
+      {"args_size_0_2", [](I &in) {
+         in.flags = flashjit::fuzz::kFlagArgsSize;
+         in.argsSize = offsetof(fj_forward_args, alibi_slopes);
+       }},
       {"args_size_garbage", [](I &in) {
          in.flags = flashjit::fuzz::kFlagArgsSize, in.argsSize = 0xdeadbeefcafeULL;
        }},

@@ -10,7 +10,9 @@ GQA/MQA, head_dim_v != head_dim, both layouts and strided views, causal or not, 
 the LSE; gradients of q, k, v (also varlen and deterministic); torch.compile
 (fullgraph=True, also dynamic shapes and mode="reduce-overhead"); a captured CUDA graph
 (forward, and forward + backward); a side stream; flashjit.sdpa against
-F.scaled_dot_product_attention and its fallbacks; bad arguments.
+F.scaled_dot_product_attention and its fallbacks; bad arguments; the attention features
+(window, softcap, ALiBi, score_mod, mask_mod; alone, together, varlen, compiled, their
+LSE and empty rows, one handle per user code text, and backward raising).
 
 The bar: 2x the error of PyTorch's own SDPA in the same dtype against the same fp32
 reference, plus 1e-3 of the reference's largest value (a floor for shapes where SDPA
@@ -38,10 +40,13 @@ class Skip(Exception):
 
 def case(name):
     def wrap(fn):
-        def run(*args):
-            label = name + (" " + " ".join(map(str, args)) if args else "")
+        def run(*args, **kwargs):
+            shown = list(map(str, args)) + [
+                f"{key}={value}" for key, value in kwargs.items()
+                if not callable(value) and not hasattr(value, "shape")]
+            label = name + (" " + " ".join(shown) if shown else "")
             try:
-                fn(*args)
+                fn(*args, **kwargs)
                 results["passed"] += 1
                 print(f"ok    {label}", flush=True)
             except Skip as why:
@@ -450,6 +455,203 @@ def bad_arguments():
         raise AssertionError(f"{name}: not raised")
 
 
+# ---- attention features (0.3) -----------------------------------------------------
+def feature_reference(q, k, v, causal=False, window=None, softcap=0.0, slopes=None,
+                      score_fn=None, mask_fn=None, dtype=torch.float32):
+    """(o, lse) of the textbook formula with the features in docs/FEATURES.md's order,
+    computed in `dtype` (fp32: the reference; the inputs' dtype: the same-dtype peer of the
+    bar), BSHD. score_fn(s, b, h, i, j) and mask_fn(b, h, i, j) take broadcast index
+    tensors [B, H, Sq, Sk]; slopes [H] or [B, H]."""
+    hq, hk = q.shape[2], k.shape[2]
+    qf, kf, vf = (t.to(dtype).transpose(1, 2) for t in (q, k, v))
+    if hq != hk:
+        kf, vf = (t.repeat_interleave(hq // hk, dim=1) for t in (kf, vf))
+    s = (qf @ kf.transpose(-1, -2)) * (1 / math.sqrt(q.shape[-1]))
+    nb, nq, nk = q.shape[0], q.shape[1], k.shape[1]
+    dev = q.device
+    b = torch.arange(nb, device=dev)[:, None, None, None]
+    h = torch.arange(hq, device=dev)[None, :, None, None]
+    i = torch.arange(nq, device=dev)[None, None, :, None]
+    j = torch.arange(nk, device=dev)[None, None, None, :]
+    diag = nk - nq
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    if slopes is not None:
+        sl = slopes.to(dtype).reshape(-1, hq)[:, :, None, None]
+        s = s - sl * (i + diag - j).abs().to(dtype)
+    if score_fn is not None:
+        s = score_fn(s, b, h, i, j).to(dtype)
+    keep = torch.ones_like(s, dtype=torch.bool)
+    if causal:
+        keep &= j <= i + diag
+    if window is not None:
+        left, right = window
+        if left >= 0:
+            keep &= j >= i + diag - left
+        if right >= 0:
+            keep &= j <= i + diag + right
+    if mask_fn is not None:
+        keep &= mask_fn(b, h, i, j)
+    s = s.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(s.float(), dim=-1)
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    return (p @ vf).transpose(1, 2), lse
+
+
+def check_features(o, lse, q, k, v, what="o", **features):
+    ref, ref_lse = feature_reference(q, k, v, **features)
+    low, _ = feature_reference(q, k, v, dtype=q.dtype, **features)
+    err, perr = max_err(o, ref), max_err(low, ref)
+    assert err <= bar(perr, ref), f"{what}: error {err:.3e}, same-dtype formula's {perr:.3e}"
+    if lse is not None:
+        dead = torch.isneginf(ref_lse)
+        assert torch.equal(torch.isneginf(lse), dead), "lse: -inf rows differ"
+        lerr = (lse[~dead] - ref_lse[~dead]).abs().max().item() if (~dead).any() else 0.0
+        assert lerr < 2e-2, f"lse error {lerr:.3e}"
+
+
+@case("features")
+def features_case(name, sq, sk, causal, **features):
+    q, k, v = rand(2, sq, 8, 64), rand(2, sk, 2, 64), rand(2, sk, 2, 64)
+    if features.get("softcap"):
+        q = q * 4  # scores large enough for the cap to matter
+    call = dict(features)
+    refs = dict(features)
+    for key in ("score_fn", "mask_fn"):
+        call.pop(key, None)
+    for key in ("score_mod", "mask_mod", "mod_tensors", "mod_scalars", "mod_ints",
+                "alibi_slopes"):
+        refs.pop(key, None)
+    if "alibi_slopes" in features:
+        refs["slopes"] = features["alibi_slopes"]
+    o, lse = flashjit.attention(q, k, v, causal=causal, return_lse=True, **call)
+    assert o.shape == (2, sq, 8, 64), o.shape
+    check_features(o, lse, q, k, v, causal=causal, **refs)
+
+
+def alibi_slopes(heads, batch=None):
+    """The geometric slopes of the ALiBi paper, per head (and per sequence: scaled)."""
+    base = torch.tensor([2 ** (-8 * (h + 1) / heads) for h in range(heads)], device="cuda")
+    if batch is None:
+        return base
+    return torch.stack([base * (1 + 0.5 * b) for b in range(batch)])
+
+
+@case("features: every one at once, a row that sees no key, the handles")
+def features_together():
+    q, k, v = rand(2, 150, 8, 64) * 3, rand(2, 190, 2, 64), rand(2, 190, 2, 64)
+    slopes = alibi_slopes(8, 2)
+    doc = (torch.arange(190, device="cuda", dtype=torch.int32) // 37).contiguous()
+    score = "return score + args.scalar[0] * (float)(kv_idx - q_idx);"
+    mask = ("const int *doc = (const int *)args.tensor[0];\n"
+            "return q_idx != 5 && doc[q_idx + args.integer[0]] == doc[kv_idx];")
+    o, lse = flashjit.attention(q, k, v, causal=True, window=(90, 0), softcap=20.0,
+                                alibi_slopes=slopes, score_mod=score, mask_mod=mask,
+                                mod_tensors=(doc,), mod_scalars=(0.01,), mod_ints=(40,),
+                                return_lse=True)
+    check_features(o, lse, q, k, v, causal=True, window=(90, 0), softcap=20.0, slopes=slopes,
+                   score_fn=lambda s, b, h, i, j: s + 0.01 * (j - i).float(),
+                   mask_fn=lambda b, h, i, j: (i != 5) & (doc[(i + 40).clamp(max=189)] ==
+                                                          doc[j.clamp(max=189)]))
+    assert torch.equal(o[:, 5], torch.zeros_like(o[:, 5])), "row 5 sees no key: o = 0"
+    assert torch.isneginf(lse[:, :, 5]).all(), "row 5 sees no key: lse = -inf"
+    keys = [kernel["spec_key"] for kernel in flashjit.info()["kernels"]]
+    assert any(".win90_0.cap20.alibi.score-" in key and ".mask-" in key for key in keys), keys
+    # Another text is another kernel; the same text (a new str) is the same handle.
+    before = len(flashjit.info()["kernels"])
+    flashjit.attention(q, k, v, score_mod="return score * 0.5f;")
+    flashjit.attention(q, k, v, score_mod="return score * " + "0.5f;")
+    flashjit.attention(q, k, v, score_mod="return score * 0.25f;")
+    assert len(flashjit.info()["kernels"]) == before + 2, flashjit.info()["kernels"]
+
+
+@case("features: varlen with a window and per-sequence ALiBi slopes")
+def features_varlen():
+    lens_q, lens_k = [1, 130, 77], [17, 130, 300]
+    cu_q, cu_k = cu(lens_q), cu(lens_k)
+    q, k, v = rand(sum(lens_q), 6, 64), rand(sum(lens_k), 2, 64), rand(sum(lens_k), 2, 64)
+    slopes = alibi_slopes(6, 3)
+    o = flashjit.attention(q, k, v, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                           max_seqlen_q=130, max_seqlen_k=300, window=(48, 0),
+                           alibi_slopes=slopes)
+    for b in range(3):
+        rq = slice(int(cu_q[b]), int(cu_q[b + 1]))
+        rk = slice(int(cu_k[b]), int(cu_k[b + 1]))
+        check_features(o[rq][None], None, q[rq][None], k[rk][None], v[rk][None],
+                       what=f"sequence {b}", causal=True, window=(48, 0),
+                       slopes=slopes[b:b + 1])
+
+
+@case("features: torch.compile(fullgraph=True)")
+def features_compiled():
+    q, k, v = rand(2, 256, 4, 64), rand(2, 256, 4, 64), rand(2, 256, 4, 64)
+    slopes = alibi_slopes(4)
+
+    @torch.compile(fullgraph=True)
+    def f(q, k, v, slopes):
+        return flashjit.attention(q, k, v, window=(64, 64), softcap=30.0, alibi_slopes=slopes)
+
+    o = f(q, k, v, slopes)
+    check_features(o, None, q, k, v, window=(64, 64), softcap=30.0, slopes=slopes)
+
+
+@case("features: backward raises NotImplementedError")
+def features_backward_raises():
+    q, k, v = rand(1, 64, 2, 64, grad=True), rand(1, 64, 2, 64, grad=True), \
+        rand(1, 64, 2, 64, grad=True)
+    o = flashjit.attention(q, k, v, softcap=30.0)  # the forward runs
+    check_features(o.detach(), None, q.detach(), k.detach(), v.detach(), softcap=30.0)
+    try:
+        o.sum().backward()
+    except NotImplementedError as ex:
+        assert "does not support attention features" in str(ex), ex
+        print(f"      NotImplementedError: {ex}")
+        return
+    raise AssertionError("backward with features did not raise")
+
+
+@case("features: bad arguments")
+def features_bad_arguments():
+    q, k, v = rand(1, 64, 2, 64), rand(1, 64, 2, 64), rand(1, 64, 2, 64)
+    for name, call, exc in (
+            ("window", lambda: flashjit.attention(q, k, v, window=(-1, -1)), ValueError),
+            ("softcap", lambda: flashjit.attention(q, k, v, softcap=-1.0), ValueError),
+            ("slopes dtype", lambda: flashjit.attention(
+                q, k, v, alibi_slopes=torch.ones(2, device="cuda", dtype=torch.bfloat16)),
+             TypeError),
+            ("slopes shape", lambda: flashjit.attention(
+                q, k, v, alibi_slopes=torch.ones(3, device="cuda")), ValueError),
+            ("code that does not compile", lambda: flashjit.attention(
+                q, k, v, score_mod="return score +;"), flashjit.FlashJitError)):
+        try:
+            call()
+        except exc as ex:
+            print(f"      {name}: {type(ex).__name__}: {str(ex)[:200]}")
+            continue
+        raise AssertionError(f"{name}: not raised")
+
+
+def features_cases():
+    for causal in (False, True):
+        features_case("window", 200, 333, causal, window=(64, 0))
+        features_case("window", 200, 333, causal, window=(-1, 32))
+        features_case("window", 257, 257, causal, window=(100, 100))
+        features_case("softcap", 200, 333, causal, softcap=30.0)
+        features_case("alibi [H]", 200, 333, causal, alibi_slopes=alibi_slopes(8))
+        features_case("alibi [B, H]", 129, 129, causal, alibi_slopes=alibi_slopes(8, 2))
+        features_case("score_mod", 200, 333, causal,
+                      score_mod="return score + args.scalar[0] * (float)(kv_idx - q_idx);",
+                      mod_scalars=(0.05,), score_fn=lambda s, b, h, i, j: s + 0.05 * (j - i))
+        features_case("mask_mod", 200, 333, causal,
+                      mask_mod="return ((q_idx + kv_idx + h) % args.integer[1]) != 0;",
+                      mod_ints=(0, 3), mask_fn=lambda b, h, i, j: (i + j + h) % 3 != 0)
+    features_together()
+    features_varlen()
+    features_compiled()
+    features_backward_raises()
+    features_bad_arguments()
+
+
 def main():
     random.seed(0)
     torch.manual_seed(0)
@@ -492,6 +694,7 @@ def main():
     sdpa_case()
     sdpa_gradients()
     bad_arguments()
+    features_cases()
     info = flashjit.info()
     print(f"{len(info['kernels'])} kernel handles; contexts: "
           f"{[(c['device_name'], c['target'], c['tune_mode']) for c in info['contexts']]}")

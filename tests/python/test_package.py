@@ -179,6 +179,39 @@ class StructLayouts(unittest.TestCase):
         d = self.desc(backward=1)
         self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), 0, message())
 
+    def test_feature_fields_are_where_the_library_reads_them(self):
+        """The attention features (0.3), each at its offset: a bad value there is named."""
+        L = _capi.library().lib
+        long_code = b"x" * (64 * 1024 + 1)
+        for fields, status, expected in (
+                (dict(window=1, window_left=-5), 1, "desc->window_left is -5"),
+                (dict(window=1, window_right=-7), 1, "desc->window_right is -7"),
+                (dict(window=1, window_left=-1, window_right=-1), 1, "are both -1"),
+                (dict(window_right=3), 1, "desc->window_right is 3 but desc->window is 0"),
+                (dict(softcap=-2.5), 1, "desc->softcap is -2.5"),
+                (dict(softcap=float("nan")), 1, "desc->softcap is nan"),
+                (dict(score_mod=long_code), 1, "desc->score_mod is longer than 65536"),
+                (dict(mask_mod=long_code), 1, "desc->mask_mod is longer than 65536"),
+                (dict(backward=1, alibi=1), 2, "(desc->alibi): the backward pass does not "
+                                              "support attention features yet")):
+            d = self.desc(**fields)
+            self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), status, fields)
+            self.assertIn(expected, message())
+        tuning = _capi.mod_args([0x7f0000000000], [1.5], [3])
+        d = self.desc(window=1, window_left=128, window_right=0, softcap=30.0, alibi=1,
+                      score_mod=b"return score;", mask_mod=b"return true;",
+                      tuning_mod_args=C.pointer(tuning))
+        self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), 0, message())
+
+    def test_old_descriptions_read_as_plain(self):
+        """A 0.2 caller's description (struct_size ending at `backward`, rounded up) is
+        accepted whatever lies in the feature fields after it."""
+        L = _capi.library().lib
+        size02 = (_capi.AttentionDesc.backward.offset + 4 + 7) // 8 * 8
+        d = self.desc(window=1, window_left=-1, window_right=-1, softcap=-1.0)
+        d.struct_size = size02
+        self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), 0, message())
+
     def test_forward_fields_are_where_the_library_reads_them(self):
         L = _capi.library().lib
         base = dict(batch=1, seqlen_q=8, seqlen_k=8, q=0x7f0000000000, k=0x7f0000100000,
@@ -203,6 +236,23 @@ class StructLayouts(unittest.TestCase):
                                                 cu_seqlens_k=0x7f0000600000, total_k=-5))
         self.assertEqual(L.fj_validate_forward_args(C.byref(self.desc()), C.byref(a)), 1)
         self.assertIn("args->total_k is -5", message())
+        # The ALiBi slopes (0.3): required with desc.alibi, ignored without.
+        alibi = self.desc(alibi=1)
+        a = _capi.new(_capi.ForwardArgs, **base)
+        self.assertEqual(L.fj_validate_forward_args(C.byref(alibi), C.byref(a)), 1)
+        self.assertIn("args->alibi_slopes is NULL", message())
+        for fields, expected in ((dict(alibi_slopes=0x7f0000700002), "not 4-byte aligned"),
+                                 (dict(alibi_slopes=0x7f0000700000, alibi_batch_stride=-4),
+                                  "args->alibi_batch_stride is -4")):
+            a = _capi.new(_capi.ForwardArgs, **dict(base, **fields))
+            self.assertEqual(L.fj_validate_forward_args(C.byref(alibi), C.byref(a)), 1)
+            self.assertIn(expected, message())
+            self.assertEqual(L.fj_validate_forward_args(C.byref(self.desc()), C.byref(a)), 0,
+                             message())
+        a = _capi.new(_capi.ForwardArgs, **dict(base, alibi_slopes=0x7f0000700000,
+                                                alibi_batch_stride=4,
+                                                mod_args=_capi.mod_args([1, 2], [0.5], [7])))
+        self.assertEqual(L.fj_validate_forward_args(C.byref(alibi), C.byref(a)), 0, message())
 
     @unittest.skipUnless(_capi.library().has_backward, "the library has no fj_backward")
     def test_backward_fields_are_where_the_library_reads_them(self):
@@ -332,6 +382,98 @@ class Errors(unittest.TestCase):
         self.assertIn(cm.exception.status_name, ("FJ_ERROR_NO_DEVICE", "FJ_ERROR_CUDA"))
         self.assertTrue(cm.exception.message)
         self.assertEqual(_runtime.kernels_info(), [])
+
+
+class FakeKernelLibrary:
+    """Stands in for libflashjit.so's fj_kernel_get: records what each description asked
+    for and hands out distinct handles, so the handle cache is tested without a device."""
+
+    def __init__(self):
+        self.got = []
+
+    def fj_kernel_get(self, ctx, desc_ref, handle_ref):
+        d = desc_ref._obj
+        tuning = d.tuning_mod_args.contents.scalar[0] if d.tuning_mod_args else None
+        self.got.append(dict(window=(d.window, d.window_left, d.window_right),
+                             softcap=d.softcap, alibi=d.alibi, score_mod=d.score_mod,
+                             mask_mod=d.mask_mod, backward=d.backward, tuning=tuning))
+        handle_ref._obj.value = 0x1000 + 16 * len(self.got)
+        return 0
+
+    def fj_kernel_info(self, handle, info_ref):
+        return 0
+
+    def fj_kernel_release(self, handle):
+        return 0
+
+
+class FeatureKernels(unittest.TestCase):
+    """_runtime.kernel with features: they go into the description, and they (the user
+    code's text included) are part of what picks the cached handle."""
+
+    def setUp(self):
+        self.saved = (_capi._library, _runtime.context, dict(_runtime._kernels))
+        self.fake = FakeKernelLibrary()
+        real = _capi.library()
+        _capi._library = type("L", (), dict(lib=self.fake, has_backward=True,
+                                             check=real.check.__func__,
+                                             version=lambda self: "fake"))()
+        _runtime.context = lambda device: (("fake", device), C.c_void_p(1))
+
+    def tearDown(self):
+        _capi._library, _runtime.context = self.saved[0], self.saved[1]
+        _runtime._kernels.clear()
+        _runtime._kernels.update(self.saved[2])
+
+    def get(self, features=_checks.PLAIN, backward=False, tuning=None):
+        handle, _ = _runtime.kernel(0, "bf16", 64, 64, 4, 2, True, 0.0, backward,
+                                    (128, 128, 1), features, tuning)
+        return handle.value
+
+    def test_features_reach_the_description(self):
+        f = _checks.check_features((256, -1), 30.0, True, "return score * args.scalar[0];",
+                                   "return kv_idx != 3;")
+        self.get(f, tuning=_capi.mod_args([], [0.25]))
+        got = self.fake.got[-1]
+        self.assertEqual(got["window"], (1, 256, -1))
+        self.assertEqual((got["softcap"], got["alibi"]), (30.0, 1))
+        self.assertEqual(got["score_mod"], b"return score * args.scalar[0];")
+        self.assertEqual(got["mask_mod"], b"return kv_idx != 3;")
+        self.assertEqual(got["tuning"], 0.25)
+        self.get(_checks.check_features(softcap=5.0), tuning=_capi.mod_args([], [0.5]))
+        got = self.fake.got[-1]  # no user code: no tuning args, no window
+        self.assertEqual((got["window"], got["score_mod"], got["tuning"]), ((0, 0, 0), None,
+                                                                             None))
+
+    def test_features_are_part_of_the_handle_key(self):
+        plain = self.get()
+        self.assertEqual(self.get(), plain)
+        code = _checks.check_features(score_mod="return score;")
+        other = _checks.check_features(score_mod="return score * 2;")
+        handles = {plain, self.get(code), self.get(other),
+                   self.get(_checks.check_features(window=(64, 0))),
+                   self.get(_checks.check_features(window=(64, 1))),
+                   self.get(_checks.check_features(softcap=30)),
+                   self.get(_checks.check_features(alibi=True))}
+        self.assertEqual(len(handles), 7)
+        self.assertEqual(len(self.fake.got), 7)
+        # The same text (a new str object) finds the same handle; tuning args do not count.
+        self.assertEqual(self.get(_checks.check_features(score_mod="return " + "score;"),
+                                  tuning=_capi.mod_args([], [1.0])), self.get(code))
+        self.assertEqual(len(self.fake.got), 7)
+        kinds = [k["features"] for k in _runtime.kernels_info()]
+        self.assertIn(dict(window=None, softcap=0.0, alibi=False,
+                           score_mod="return score * 2;", mask_mod=None), kinds)
+
+    def test_backward_with_features_is_refused(self):
+        with self.assertRaisesRegex(NotImplementedError,
+                                    r"backward pass does not support attention features "
+                                    r"yet \(window, mask_mod\)"):
+            self.get(_checks.check_features(window=(8, 0), mask_mod="return true;"),
+                     backward=True)
+        self.assertEqual(self.fake.got, [])
+        self.get(backward=True)  # the plain description still gets its backward pass
+        self.assertEqual(self.fake.got[-1]["backward"], 1)
 
 
 class Settings(unittest.TestCase):
@@ -499,6 +641,54 @@ class BadArguments(unittest.TestCase):
         self.check(ValueError, r"cu_seqlens_q's data is not 4-byte aligned", q, k, v, "bshd",
                    cu_seqlens_q=FakeTensor((4,), dtype="torch.int32", ptr=0x7f0000000002),
                    cu_seqlens_k=cu)
+
+    def test_bad_features(self):
+        self.expect(ValueError, r"window is \(-1, -1\)", *qkv(), window=(-1, -1))
+        self.expect(ValueError, r"window's left side is -5", *qkv(), window=(-5, 0))
+        self.expect(TypeError, r"window is 128: expected \(left, right\)", *qkv(), window=128)
+        self.expect(TypeError, r"window's right side is 1\.5", *qkv(), window=(4, 1.5))
+        self.expect(ValueError, r"softcap is nan", *qkv(), softcap=float("nan"))
+        self.expect(ValueError, r"softcap is -1", *qkv(), softcap=-1)
+        self.expect(TypeError, r"softcap is 'big'", *qkv(), softcap="big")
+        self.expect(TypeError, r"score_mod is a int: expected a str", *qkv(), score_mod=3)
+        self.expect(ValueError, r"mask_mod is 65537 bytes", *qkv(), mask_mod="x" * 65537)
+        self.expect(ValueError, r"score_mod contains a NUL", *qkv(), score_mod="a\0b")
+        self.expect(ValueError, r"mod_tensors has 5 entries", *qkv(), score_mod="return score;",
+                    mod_tensors=[FakeTensor((4,))] * 5)
+        self.expect(TypeError, r"mod_tensors\[0\] is a int", *qkv(), mod_tensors=[3])
+        self.expect(ValueError, r"mod_tensors\[1\] is on cpu", *qkv(),
+                    mod_tensors=[FakeTensor((4,)), FakeTensor((4,), device="cpu")])
+        self.expect(TypeError, r"mod_tensors is FakeTensor", *qkv(), mod_tensors=FakeTensor((4,)))
+        self.expect(ValueError, r"mod_ints\[0\] is 4294967296", *qkv(), mod_ints=[1 << 32])
+        self.expect(TypeError, r"mod_scalars\[0\] is 'x'", *qkv(), mod_scalars=["x"])
+
+    def test_bad_alibi_slopes(self):
+        q, k, v = qkv()  # batch 2, 8 query heads
+        self.expect(TypeError, r"alibi_slopes\.dtype is torch\.bfloat16", q, k, v,
+                    alibi_slopes=FakeTensor((8,)))
+        self.expect(ValueError, r"alibi_slopes is \(4,\): expected \(8,\) or \(2, 8\)", q, k,
+                    v, alibi_slopes=FakeTensor((4,), dtype="torch.float32"))
+        self.expect(ValueError, r"alibi_slopes is on cpu", q, k, v,
+                    alibi_slopes=FakeTensor((8,), dtype="torch.float32", device="cpu"))
+        self.expect(ValueError, r"the heads must be contiguous", q, k, v,
+                    alibi_slopes=FakeTensor((2, 8), dtype="torch.float32", strides=(16, 2)))
+        self.expect(TypeError, r"alibi_slopes is a list", q, k, v, alibi_slopes=[0.5] * 8)
+        self.assertEqual(_checks.check_alibi_slopes(
+            FakeTensor((8,), dtype="torch.float32"), 2, 8, "cuda:0"), 0)
+        self.assertEqual(_checks.check_alibi_slopes(
+            FakeTensor((2, 8), dtype="torch.float32", strides=(16, 1)), 2, 8, "cuda:0"), 16)
+        self.assertEqual(_checks.check_alibi_slopes(  # one sequence: the stride is unused
+            FakeTensor((1, 8), dtype="torch.float32", strides=(0, 1)), 1, 8, "cuda:0"), 0)
+
+    def test_good_features_pass_the_checks(self):
+        f = _checks.check_features((256, 0), 30, True, "return score;", "")
+        self.assertEqual(f, _checks.Features((256, 0), 30.0, True, "return score;", None))
+        self.assertEqual(_checks.features_on(f), "window, softcap, alibi, score_mod")
+        self.assertEqual(_checks.check_features(), _checks.PLAIN)
+        self.assertEqual(_checks.check_features(window=[-1, 0]).window, (-1, 0))
+        t = FakeTensor((3,))
+        self.assertEqual(_checks.check_mod_args((t,), (1, 2.5), (7,), "cuda:0"),
+                         ([t], [1.0, 2.5], [7]))
 
     def test_bad_layout_and_scale(self):
         self.expect(ValueError, r"layout is 'sbhd'", *qkv(), layout="sbhd")
