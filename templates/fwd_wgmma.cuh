@@ -103,8 +103,13 @@ struct FwdWgmmaConfig {
   // the tile space (of the tiles it admits, d128 causal bm128.bn176 and d256 bm128.bn64
   // still spill 40 and 16 B; the tuner rejects them). Without the overlap (three
   // consumers at d = 64) it gained -3 to +4 % as an upper bound (docs/PERF.md, v5.8/v5.9).
+  // Not where features let a row's scores rise from tile to tile: ALiBi's do by up to
+  // slope * N towards the diagonal (the tiles come last to first), past what rebasing P
+  // recovers, so every tile took rescore_tile's slow path (0.15x the plain kernel, H100,
+  // docs/PERF.md f1); the user's score_mod may do the same.
   static constexpr bool kFastSoftmax =
-      kOverlap && kBlockN / 2 + kBlockN / 4 + kDvPad / 2 + kDvPad / 8 + 24 <= kConsumerRegs;
+      kOverlap && kBlockN / 2 + kBlockN / 4 + kDvPad / 2 + kDvPad / 8 + 24 <= kConsumerRegs &&
+      !Features_::kAlibi && !Features_::kScoreMod;
   // Two consumer warpgroups take turns issuing their products.
   static constexpr bool kPingPong = kConsumers == 2;
   // A causal work tile's first key tile, which holds the diagonal, gets a masked softmax
