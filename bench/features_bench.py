@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Attention features (issue 28): flashjit's compiled-in variants against its own plain
+kernels and against FlexAttention (torch.compile'd flex_attention with the same score and
+mask functions), in one process, on the same inputs.
+
+    FLASHJIT_LIBRARY=.gpu/libflashjit.so python3 bench/features_bench.py --out $OUT/features
+
+Shapes: bf16, head dims 64 and 128, N = 1k..16k, batch * N = 16384 tokens, heads * d =
+2048 (the peers' baseline shapes). Variants:
+  plain       no mask                      (the reference for softcap and ALiBi)
+  causal      causal                       (the reference for the window)
+  window1024  causal with a 1024-key window: keys i - 1024 .. i
+  alibi       ALiBi, slopes 2^(-8 (h + 1) / H), no mask
+  softcap30   30 * tanh(score / 30), no mask
+  document    a document mask (documents of 1/4 N give or take, ids in a tensor the
+              user's mask_mod reads), through the user-code hook: every tile evaluates
+              the mask (no block mask yet)
+  document_varlen  the same documents as a variable-length batch (cu_seqlens), the way
+              to run packed documents through flashjit; FlexAttention runs its mask
+FLOPs are the pairs each query actually sees (4 * d per pair, as the papers count), so
+a window's TFLOP/s are over the work it must do. Each system is timed with CUDA events
+after a warm-up, median of --iters samples of 8 back-to-back calls (time_ms); every
+input is 64 MiB (over the L2).
+Outputs are compared between flashjit and FlexAttention (max |diff|) as a sanity check.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+import flashjit  # noqa: E402
+
+# Every (variant, shape) is its own compiled flex_attention: without room for them all,
+# dynamo falls back to eager flex_attention (which materialises the N x N scores).
+torch._dynamo.config.cache_size_limit = 1024
+torch._dynamo.config.accumulated_cache_size_limit = 4096
+
+try:
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    FLEX = torch.compile(flex_attention, dynamic=False)
+except Exception as e:  # noqa: BLE001 - any failure just drops the peer
+    print(f"FlexAttention unavailable: {e}")
+    FLEX = None
+
+VARIANTS = ["plain", "causal", "window1024", "alibi", "softcap30", "document", "document_varlen"]
+WINDOW = 1024
+
+
+def time_ms(fn, iters, back_to_back=8):
+    """Median over `iters` samples of `back_to_back` calls enqueued between two events,
+    per call: the GPU's time per call once the host's own time per call (Python, the
+    operator's dispatch: tens of microseconds, on both sides) is hidden behind the
+    previous kernel, as in a model's stream of work. A single call between two events
+    counted that host time too, which at N = 1k was as long as the kernel."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(back_to_back):
+            fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / back_to_back)
+    return statistics.median(times)
+
+
+def visible_pairs(variant, n, doc):
+    if variant in ("plain", "alibi", "softcap30"):
+        return n * n
+    if variant == "causal":
+        return n * (n + 1) // 2
+    if variant == "window1024":
+        return sum(min(i, WINDOW) + 1 for i in range(n))
+    # document (either way): pairs within each document (no causal)
+    counts = torch.bincount(doc[:n].cpu())
+    return int((counts.long() ** 2).sum())
+
+
+def documents(n, device):
+    """Document ids of n positions: lengths around n/4, not multiples of the tiles."""
+    g = torch.Generator().manual_seed(n)
+    ids, start, k = torch.empty(n, dtype=torch.int32), 0, 0
+    while start < n:
+        length = int(n / 4 * (0.6 + 0.8 * torch.rand(1, generator=g).item())) | 1
+        ids[start:start + length] = k
+        start += length
+        k += 1
+    return ids.to(device)
+
+
+DOC_MASK = ("const int *doc = (const int *)args.tensor[0];\n"
+            "return doc[q_idx] == doc[kv_idx];")
+
+
+def flashjit_call(variant, q, k, v, slopes, doc):
+    kw = {}
+    if variant == "causal":
+        kw["causal"] = True
+    elif variant == "window1024":
+        kw.update(causal=True, window=(WINDOW, 0))
+    elif variant == "alibi":
+        kw["alibi_slopes"] = slopes
+    elif variant == "softcap30":
+        kw["softcap"] = 30.0
+    elif variant == "document":
+        kw.update(mask_mod=DOC_MASK, mod_tensors=(doc,))
+    elif variant == "document_varlen":
+        b, n, h, d = q.shape
+        lengths = torch.bincount(doc.long()).tolist()
+        cu = torch.tensor([0] + [sum(lengths[:i + 1]) + r * n for r in range(b)
+                                 for i in range(len(lengths))][:-1] + [b * n],
+                          dtype=torch.int32, device=q.device)
+        cu = torch.unique_consecutive(cu)
+        qv, kv_, vv = (t.reshape(b * n, h, d) for t in (q, k, v))
+        return lambda: flashjit.attention(qv, kv_, vv, cu_seqlens_q=cu, cu_seqlens_k=cu,
+                                          max_seqlen_q=max(lengths),
+                                          max_seqlen_k=max(lengths)).reshape(b, n, h, d)
+    return lambda: flashjit.attention(q, k, v, **kw)
+
+
+def flex_call(variant, qh, kh, vh, slopes, doc, n):
+    if FLEX is None:
+        return None
+    score_mod, mask = None, None
+    if variant == "causal":
+        mask = lambda b, h, qi, ki: qi >= ki  # noqa: E731
+    elif variant == "window1024":
+        mask = lambda b, h, qi, ki: (qi >= ki) & (qi - ki <= WINDOW)  # noqa: E731
+    elif variant in ("document", "document_varlen"):
+        mask = lambda b, h, qi, ki: doc[qi] == doc[ki]  # noqa: E731
+    elif variant == "alibi":
+        score_mod = lambda s, b, h, qi, ki: s - slopes[h] * (qi - ki).abs()  # noqa: E731
+    elif variant == "softcap30":
+        score_mod = lambda s, b, h, qi, ki: 30.0 * torch.tanh(s / 30.0)  # noqa: E731
+    block_mask = create_block_mask(mask, None, None, n, n, device="cuda") if mask else None
+    return lambda: FLEX(qh, kh, vh, score_mod=score_mod, block_mask=block_mask)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--head-dims", default="64,128")
+    ap.add_argument("--seqlens", default="1024,2048,4096,8192,16384")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--budget-s", type=float, default=2.0)
+    ap.add_argument("--out", default="features")
+    a = ap.parse_args()
+    flashjit.configure(budget_s=a.budget_s)
+    torch.manual_seed(0)
+    rows = []
+    for d in map(int, a.head_dims.split(",")):
+        heads = 2048 // d
+        for n in map(int, a.seqlens.split(",")):
+            b = 16384 // n
+            q, k, v = (torch.randn(b, n, heads, d, device="cuda", dtype=torch.bfloat16)
+                       for _ in range(3))
+            qh, kh, vh = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+            slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)],
+                                  device="cuda", dtype=torch.float32)
+            doc = documents(n, "cuda")
+            for variant in a.variants.split(","):
+                flops = 4.0 * d * b * heads * visible_pairs(variant, n, doc)
+                row = {"d": d, "n": n, "batch": b, "heads": heads, "variant": variant}
+                fj = flashjit_call(variant, q, k, v, slopes, doc)
+                out_fj = fj()  # gets (tunes) the kernel
+                row["flashjit_ms"] = time_ms(fj, a.iters)
+                row["flashjit_tflops"] = flops / row["flashjit_ms"] / 1e9
+                fx = flex_call(variant, qh, kh, vh, slopes, doc, n)
+                if fx is not None:
+                    out_fx = fx().transpose(1, 2)
+                    row["max_diff_vs_flex"] = float((out_fj.float() - out_fx.float()).abs().max())
+                    row["flex_ms"] = time_ms(fx, a.iters)
+                    row["flex_tflops"] = flops / row["flex_ms"] / 1e9
+                    row["vs_flex"] = row["flex_ms"] / row["flashjit_ms"]
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+            del q, k, v, qh, kh, vh
+            torch.cuda.empty_cache()
+    # Ratios to flashjit's own plain kernels of the same shape.
+    base = {(r["d"], r["n"], r["variant"]): r["flashjit_tflops"] for r in rows}
+    for r in rows:
+        ref = {"window1024": "causal", "alibi": "plain", "softcap30": "plain"}.get(r["variant"])
+        if ref and (r["d"], r["n"], ref) in base:
+            r["vs_own_" + ref] = r["flashjit_tflops"] / base[(r["d"], r["n"], ref)]
+    os.makedirs(os.path.dirname(os.path.abspath(a.out + ".json")), exist_ok=True)
+    with open(a.out + ".json", "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                   "rows": rows}, f, indent=1)
+    print(f"\n{'d':>4} {'N':>6} {'variant':<11} {'fj TF/s':>8} {'flex TF/s':>9} {'vs flex':>8} "
+          f"{'vs own':>7} {'maxdiff':>8}")
+    for r in rows:
+        own = next((v for k, v in r.items() if k.startswith("vs_own_")), None)
+        print(f"{r['d']:>4} {r['n']:>6} {r['variant']:<11} {r['flashjit_tflops']:>8.1f} "
+              f"{r.get('flex_tflops', float('nan')):>9.1f} {r.get('vs_flex', float('nan')):>8.2f} "
+              f"{own if own is not None else float('nan'):>7.2f} "
+              f"{r.get('max_diff_vs_flex', float('nan')):>8.1e}")
+    for variant in a.variants.split(","):
+        ratios = [r["vs_flex"] for r in rows if r["variant"] == variant and "vs_flex" in r]
+        if ratios:
+            gm = math.exp(sum(map(math.log, ratios)) / len(ratios))
+            print(f"{variant:<11} vs FlexAttention: geomean {gm:.2f}x, min {min(ratios):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
