@@ -147,6 +147,10 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
     }
     ++report.rejectedCompile;
   }
+  // The user's code does not compile: no tile will, and NVRTC's log says why once.
+  for (const Variant &v : built->variants)
+    if (v.userCodeFailed(spec))
+      return makeError(ErrorCode::Compile, "{0}", v.error);
   for (Candidate &a : alive) {
     auto kernel = operationFor(spec.family).load(a.variant->binary->cubin, a.variant->emitted);
     if (!kernel) {

@@ -190,6 +190,8 @@ llvm::Expected<Selection> Tuner::Impl::heuristic(const generator::KernelSpec &sp
       return built.takeError();
     compilations += built->compiled;
     Variant &v = built->variants.front();
+    if (v.userCodeFailed(spec))
+      return makeError(ErrorCode::Compile, "{0}", v.error);
     if (!v.usable()) {
       failures += llvm::formatv("; {0}: {1}", v.tile.key(), v.error.empty() ? v.rejection : v.error);
       continue;

@@ -39,6 +39,12 @@ struct Variant {
   std::string error;                      // emitting or compiling failed
   std::string rejection;                  // compileRejection()
   bool usable() const { return binary && error.empty() && rejection.empty(); }
+  // NVRTC rejected the source of a spec with the user's code: every tile fails alike,
+  // and the caller's fix is in that code (FJ_ERROR_COMPILE with NVRTC's log).
+  bool userCodeFailed(const generator::KernelSpec &spec) const {
+    return (!spec.features.scoreMod.empty() || !spec.features.maskMod.empty()) &&
+           error.find("NVRTC_ERROR_COMPILATION") != std::string::npos;
+  }
 };
 
 struct BuildOptions {
