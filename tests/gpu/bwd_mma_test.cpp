@@ -21,12 +21,7 @@ KernelSpec bwdSpec(int d, int dv, DType dtype, bool causal) {
 }
 
 tuner::ForwardShape shapeOf(int batch, int hq, int hkv, int sq, int sk, int d, int dv) {
-  tuner::ForwardShape shape;
-  shape.batch = batch;
-  shape.headsQ = hq;
-  shape.headsKV = hkv;
-  shape.seqQ = sq;
-  shape.seqK = sk;
+  tuner::ForwardShape shape = flashjit::testing::shapeOf(batch, hq, hkv, sq, sk);
   shape.headDim = d;
   shape.headDimV = dv;
   return shape;

@@ -100,16 +100,6 @@ KernelSpec featureSpec(generator::Family family, int d, DType dtype, bool causal
   return spec;
 }
 
-tuner::ForwardShape shapeOf(int batch, int headsQ, int headsKV, int seqQ, int seqK) {
-  tuner::ForwardShape shape;
-  shape.batch = batch;
-  shape.headsQ = headsQ;
-  shape.headsKV = headsKV;
-  shape.seqQ = seqQ;
-  shape.seqK = seqK;
-  return shape;
-}
-
 // The shapes every (family, feature, dtype, causal, d) is checked on.
 std::vector<std::pair<std::string, tuner::ForwardShape>> checkShapes() {
   std::vector<std::pair<std::string, tuner::ForwardShape>> shapes = {

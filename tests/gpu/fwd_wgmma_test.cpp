@@ -29,16 +29,6 @@ KernelSpec wgmmaSpec(int d, int dv, DType dtype, bool causal) {
   return specFor(d, dv, dtype, causal, kWgmma);
 }
 
-tuner::ForwardShape shapeOf(int batch, int headsQ, int headsKV, int seqQ, int seqK) {
-  tuner::ForwardShape shape;
-  shape.batch = batch;
-  shape.headsQ = headsQ;
-  shape.headsKV = headsKV;
-  shape.seqQ = seqQ;
-  shape.seqK = seqK;
-  return shape;
-}
-
 class FwdWgmmaGrid : public ::testing::TestWithParam<std::tuple<int, DType, bool>> {
 protected:
   static void SetUpTestSuite() {

@@ -43,6 +43,17 @@ inline KernelSpec specFor(int d, int dv, DType dtype, bool causal,
   return spec;
 }
 
+// A BSHD problem of these sizes (head dims from the spec when checked).
+inline tuner::ForwardShape shapeOf(int batch, int headsQ, int headsKV, int seqQ, int seqK) {
+  tuner::ForwardShape shape;
+  shape.batch = batch;
+  shape.headsQ = headsQ;
+  shape.headsKV = headsKV;
+  shape.seqQ = seqQ;
+  shape.seqK = seqK;
+  return shape;
+}
+
 // Kernels compiled once per binary, in parallel, keyed by spec + tile.
 class KernelPool {
 public:

@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
+#include <ostream>
 #include <string>
+#include <vector>
 
 namespace flashjit::apitest {
 
@@ -68,6 +71,32 @@ inline ::testing::AssertionResult succeeds(fj_status status) {
     return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << fj_status_string(status) << ": "
                                        << fj_last_error_message();
+}
+
+// One bad input of the table-driven rejection tests: how it spoils a valid description
+// and arguments, the status fj_validate_forward_args must return and the fragments its
+// message must name.
+struct BadInput {
+  const char *name;
+  std::function<void(fj_attention_desc &, fj_forward_args &)> mutate;
+  fj_status status;
+  std::vector<const char *> fragments;
+};
+
+inline void PrintTo(const BadInput &input, std::ostream *os) { *os << input.name; }
+
+// Spoils validDesc() / validArgs() with `bad` and checks the status and the message.
+inline void expectRejected(const BadInput &bad) {
+  fj_attention_desc desc = validDesc();
+  fj_forward_args args = validArgs(desc);
+  bad.mutate(desc, args);
+  fj_status status = fj_validate_forward_args(&desc, &args);
+  std::string message = fj_last_error_message();
+  EXPECT_EQ(status, bad.status) << fj_status_string(status) << ": " << message;
+  for (const char *fragment : bad.fragments)
+    EXPECT_NE(message.find(fragment), std::string::npos)
+        << "message \"" << message << "\" does not mention \"" << fragment << "\"";
+  EXPECT_EQ(message.rfind("fj_validate_forward_args: ", 0), 0u) << message;
 }
 
 } // namespace flashjit::apitest

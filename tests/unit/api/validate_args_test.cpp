@@ -12,15 +12,6 @@ using namespace flashjit::apitest;
 
 namespace {
 
-struct BadInput {
-  const char *name;
-  std::function<void(fj_attention_desc &, fj_forward_args &)> mutate;
-  fj_status status;
-  std::vector<const char *> fragments;
-};
-
-void PrintTo(const BadInput &input, std::ostream *os) { *os << input.name; }
-
 std::vector<BadInput> badInputs() {
   using D = fj_attention_desc;
   using A = fj_forward_args;
@@ -202,14 +193,7 @@ TEST_P(BadInputTest, ReturnsStatusAndNamesTheField) {
   fj_attention_desc desc = validDesc();
   fj_forward_args args = validArgs(desc);
   ASSERT_TRUE(succeeds(fj_validate_forward_args(&desc, &args))) << "the baseline must pass";
-  GetParam().mutate(desc, args);
-  fj_status status = fj_validate_forward_args(&desc, &args);
-  std::string message = fj_last_error_message();
-  EXPECT_EQ(status, GetParam().status) << fj_status_string(status) << ": " << message;
-  for (const char *fragment : GetParam().fragments)
-    EXPECT_NE(message.find(fragment), std::string::npos)
-        << "message \"" << message << "\" does not mention \"" << fragment << "\"";
-  EXPECT_EQ(message.rfind("fj_validate_forward_args: ", 0), 0u) << message;
+  expectRejected(GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Api, BadInputTest, ::testing::ValuesIn(badInputs()),
