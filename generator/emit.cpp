@@ -1,6 +1,7 @@
 #include "generator/emit.h"
 
 #include "generator/bwd_mma.h"
+#include "generator/dec_mma.h"
 #include "generator/emit_common.h"
 #include "generator/templates.h"
 #include "generator/wgmma_wrappers.h"
@@ -187,6 +188,8 @@ llvm::Expected<std::string> configBlock(const KernelSpec &spec, const TileConfig
     return wgmmaConfigBlock(spec, tile);
   if (spec.family == Family::BwdMma)
     return bwdMmaConfigBlock(spec, tile);
+  if (spec.family == Family::DecMma)
+    return decMmaConfigBlock(spec, tile);
   return llvm::formatv(
              "// ---- configuration: {0} / {1} ----\n"
              "{11}typedef fj::FwdMmaConfig<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}{12}> FjConfig;\n"
@@ -214,6 +217,13 @@ llvm::Expected<EmittedKernel> emitKernel(const KernelSpec &spec, const TileConfi
     if (auto err = validateTile(spec, tile))
       return std::move(err);
     return emitBwdMma(spec, tile);
+  }
+  if (operationOf(spec.family) == Operation::Decode) {
+    if (auto err = validateSpec(spec))
+      return std::move(err);
+    if (auto err = validateTile(spec, tile))
+      return std::move(err);
+    return emitDecMma(spec, tile);
   }
   return emitForward(spec, tile);
 }

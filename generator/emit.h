@@ -39,6 +39,18 @@ struct BackwardEntries {
   int auxRowsPerCta = 8;
 };
 
+// A decode module's kernels (family dec_mma): the split kernel (entryName, grid
+// (splits, row tiles, batch * heads_kv)), the combine of the splits (one warp per
+// output row, combineRowsPerCta rows per CTA) and the KV append (grid (new rows, batch)).
+struct DecodeEntries {
+  bool enabled = false;
+  std::string combine, append;
+  int auxThreads = 128;
+  int combineRowsPerCta = 4;
+  int blockN = 0;     // keys per tile (the split sizes are counted in tiles)
+  int headDimV = 0;   // of the partial outputs in the workspace
+};
+
 struct EmittedKernel {
   std::string source;
   std::string entryName;                 // the extern "C" kernel to look up
@@ -54,6 +66,8 @@ struct EmittedKernel {
   bool persistent = false;
   // Families of the backward operation: its kernels (entryName is the first pass).
   BackwardEntries backward;
+  // The decode operation's other kernels.
+  DecodeEntries decode;
 };
 
 // The kernel (module) of any family for a spec and tile. Errors: NotSupported for an

@@ -1,6 +1,7 @@
 #include "generator/spec.h"
 
 #include "generator/bwd_mma.h"
+#include "generator/dec_mma.h"
 #include "generator/smem_layout.h"
 #include "support/error.h"
 #include "support/hash.h"
@@ -22,16 +23,26 @@ llvm::StringRef familyName(Family family) {
   case Family::FwdMma: return "fwd_mma";
   case Family::FwdWgmma: return "fwd_wgmma";
   case Family::BwdMma: return "bwd_mma";
+  case Family::DecMma: return "dec_mma";
   }
   return "unknown";
 }
 
 llvm::StringRef operationName(Operation op) {
-  return op == Operation::Forward ? "forward" : "backward";
+  switch (op) {
+  case Operation::Forward: return "forward";
+  case Operation::Backward: return "backward";
+  case Operation::Decode: return "decode";
+  }
+  return "unknown";
 }
 
 Operation operationOf(Family family) {
-  return family == Family::BwdMma ? Operation::Backward : Operation::Forward;
+  switch (family) {
+  case Family::BwdMma: return Operation::Backward;
+  case Family::DecMma: return Operation::Decode;
+  default: return Operation::Forward;
+  }
 }
 
 llvm::Expected<DType> parseDType(llvm::StringRef name) {
@@ -51,8 +62,11 @@ llvm::Expected<Family> parseFamily(llvm::StringRef name) {
     return Family::FwdWgmma;
   if (name == "bwd_mma")
     return Family::BwdMma;
+  if (name == "dec_mma")
+    return Family::DecMma;
   return makeError(ErrorCode::NotSupported,
-                   "unknown kernel family '{0}' (available: fwd_mma, fwd_wgmma, bwd_mma)",
+                   "unknown kernel family '{0}' (available: fwd_mma, fwd_wgmma, bwd_mma, "
+                   "dec_mma)",
                    name);
 }
 
@@ -341,6 +355,8 @@ int sharedBytes(const KernelSpec &spec, const TileConfig &tile) {
     return wgmmaSharedBytes(spec, tile);
   if (spec.family == Family::BwdMma)
     return bwdMmaSharedBytes(spec, tile);
+  if (spec.family == Family::DecMma)
+    return decMmaSharedBytes(spec, tile);
   int q = std::max(smemTileBytes(tile.blockM, spec.headDim),
                    smemTileBytes(tile.blockM, spec.headDimV));
   int stage = smemTileBytes(tile.blockN, spec.headDim) + smemTileBytes(tile.blockN, spec.headDimV);
@@ -355,6 +371,9 @@ llvm::Error validateTile(const KernelSpec &spec, const TileConfig &tile) {
       return err;
   } else if (spec.family == Family::BwdMma) {
     if (auto err = validateBwdMmaTile(spec, tile))
+      return err;
+  } else if (spec.family == Family::DecMma) {
+    if (auto err = validateDecMmaTile(spec, tile))
       return err;
   } else if (tile.blockM % (16 * tile.warps) != 0)
     return makeError(ErrorCode::InvalidValue,
@@ -384,6 +403,8 @@ TileConfig defaultTile(const KernelSpec &spec) {
   TileConfig tile;
   if (spec.family == Family::BwdMma)
     return bwdMmaDefaultTile(spec);
+  if (spec.family == Family::DecMma)
+    return decMmaDefaultTile(spec);
   if (spec.family == Family::FwdWgmma) {
     // FlashAttention-3's starting points, rounded to what this schedule allows, except
     // causal d <= 64: there three consumer warpgroups lost 12-30 % to two up to N = 2048

@@ -13,12 +13,12 @@ namespace flashjit::generator {
 
 enum class DType { FP16, BF16 };
 // A kernel family is one schedule of one operation (DESIGN.md, "Adding an operation").
-enum class Family { FwdMma, FwdWgmma, BwdMma };
-enum class Operation { Forward, Backward };
+enum class Family { FwdMma, FwdWgmma, BwdMma, DecMma };
+enum class Operation { Forward, Backward, Decode };
 
 llvm::StringRef dtypeName(DType dtype);        // "fp16", "bf16"
-llvm::StringRef familyName(Family family);     // "fwd_mma", "fwd_wgmma", "bwd_mma"
-llvm::StringRef operationName(Operation op);   // "forward", "backward"
+llvm::StringRef familyName(Family family);     // "fwd_mma", "fwd_wgmma", "bwd_mma", "dec_mma"
+llvm::StringRef operationName(Operation op);   // "forward", "backward", "decode"
 Operation operationOf(Family family);
 llvm::Expected<DType> parseDType(llvm::StringRef name);
 llvm::Expected<Family> parseFamily(llvm::StringRef name);

@@ -1,8 +1,9 @@
 // NVRTC compiles every variant of the grid (no GPU needed): head dims x dtypes x
 // causal with the default tiles, fwd_mma for sm_80 and sm_90a (no register spills for
 // head_dim <= 128), fwd_wgmma for sm_90a (no spills at any head dim, and no ptxas
-// warning that serializes wgmma or ignores setmaxnreg), and the backward pass bwd_mma
-// for sm_80 and sm_90a (no spills at any head dim). Prints the compile times.
+// warning that serializes wgmma or ignores setmaxnreg), the backward pass bwd_mma and
+// the decode kernels dec_mma for sm_80 and sm_90a (no spills at any head dim). Prints
+// the compile times.
 #include "generator/emit.h"
 #include "tuner/loaded_kernel.h"
 
@@ -30,7 +31,8 @@ TEST_P(CompileGrid, EveryHeadDimCompiles) {
   auto [familyTarget, dtype, causal] = GetParam();
   const char *target = familyTarget.target;
   const bool wgmma = familyTarget.family == generator::Family::FwdWgmma;
-  const bool backward = familyTarget.family == generator::Family::BwdMma;
+  const bool backward = familyTarget.family == generator::Family::BwdMma ||
+                        familyTarget.family == generator::Family::DecMma;
   std::vector<double> times;
   for (int d : kHeadDims) {
     generator::KernelSpec spec;
@@ -66,7 +68,9 @@ INSTANTIATE_TEST_SUITE_P(
                                          FamilyTarget{generator::Family::FwdMma, "sm_90a"},
                                          FamilyTarget{generator::Family::FwdWgmma, "sm_90a"},
                                          FamilyTarget{generator::Family::BwdMma, "sm_80"},
-                                         FamilyTarget{generator::Family::BwdMma, "sm_90a"}),
+                                         FamilyTarget{generator::Family::BwdMma, "sm_90a"},
+                                         FamilyTarget{generator::Family::DecMma, "sm_80"},
+                                         FamilyTarget{generator::Family::DecMma, "sm_90a"}),
                        ::testing::Values(DType::FP16, DType::BF16), ::testing::Bool()),
     [](const auto &info) {
       const FamilyTarget &ft = std::get<0>(info.param);

@@ -1,0 +1,592 @@
+// Family dec_mma: split-KV decode over a contiguous or paged KV cache, sm_80 and newer.
+//
+// Decode is bandwidth-bound: a handful of query rows per sequence against a long cache,
+// so the work is reading K and V once at the memory's speed. Three choices follow.
+// (1) GQA packing: the query rows of all heads that share a KV head are the rows of one
+// tile (packed row r is query i = r / group of head h_kv * group + r % group), so K and V
+// are read once per KV head, not once per query head. (2) Split-KV: the key range of
+// each (sequence, KV head, row tile) is cut into num_splits ranges run as separate CTAs,
+// so a small batch still fills the GPU; each writes a normalized fp32 partial output
+// and its lse, and dec_mma::run_combine merges them exactly. (3) Inside a CTA the warps
+// split the keys of each tile (a row tile is only 16 to 64 rows), each keeping its own
+// online softmax, merged through shared memory at the end.
+// K and V pages are read in place with cp.async: each loaded row looks up its page in
+// the block table, so any page size works and nothing is gathered first.
+#pragma once
+
+#include "fj_common.cuh"
+#include "fj_decode_params.h"
+#include "fj_smem.cuh"
+
+namespace fj {
+
+template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_,
+          int kWarps_, int kStages_, bool kCausal_>
+struct DecMmaConfig {
+  typedef Element_ Element;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDimV = kHeadDimV_;
+  static constexpr int kBlockM = kBlockM_;  // packed query rows per CTA
+  static constexpr int kBlockN = kBlockN_;  // keys per pipeline stage
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kStages = kStages_;
+  static constexpr bool kCausal = kCausal_;
+  static constexpr int kThreads = kWarps * 32;
+
+  static constexpr int kRowGroups = kBlockM / 16;          // warps along the rows
+  static constexpr int kKeySlices = kWarps / kRowGroups;   // warps along the keys
+  static constexpr int kKeysPerWarp = kBlockN / kKeySlices;
+  static constexpr int kNTiles = kKeysPerWarp / 8;
+  static constexpr int kKSteps = kHeadDim / 16;
+  static constexpr bool kKTail = kHeadDim % 16 != 0;
+  static constexpr int kOTiles = kHeadDimV / 8;
+  static constexpr bool kQInRegs = kHeadDim <= 128;
+
+  static_assert(kBlockM % 16 == 0 && kBlockM <= 64, "block_m: 16, 32 or 64 packed rows");
+  static_assert(kWarps % kRowGroups == 0, "warps: a multiple of block_m / 16");
+  static_assert(kBlockN % kKeySlices == 0 && kKeysPerWarp % 16 == 0,
+                "each warp takes a multiple of 16 keys of a tile");
+  static_assert(kStages >= 2, "the K/V ring needs at least two stages");
+
+  typedef SmemTile<kBlockM, kHeadDim> QTile;
+  typedef SmemTile<kBlockN, kHeadDim> KTile;
+  typedef SmemTile<kBlockN, kHeadDimV> VTile;
+  static constexpr int kStageBytes = KTile::kBytes + VTile::kBytes;
+  static constexpr int kPipeBytes = QTile::kBytes + kStages * kStageBytes;
+  // The merge of the key slices reuses the pipeline's memory: each warp's O (16 rows,
+  // fp32) and its rows' max and sum.
+  static constexpr int kMergeBytes = kKeySlices > 1 ? kWarps * 16 * (kHeadDimV + 2) * 4 : 0;
+  static constexpr int kSmemBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
+};
+
+namespace dec_mma {
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+// How far (log2 units) a row's max may grow before O and the sum are rescaled: as in
+// fwd_mma, P stays below 2^8 and the lse uses the same reference max.
+constexpr float kRescaleSlack = 8.f;
+
+// Where token j of sequence b lives: its page (the sequence itself when the cache is
+// contiguous) and its row in the page.
+struct CacheSlot {
+  int page, row;
+};
+__device__ __forceinline__ CacheSlot cache_slot(const FjDecodeParams &p, const FastDiv &per_page,
+                                                int b, int j) {
+  if (!p.block_table)
+    return {b, j};
+  const int slot = per_page(j);
+  return {p.block_table[(long long)b * p.table_stride + slot], j - slot * p.page_size};
+}
+__device__ __forceinline__ long long slot_offset(CacheSlot s, long long page_stride,
+                                                 long long row_stride) {
+  return (long long)s.page * page_stride + (long long)s.row * row_stride;
+}
+
+// Copies keys key0 .. key0 + kBlockN - 1 of K and V into a stage; rows at or past
+// `valid` are zero-filled (and their pages never looked up). Each thread copies the
+// same chunk of several rows, looking each row's page up once for K and V; the
+// lookups are issued together before the copies so that their latencies overlap.
+template <typename Cfg>
+__device__ __forceinline__ void load_kv_tile(u32 s_k, u32 s_v, const u16 *kc, const u16 *vc,
+                                             const FjDecodeParams &p, const FastDiv &per_page,
+                                             int b, int key0, int valid, int tid) {
+  typedef typename Cfg::KTile KT;
+  typedef typename Cfg::VTile VT;
+  constexpr int kChunks = KT::kChunks > VT::kChunks ? KT::kChunks : VT::kChunks;
+  if constexpr (Cfg::kThreads % kChunks == 0) {
+    constexpr int kRowStep = Cfg::kThreads / kChunks;
+    const int r0 = tid / kChunks, c = tid % kChunks;
+#pragma unroll
+    for (int it = 0; it < (Cfg::kBlockN + kRowStep - 1) / kRowStep; ++it) {
+      const int r = r0 + it * kRowStep;
+      if (Cfg::kBlockN % kRowStep != 0 && r >= Cfg::kBlockN)
+        break;
+      const bool ok = r < valid;
+      CacheSlot slot = {0, 0};
+      if (ok)
+        slot = cache_slot(p, per_page, b, key0 + r);
+      if (c < KT::kChunks)
+        cp_async_16(s_k + KT::offset(r, c),
+                    kc + (ok ? slot_offset(slot, p.k_page_stride, p.k_row_stride) + c * 8 : 0),
+                    ok);
+      if (c < VT::kChunks)
+        cp_async_16(s_v + VT::offset(r, c),
+                    vc + (ok ? slot_offset(slot, p.v_page_stride, p.v_row_stride) + c * 8 : 0),
+                    ok);
+    }
+  } else {
+    // Head dims whose chunk count does not divide the threads (40, 72, ...): every
+    // (row, chunk) on its own.
+    for (int i = tid; i < Cfg::kBlockN * kChunks; i += Cfg::kThreads) {
+      const int r = i / kChunks, c = i % kChunks;
+      const bool ok = r < valid;
+      CacheSlot slot = {0, 0};
+      if (ok)
+        slot = cache_slot(p, per_page, b, key0 + r);
+      if (c < KT::kChunks)
+        cp_async_16(s_k + KT::offset(r, c),
+                    kc + (ok ? slot_offset(slot, p.k_page_stride, p.k_row_stride) + c * 8 : 0),
+                    ok);
+      if (c < VT::kChunks)
+        cp_async_16(s_v + VT::offset(r, c),
+                    vc + (ok ? slot_offset(slot, p.v_page_stride, p.v_row_stride) + c * 8 : 0),
+                    ok);
+    }
+  }
+}
+
+template <typename Cfg>
+__device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem) {
+  typedef typename Cfg::Element T;
+  constexpr int NT = Cfg::kNTiles, OT = Cfg::kOTiles;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int row_group = warp % Cfg::kRowGroups, slice = warp / Cfg::kRowGroups;
+
+  const int split = blockIdx.x, m_tile = blockIdx.y;
+  const int b = blockIdx.z / p.heads_kv, h_kv = blockIdx.z % p.heads_kv;
+  const int group = p.heads_q / p.heads_kv;
+  const int rows = p.seqlen_q * group;  // packed rows of this (sequence, KV head)
+  const int r0 = m_tile * Cfg::kBlockM;
+  const int seqlen_k = p.cache_seqlens ? p.cache_seqlens[b] : p.seqlen_k;
+  const int diag = seqlen_k - p.seqlen_q;  // query i sees keys j <= i + diag (causal)
+
+  // Keys any row of this tile sees, and this split's share of their tiles.
+  int visible = seqlen_k;
+  if (Cfg::kCausal) {
+    const int last_query = imin(rows - 1, r0 + Cfg::kBlockM - 1) / group;
+    visible = imax(0, imin(seqlen_k, last_query + diag + 1));
+  }
+  const int n_tiles = (visible + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  const int n_begin = split * p.tiles_per_split;
+  const int n_end = imin(n_tiles, n_begin + p.tiles_per_split);
+  const bool partial = p.num_splits > 1;
+  const long long partial_rows = (long long)p.batch * p.heads_q * p.seqlen_q;
+
+  // The rows this thread writes (two per 16-row tile) and the last key each sees.
+  int row_query[2], row_head[2], row_limit[2];
+  bool row_valid[2];
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int r = r0 + row_group * 16 + g + hf * 8;
+    row_valid[hf] = r < rows;
+    const int i = row_valid[hf] ? r / group : 0;
+    row_query[hf] = i;
+    row_head[hf] = h_kv * group + (row_valid[hf] ? r - i * group : 0);
+    row_limit[hf] = Cfg::kCausal ? imin(seqlen_k - 1, i + diag) : seqlen_k - 1;
+  }
+  // The smallest limit of the tile's rows: tiles wholly below it need no mask.
+  const int tile_limit = Cfg::kCausal ? imin(seqlen_k - 1, r0 / group + diag) : seqlen_k - 1;
+
+  if (n_begin >= n_end) {
+    // Nothing to read: an empty split leaves lse -inf (the combine skips it); a single
+    // split writes the rows that see no key: o = 0, lse = -inf.
+    if (slice != 0)
+      return;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      if (!row_valid[hf])
+        continue;
+      const int i = row_query[hf], h = row_head[hf];
+      if (partial) {
+        if (t == 0)
+          p.lse_partial[split * partial_rows + ((long long)b * p.heads_q + h) * p.seqlen_q + i] =
+              neg_inf();
+      } else {
+        u16 *o = (u16 *)p.o + (long long)b * p.o_batch_stride + (long long)i * p.o_row_stride +
+                 (long long)h * p.o_head_stride;
+#pragma unroll
+        for (int ot = 0; ot < OT; ++ot)
+          *(u32 *)(o + ot * 8 + 2 * t) = 0u;
+        if (p.lse && t == 0)
+          p.lse[(long long)b * p.lse_batch_stride + (long long)h * p.lse_head_stride + i] =
+              neg_inf();
+      }
+    }
+    return;
+  }
+
+  const FastDiv per_page(p.block_table ? p.page_size : 1);
+  const u32 s_q = smem_addr(smem);
+  const u32 s_kv = s_q + Cfg::QTile::kBytes;
+  const u16 *kc = (const u16 *)p.k + (long long)h_kv * p.k_head_stride;
+  const u16 *vc = (const u16 *)p.v + (long long)h_kv * p.v_head_stride;
+
+  // Q: the packed rows, each from its own (query, head).
+  {
+    typedef typename Cfg::QTile QT;
+    constexpr int kTotal = Cfg::kBlockM * QT::kChunks;
+    const u16 *q = (const u16 *)p.q + (long long)b * p.q_batch_stride;
+#pragma unroll
+    for (int it = 0; it < (kTotal + Cfg::kThreads - 1) / Cfg::kThreads; ++it) {
+      const int idx = tid + it * Cfg::kThreads;
+      if (kTotal % Cfg::kThreads != 0 && idx >= kTotal)
+        break;
+      const int r = idx / QT::kChunks, c = idx % QT::kChunks;
+      const int pr = r0 + r;
+      const bool ok = pr < rows;
+      const u16 *src = q;
+      if (ok) {
+        const int i = pr / group;
+        src += (long long)i * p.q_row_stride +
+               (long long)(h_kv * group + pr - i * group) * p.q_head_stride + c * 8;
+      }
+      cp_async_16(s_q + QT::offset(r, c), src, ok);
+    }
+  }
+  auto load_kv = [&](int n) {
+    const u32 stage = s_kv + (n % Cfg::kStages) * Cfg::kStageBytes;
+    const int key0 = n * Cfg::kBlockN;
+    load_kv_tile<Cfg>(stage, stage + Cfg::KTile::kBytes, kc, vc, p, per_page, b, key0,
+                      imin(Cfg::kBlockN, visible - key0), tid);
+  };
+#pragma unroll
+  for (int s = 0; s < Cfg::kStages - 1; ++s) {
+    if (n_begin + s < n_end)
+      load_kv(n_begin + s);
+    cp_async_commit();
+  }
+
+  const int warp_row0 = row_group * 16;
+  const int warp_key0 = slice * Cfg::kKeysPerWarp;
+  const u32 q_lane = Cfg::QTile::offset(warp_row0 + (lane & 15), lane >> 4);
+  const u32 k_lane =
+      Cfg::KTile::offset(warp_key0 + (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+  const u32 v_lane =
+      Cfg::VTile::offset(warp_key0 + (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+  u32 q_frag[Cfg::kQInRegs ? Cfg::kKSteps + 1 : 1][4];
+  if (Cfg::kQInRegs) {
+    cp_async_wait<Cfg::kStages - 2>();
+    __syncthreads();
+#pragma unroll
+    for (int ks = 0; ks < Cfg::kKSteps; ++ks)
+      ldmatrix_x4(q_frag[Cfg::kQInRegs ? ks : 0], s_q + Cfg::QTile::step(q_lane, 0, ks * 2));
+    if (Cfg::kKTail) {
+      u32 tail[2];
+      ldmatrix_x2(tail, s_q + Cfg::QTile::offset(warp_row0 + (lane & 15), Cfg::kKSteps * 2));
+      q_frag[Cfg::kQInRegs ? Cfg::kKSteps : 0][0] = tail[0];
+      q_frag[Cfg::kQInRegs ? Cfg::kKSteps : 0][1] = tail[1];
+    }
+  }
+
+  float acc_o[OT][4];
+#pragma unroll
+  for (int ot = 0; ot < OT; ++ot)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc_o[ot][e] = 0.f;
+  float row_max[2] = {neg_inf(), neg_inf()}, row_sum[2] = {0.f, 0.f};
+
+  for (int n = n_begin; n < n_end; ++n) {
+    cp_async_wait<Cfg::kStages - 2>();
+    __syncthreads();
+    if (n + Cfg::kStages - 1 < n_end)
+      load_kv(n + Cfg::kStages - 1);
+    cp_async_commit();
+    const u32 s_k = s_kv + (n % Cfg::kStages) * Cfg::kStageBytes;
+    const u32 s_v = s_k + Cfg::KTile::kBytes;
+
+    // S = Q K^T over this warp's keys of the tile.
+    float acc_s[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        acc_s[nt][e] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
+      u32 a[4];
+      if (Cfg::kQInRegs) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          a[e] = q_frag[Cfg::kQInRegs ? ks : 0][e];
+      } else {
+        ldmatrix_x4(a, s_q + Cfg::QTile::step(q_lane, 0, ks * 2));
+      }
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        u32 bk[4];
+        ldmatrix_x4(bk, s_k + Cfg::KTile::step(k_lane, np * 16, ks * 2));
+        mma_16816<T>(acc_s[2 * np], a, bk[0], bk[1]);
+        mma_16816<T>(acc_s[2 * np + 1], a, bk[2], bk[3]);
+      }
+    }
+    if (Cfg::kKTail) {
+      u32 a[2];
+      if (Cfg::kQInRegs) {
+        a[0] = q_frag[Cfg::kQInRegs ? Cfg::kKSteps : 0][0];
+        a[1] = q_frag[Cfg::kQInRegs ? Cfg::kKSteps : 0][1];
+      } else {
+        ldmatrix_x2(a, s_q + Cfg::QTile::offset(warp_row0 + (lane & 15), Cfg::kKSteps * 2));
+      }
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        u32 bk[2];
+        const int key = warp_key0 + np * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+        ldmatrix_x2(bk, s_k + Cfg::KTile::offset(key, Cfg::kKSteps * 2));
+        mma_1688<T>(acc_s[2 * np], a, bk[0]);
+        mma_1688<T>(acc_s[2 * np + 1], a, bk[1]);
+      }
+    }
+
+    // Mask keys past each row's last key (the cache's end, or the causal diagonal);
+    // only tiles that reach past the tile's smallest limit pay for it.
+    const int key0 = n * Cfg::kBlockN + warp_key0;
+    if (key0 + Cfg::kKeysPerWarp - 1 > tile_limit) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (key0 + nt * 8 + 2 * t + (e & 1) > row_limit[e >> 1])
+            acc_s[nt][e] = neg_inf();
+    }
+
+    // Online softmax in base 2, as fwd_mma.
+    float correction[2];
+    bool rescale = false;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float mx = neg_inf();
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+        mx = fmaxf(mx, fmaxf(acc_s[nt][2 * hf], acc_s[nt][2 * hf + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+      const float old_max = row_max[hf];
+      const float block_max = mx * p.scale_log2;
+      const bool moved = block_max > old_max + kRescaleSlack;
+      const float new_max = moved ? block_max : old_max;
+      rescale |= moved;
+      const float base = new_max == neg_inf() ? 0.f : new_max;
+      correction[hf] = moved ? fast_exp2(old_max - base) : 1.f;
+      row_max[hf] = new_max;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
+          const float pv = fast_exp2(acc_s[nt][e] * p.scale_log2 - base);
+          acc_s[nt][e] = pv;
+          sum += pv;
+        }
+      row_sum[hf] = row_sum[hf] * correction[hf] + sum;
+    }
+    if (__any_sync(0xffffffff, rescale)) {
+#pragma unroll
+      for (int ot = 0; ot < OT; ++ot)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          acc_o[ot][e] *= correction[e >> 1];
+    }
+
+    // O += P V over this warp's keys.
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; ++kk) {
+      u32 a[4];
+      a[0] = pack2<T>(acc_s[2 * kk][0], acc_s[2 * kk][1]);
+      a[1] = pack2<T>(acc_s[2 * kk][2], acc_s[2 * kk][3]);
+      a[2] = pack2<T>(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
+      a[3] = pack2<T>(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
+#pragma unroll
+      for (int op = 0; op < OT / 2; ++op) {
+        u32 bv[4];
+        ldmatrix_x4_trans(bv, s_v + Cfg::VTile::step(v_lane, kk * 16, op * 2));
+        mma_16816<T>(acc_o[2 * op], a, bv[0], bv[1]);
+        mma_16816<T>(acc_o[2 * op + 1], a, bv[2], bv[3]);
+      }
+      if (OT % 2) {
+        u32 bv[2];
+        const int key = warp_key0 + kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+        ldmatrix_x2_trans(bv, s_v + Cfg::VTile::offset(key, OT - 1));
+        mma_16816<T>(acc_o[OT - 1], a, bv[0], bv[1]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    row_sum[hf] += __shfl_xor_sync(0xffffffff, row_sum[hf], 1);
+    row_sum[hf] += __shfl_xor_sync(0xffffffff, row_sum[hf], 2);
+  }
+
+  // Merge the key slices: every warp leaves its O, max and sum in shared memory; the
+  // first slice of each row group rescales them to the common max and adds them up.
+  if (Cfg::kKeySlices > 1) {
+    __syncthreads();  // every warp is done with the pipeline's memory
+    float *merged = (float *)smem;                       // [warp][16][head_dim_v]
+    float *stats = merged + Cfg::kWarps * 16 * Cfg::kHeadDimV;  // [warp][16][2]
+    if (slice != 0) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int r = g + hf * 8;
+        float *dst = merged + (warp * 16 + r) * Cfg::kHeadDimV;
+#pragma unroll
+        for (int ot = 0; ot < OT; ++ot)
+          *(float2 *)(dst + ot * 8 + 2 * t) = make_float2(acc_o[ot][2 * hf], acc_o[ot][2 * hf + 1]);
+        if (t == 0) {
+          stats[(warp * 16 + r) * 2] = row_max[hf];
+          stats[(warp * 16 + r) * 2 + 1] = row_sum[hf];
+        }
+      }
+    }
+    __syncthreads();
+    if (slice != 0)
+      return;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = g + hf * 8;
+      float m = row_max[hf];
+#pragma unroll
+      for (int s = 1; s < Cfg::kKeySlices; ++s)
+        m = fmaxf(m, stats[((s * Cfg::kRowGroups + row_group) * 16 + r) * 2]);
+      const float base = m == neg_inf() ? 0.f : m;
+      const float own = fast_exp2(row_max[hf] - base);
+      float sum = row_sum[hf] * own;
+#pragma unroll
+      for (int ot = 0; ot < OT; ++ot) {
+        acc_o[ot][2 * hf] *= own;
+        acc_o[ot][2 * hf + 1] *= own;
+      }
+#pragma unroll
+      for (int s = 1; s < Cfg::kKeySlices; ++s) {
+        const int w = s * Cfg::kRowGroups + row_group;
+        const float f = fast_exp2(stats[(w * 16 + r) * 2] - base);
+        sum += f * stats[(w * 16 + r) * 2 + 1];
+        const float *src = merged + (w * 16 + r) * Cfg::kHeadDimV;
+#pragma unroll
+        for (int ot = 0; ot < OT; ++ot) {
+          const float2 x = *(const float2 *)(src + ot * 8 + 2 * t);
+          acc_o[ot][2 * hf] += f * x.x;
+          acc_o[ot][2 * hf + 1] += f * x.y;
+        }
+      }
+      row_max[hf] = m;
+      row_sum[hf] = sum;
+    }
+  }
+
+  // Epilogue: normalized O (16-bit, or fp32 partial) and the lse, row by row.
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    if (!row_valid[hf])
+      continue;
+    const int i = row_query[hf], h = row_head[hf];
+    const float sum = row_sum[hf];
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    const float lse = sum > 0.f ? row_max[hf] * 0.69314718055994531f + __logf(sum) : neg_inf();
+    if (partial) {
+      const long long row = split * partial_rows + ((long long)b * p.heads_q + h) * p.seqlen_q + i;
+      float *o = p.o_partial + row * Cfg::kHeadDimV;
+#pragma unroll
+      for (int ot = 0; ot < OT; ++ot)
+        *(float2 *)(o + ot * 8 + 2 * t) =
+            make_float2(acc_o[ot][2 * hf] * inv, acc_o[ot][2 * hf + 1] * inv);
+      if (t == 0)
+        p.lse_partial[row] = lse;
+    } else {
+      u16 *o = (u16 *)p.o + (long long)b * p.o_batch_stride + (long long)i * p.o_row_stride +
+               (long long)h * p.o_head_stride;
+#pragma unroll
+      for (int ot = 0; ot < OT; ++ot)
+        *(u32 *)(o + ot * 8 + 2 * t) =
+            pack2<T>(acc_o[ot][2 * hf] * inv, acc_o[ot][2 * hf + 1] * inv);
+      if (p.lse && t == 0)
+        p.lse[(long long)b * p.lse_batch_stride + (long long)h * p.lse_head_stride + i] = lse;
+    }
+  }
+}
+
+// The combine: one warp per output row (b, h, i) merges the splits' partial outputs,
+// weighted by exp(lse_s - lse), where lse is the log-sum-exp of theirs. Splits that saw
+// no key (lse -inf) are skipped, so their partial outputs are never read.
+template <typename T, int kHeadDimV>
+__device__ __forceinline__ void run_combine(const FjDecodeParams &p) {
+  constexpr int kWarpsPerCta = 4;
+  constexpr int kPerLane = (kHeadDimV + 31) / 32;
+  const int lane = threadIdx.x & 31;
+  const long long rows = (long long)p.batch * p.heads_q * p.seqlen_q;
+  const long long row = (long long)blockIdx.x * kWarpsPerCta + (threadIdx.x >> 5);
+  if (row >= rows)
+    return;
+  float m = neg_inf();
+  for (int s = lane; s < p.num_splits; s += 32)
+    m = fmaxf(m, p.lse_partial[s * rows + row]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1)
+    m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, off));
+  float acc[kPerLane];
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e)
+    acc[e] = 0.f;
+  float total = 0.f;
+  if (m != neg_inf()) {
+    for (int s = 0; s < p.num_splits; ++s) {
+      const float l = p.lse_partial[s * rows + row];
+      if (l == neg_inf())
+        continue;
+      const float w = __expf(l - m);
+      total += w;
+      const float *src = p.o_partial + (s * rows + row) * kHeadDimV;
+#pragma unroll
+      for (int e = 0; e < kPerLane; ++e) {
+        const int c = lane + e * 32;
+        if (kHeadDimV % 32 == 0 || c < kHeadDimV)
+          acc[e] += w * src[c];
+      }
+    }
+  }
+  const int i = (int)(row % p.seqlen_q);
+  const long long bh = row / p.seqlen_q;
+  const int h = (int)(bh % p.heads_q), b = (int)(bh / p.heads_q);
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  u16 *o = (u16 *)p.o + (long long)b * p.o_batch_stride + (long long)i * p.o_row_stride +
+           (long long)h * p.o_head_stride;
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) {
+    const int c = lane + e * 32;
+    if (kHeadDimV % 32 == 0 || c < kHeadDimV)
+      o[c] = from_float<T>(acc[e] * inv);
+  }
+  if (p.lse && lane == 0)
+    p.lse[(long long)b * p.lse_batch_stride + (long long)h * p.lse_head_stride + i] =
+        total > 0.f ? m + __logf(total) : neg_inf();
+}
+
+// The append: new K/V rows into their cache tokens (block (new row, sequence), one
+// thread per 16-byte chunk of every KV head).
+template <int kHeadDim, int kHeadDimV>
+__device__ __forceinline__ void run_append(const FjDecodeParams &p) {
+  const int t_new = blockIdx.x, b = blockIdx.y;
+  const int seqlen_k = p.cache_seqlens ? p.cache_seqlens[b] : p.seqlen_k;
+  const int j = seqlen_k - p.new_len + t_new;
+  if (j < 0)
+    return;
+  const FastDiv per_page(p.block_table ? p.page_size : 1);
+  constexpr int kKChunks = kHeadDim / 8, kVChunks = kHeadDimV / 8;
+  const CacheSlot slot = cache_slot(p, per_page, b, j);
+  const long long k_row = slot_offset(slot, p.k_page_stride, p.k_row_stride);
+  const long long v_row = slot_offset(slot, p.v_page_stride, p.v_row_stride);
+  for (int idx = threadIdx.x; idx < p.heads_kv * (kKChunks + kVChunks); idx += blockDim.x) {
+    const int h = idx / (kKChunks + kVChunks), c = idx % (kKChunks + kVChunks);
+    if (c < kKChunks) {
+      const u16 *src = (const u16 *)p.k_new + (long long)b * p.k_new_batch_stride +
+                       (long long)t_new * p.k_new_row_stride +
+                       (long long)h * p.k_new_head_stride + c * 8;
+      u16 *dst = (u16 *)p.k + k_row + (long long)h * p.k_head_stride + c * 8;
+      *(uint4 *)dst = *(const uint4 *)src;
+    } else {
+      const int cv = c - kKChunks;
+      const u16 *src = (const u16 *)p.v_new + (long long)b * p.v_new_batch_stride +
+                       (long long)t_new * p.v_new_row_stride +
+                       (long long)h * p.v_new_head_stride + cv * 8;
+      u16 *dst = (u16 *)p.v + v_row + (long long)h * p.v_head_stride + cv * 8;
+      *(uint4 *)dst = *(const uint4 *)src;
+    }
+  }
+}
+
+}  // namespace dec_mma
+}  // namespace fj

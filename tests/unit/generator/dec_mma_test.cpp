@@ -1,0 +1,92 @@
+// dec_mma's host rules (generator/dec_mma.*): keys, tile validation with the reason for
+// each rejection, default tiles that fit every target, features refused, and the
+// emitted module's entry points and shared memory agreeing with the template's.
+#include "generator/dec_mma.h"
+#include "generator/emit.h"
+#include "generator/spec.h"
+#include "support/error.h"
+
+#include <gtest/gtest.h>
+
+using namespace flashjit;
+using namespace flashjit::generator;
+
+namespace {
+
+KernelSpec decodeSpec(int d, const char *target = "sm_90a") {
+  KernelSpec spec;
+  spec.family = Family::DecMma;
+  spec.dtype = DType::BF16;
+  spec.headDim = spec.headDimV = d;
+  spec.target = target;
+  return spec;
+}
+
+std::string rejection(const KernelSpec &spec, TileConfig tile) {
+  llvm::Error err = validateTile(spec, tile);
+  return err ? takeErrorReport(std::move(err)).message : "";
+}
+
+} // namespace
+
+TEST(DecMmaSpec, KeyAndFamilyRoundTrip) {
+  KernelSpec spec = decodeSpec(128);
+  spec.causal = true;
+  EXPECT_EQ(spec.key(), "dec_mma.bf16.d128.dv128.causal.sm90a");
+  auto parsed = KernelSpec::parse(spec.key());
+  ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
+  EXPECT_EQ(parsed->family, Family::DecMma);
+  EXPECT_EQ(operationOf(Family::DecMma), Operation::Decode);
+  EXPECT_EQ(operationName(Operation::Decode), "decode");
+  auto family = parseFamily("dec_mma");
+  ASSERT_TRUE(bool(family));
+  EXPECT_EQ(*family, Family::DecMma);
+}
+
+TEST(DecMmaSpec, TilesAreCheckedWithTheirReason) {
+  KernelSpec spec = decodeSpec(128);
+  EXPECT_EQ(rejection(spec, {16, 64, 4, 3}), "");
+  EXPECT_EQ(rejection(spec, {64, 64, 4, 3}), "");  // 4 row groups, one key slice
+  EXPECT_NE(rejection(spec, {48, 64, 4, 3}).find("16, 32 or 64"), std::string::npos);
+  EXPECT_NE(rejection(spec, {16, 64, 3, 3}).find("1, 2, 4 or 8 warps"), std::string::npos);
+  EXPECT_NE(rejection(spec, {64, 64, 2, 3}).find("a warp per 16 rows"), std::string::npos);
+  // 8 warps over 64 keys: 8 keys each, less than an MMA's 16.
+  EXPECT_NE(rejection(spec, {16, 64, 8, 3}).find("multiple of 16 keys"), std::string::npos);
+  EXPECT_NE(rejection(spec, {16, 64, 4, 7}).find("2 to 6 stages"), std::string::npos);
+  // 128 keys of K and V at d = 256, 4 stages: more shared memory than an H100 has.
+  EXPECT_NE(rejection(decodeSpec(256), {16, 128, 4, 4}).find("shared memory"),
+            std::string::npos);
+}
+
+TEST(DecMmaSpec, DefaultTilesFitEveryTarget) {
+  for (const char *target : {"sm_80", "sm_86", "sm_89", "sm_90a"})
+    for (int d = 8; d <= 256; d += 8) {
+      KernelSpec spec = decodeSpec(d, target);
+      TileConfig tile = defaultTile(spec);
+      EXPECT_EQ(rejection(spec, tile), "") << spec.key() << " " << tile.key();
+    }
+}
+
+TEST(DecMmaSpec, FeaturesAreRefused) {
+  KernelSpec spec = decodeSpec(128);
+  spec.features.softcap = 30;
+  llvm::Error err = validateSpec(spec);
+  ASSERT_TRUE(bool(err));
+  EXPECT_EQ(takeErrorReport(std::move(err)).code, ErrorCode::NotSupported);
+}
+
+TEST(DecMmaSpec, EmittedModuleNamesItsKernels) {
+  KernelSpec spec = decodeSpec(128);
+  TileConfig tile = defaultTile(spec);
+  auto kernel = emitKernel(spec, tile);
+  ASSERT_TRUE(bool(kernel)) << llvm::toString(kernel.takeError());
+  EXPECT_EQ(kernel->entryName, "flashjit_dec_split");
+  EXPECT_TRUE(kernel->decode.enabled);
+  EXPECT_EQ(kernel->decode.combine, "flashjit_dec_combine");
+  EXPECT_EQ(kernel->decode.append, "flashjit_dec_append");
+  EXPECT_EQ(kernel->decode.blockN, tile.blockN);
+  EXPECT_EQ(kernel->sharedBytes, decMmaSharedBytes(spec, tile));
+  EXPECT_EQ(kernel->threads, tile.warps * 32);
+  // The template checks the host's shared-memory figure at compile time.
+  EXPECT_NE(kernel->source.find("static_assert(FjConfig::kSmemBytes =="), std::string::npos);
+}
