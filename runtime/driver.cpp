@@ -156,6 +156,14 @@ llvm::Error DeviceBuffer::fill(unsigned char value) {
   return FLASHJIT_CU(cuMemsetD8)(ptr_, value, size_);
 }
 
+llvm::Error DeviceBuffer::copyFrom(const DeviceBuffer &source, size_t bytes, CUstream stream) {
+  if (bytes > size_ || bytes > source.size_)
+    return makeError(ErrorCode::InvalidValue,
+                     "copy of {0} bytes between buffers of {1} and {2} bytes", bytes,
+                     source.size_, size_);
+  return FLASHJIT_CU(cuMemcpyDtoDAsync)(ptr_, source.ptr_, bytes, stream);
+}
+
 // ---- Kernel and Module ----
 
 llvm::Error Kernel::setMaxDynamicSharedMemory(int bytes) const {
@@ -270,15 +278,18 @@ llvm::Error checkContext() {
                          "cuStreamQuery (context check)");
 }
 
-llvm::Expected<int> currentDeviceSmCount() {
+llvm::Expected<int> currentDeviceAttribute(CUdevice_attribute attribute) {
   CUdevice device;
   if (llvm::Error error = FLASHJIT_CU(cuCtxGetDevice)(&device))
     return std::move(error);
-  int count = 0;
-  if (llvm::Error error = FLASHJIT_CU(cuDeviceGetAttribute)(
-          &count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device))
+  int value = 0;
+  if (llvm::Error error = FLASHJIT_CU(cuDeviceGetAttribute)(&value, attribute, device))
     return std::move(error);
-  return count;
+  return value;
+}
+
+llvm::Expected<int> currentDeviceSmCount() {
+  return currentDeviceAttribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
 }
 
 llvm::Error encodeTensorMapTiled(CUtensorMap *map, CUtensorMapDataType dtype,

@@ -85,6 +85,9 @@ public:
   llvm::Error download(void *host, size_t bytes, size_t offset = 0) const;
   // Fills every byte with `value` (0xFF poisons fp16/bf16 outputs with NaN).
   llvm::Error fill(unsigned char value);
+  // Asynchronous device-to-device copy of `bytes` from `source` (benchmarks use it for
+  // the copy bandwidth that memory-bound kernels are measured against).
+  llvm::Error copyFrom(const DeviceBuffer &source, size_t bytes, CUstream stream);
 
 private:
   CUdeviceptr ptr_ = 0;
@@ -151,6 +154,8 @@ llvm::Error checkContext();
 // Multiprocessors of the current context's device (persistent kernels size their grid
 // by it).
 llvm::Expected<int> currentDeviceSmCount();
+// Any attribute of the current context's device.
+llvm::Expected<int> currentDeviceAttribute(CUdevice_attribute attribute);
 
 // cuTensorMapEncodeTiled through the loaded driver (for TMA-based kernels).
 llvm::Error encodeTensorMapTiled(CUtensorMap *map, CUtensorMapDataType dtype,

@@ -63,7 +63,14 @@ public:
   const ForwardShape &shape() const override { return shape_; }
   const ForwardBuffers &buffers() const { return buffers_; }
 
+  // For kernels of other operations that compute the same attention (decode): fill O
+  // and the LSE with NaN, let the caller's kernel write them (in this problem's layout),
+  // then compare what is there with the references.
+  llvm::Error poisonOutputs();
+  llvm::Expected<CheckReport> compareOutputs(CUstream stream);
+
 private:
+  llvm::Expected<CheckReport> compare(const std::vector<uint16_t> &o);
   ForwardChecker() = default;
   generator::KernelSpec spec_;
   ForwardShape shape_;

@@ -32,6 +32,11 @@ struct ForwardShape {
   // made up by allocateBuffers, and the user code's `args`.
   bool alibi = false;
   FjModArgs modArgs = {};
+  // Decode (dec_mma, tuner/decode_problem.h): seqQ query rows per sequence against a
+  // KV cache of seqK tokens, or seqlensK[b] with seqlensQ empty; pageSize tokens per
+  // page (0: a contiguous cache); decodeSplits the split count (0: the heuristic).
+  int pageSize = 0;
+  int decodeSplits = 0;
 
   bool varlen() const { return !seqlensQ.empty(); }
   long long totalQ() const;            // rows of Q/O (packed when varlen)

@@ -6,6 +6,7 @@ const Operation &operationFor(generator::Family family) {
   switch (generator::operationOf(family)) {
   case generator::Operation::Forward: return forwardOperation();
   case generator::Operation::Backward: return backwardOperation();
+  case generator::Operation::Decode: return decodeOperation();
   }
   return forwardOperation();
 }

@@ -59,9 +59,11 @@ public:
 // The operation a family's kernels perform.
 const Operation &operationFor(generator::Family family);
 
-// The operations, one definition each (forward_operation.cpp, backward_operation.cpp).
+// The operations, one definition each (forward_operation.cpp, backward_operation.cpp,
+// decode_operation.cpp).
 const Operation &forwardOperation();
 const Operation &backwardOperation();
+const Operation &decodeOperation();
 
 // Throughput of one run of `us` microseconds, 0 when not timed.
 double usefulTflops(const generator::KernelSpec &spec, const ForwardShape &shape, double us);

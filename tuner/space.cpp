@@ -51,6 +51,9 @@ bool isWgmma(const generator::KernelSpec &spec) {
 bool isBackward(const generator::KernelSpec &spec) {
   return generator::operationOf(spec.family) == generator::Operation::Backward;
 }
+bool isDecode(const generator::KernelSpec &spec) {
+  return generator::operationOf(spec.family) == generator::Operation::Decode;
+}
 
 // Throughput of an SM holding `ctas` resident CTAs of `tile`, relative to a saturated
 // one.
@@ -91,7 +94,7 @@ double wastedWork(const generator::KernelSpec &spec, const generator::TileConfig
 // fwd_mma: each warp owns 16 or 32 query rows. fwd_wgmma's warps are fixed by
 // block_m (validateTile checks them).
 bool rowsPerWarpAllowed(const generator::KernelSpec &spec, const generator::TileConfig &tile) {
-  if (isWgmma(spec) || isBackward(spec))
+  if (isWgmma(spec) || isBackward(spec) || isDecode(spec))
     return true;  // fixed by the family's own rules (validateTile)
   if (tile.warps <= 0 || tile.blockM % tile.warps)
     return false;
@@ -197,9 +200,17 @@ TileEstimate estimateTile(const generator::KernelSpec &spec, const generator::Ti
 
   ForwardShape shape = timingShape(spec, bucket);
   // The backward's CTAs own key blocks (and loop over the query heads of a group).
+  // The decode's CTAs own packed rows of a KV head (before the split-KV cut, which the
+  // launch sizes to fill the device).
   e.ctas = isBackward(spec)
                ? (long long)ceilDiv(shape.seqK, std::max(1, tile.blockN)) * shape.batch *
                      shape.headsKV
+           : isDecode(spec)
+               ? std::max<long long>(
+                     (long long)device.smCount * std::max(1, e.blocksPerSM),
+                     (long long)ceilDiv((long long)shape.seqQ * (shape.headsQ / std::max(1, shape.headsKV)),
+                                        std::max(1, tile.blockM)) *
+                         shape.batch * shape.headsKV)
                : (long long)ceilDiv(shape.seqQ, std::max(1, tile.blockM)) * shape.batch *
                      shape.headsQ;
   // The busiest SM runs ceil(ctas / SMs) CTAs, blocksPerSM at a time; a round with
@@ -244,6 +255,16 @@ std::vector<generator::TileConfig> enumerateTiles(const generator::KernelSpec &s
       for (auto [blockN, warps] : {std::pair{64, 4}, std::pair{128, 4}, std::pair{128, 8},
                                    std::pair{256, 8}})
         tiles.push_back({blockM, blockN, warps, 2});
+    return tiles;
+  }
+  if (isDecode(spec)) {
+    // dec_mma: packed rows x (keys per stage, warps) x stages; validateTile drops the
+    // combinations whose warps do not split the keys in multiples of 16.
+    for (int blockM : {16, 32, 64})
+      for (auto [blockN, warps] : {std::pair{32, 2}, std::pair{64, 2}, std::pair{64, 4},
+                                   std::pair{128, 4}, std::pair{128, 8}})
+        for (int stages : {2, 3, 4})
+          tiles.push_back({blockM, blockN, warps, stages});
     return tiles;
   }
   if (isWgmma(spec)) {

@@ -1,0 +1,167 @@
+#include "tuner/decode_problem.h"
+
+#include "support/error.h"
+#include "tuner/check_support.h"
+#include "tuner/decode_kernel.h"
+#include "tuner/measure.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+namespace flashjit::tuner {
+
+int decodeCacheLength(const ForwardShape &shape, int b) {
+  return shape.seqlensK.empty() ? shape.seqK : shape.seqlensK[b];
+}
+
+ForwardShape decodeAsForward(const ForwardShape &shape) {
+  ForwardShape f = shape;
+  f.layout = Layout::BSHD;
+  f.rowPadding = 0;
+  f.seqlensQ.assign(shape.batch, shape.seqQ);
+  f.seqlensK.clear();
+  for (int b = 0; b < shape.batch; ++b)
+    f.seqlensK.push_back(decodeCacheLength(shape, b));
+  f.seqK = std::max(1, *std::max_element(f.seqlensK.begin(), f.seqlensK.end()));
+  f.pageSize = 0;
+  f.decodeSplits = 0;
+  return f;
+}
+
+llvm::Expected<DecodeBuffers> allocateDecodeBuffers(generator::DType dtype,
+                                                    const ForwardShape &s,
+                                                    const std::vector<uint16_t> &kRows,
+                                                    const std::vector<uint16_t> &vRows,
+                                                    uint64_t seed) {
+  DecodeBuffers out;
+  const bool paged = s.pageSize > 0;
+  const int tokensPerPage = paged ? s.pageSize : std::max(1, s.seqK);
+  // Pages: each sequence owns ceil(len / page) of them; a few more nobody owns.
+  std::vector<int> owned(s.batch);
+  int used = 0;
+  for (int b = 0; b < s.batch; ++b) {
+    owned[b] = paged ? (decodeCacheLength(s, b) + tokensPerPage - 1) / tokensPerPage : 1;
+    used += owned[b];
+  }
+  out.tableStride = paged ? std::max(1, (s.seqK + tokensPerPage - 1) / tokensPerPage) : 0;
+  out.pages = paged ? used + 3 : s.batch;
+  std::vector<int> order(out.pages);
+  std::iota(order.begin(), order.end(), 0);
+  if (paged)
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
+  // The spare pages are real pages full of NaN; table entries past a sequence's pages
+  // point at one of them, so an unmasked read shows.
+  if (paged) {
+    out.table.assign((size_t)s.batch * out.tableStride, order[used]);
+    int next = 0;
+    for (int b = 0; b < s.batch; ++b)
+      for (int i = 0; i < owned[b]; ++i)
+        out.table[(size_t)b * out.tableStride + i] = order[next++];
+  }
+
+  const long long kRow = (long long)s.headsKV * s.headDim, vRow = (long long)s.headsKV * s.headDimV;
+  const long long tokens = (long long)out.pages * tokensPerPage;
+  auto alloc = [](runtime::DeviceBuffer &buffer, size_t bytes) -> llvm::Error {
+    auto b = runtime::DeviceBuffer::allocate(std::max<size_t>(bytes, 256));
+    if (!b)
+      return b.takeError();
+    buffer = std::move(*b);
+    return llvm::Error::success();
+  };
+  const long long qElems = (long long)s.batch * s.seqQ * s.headsQ * s.headDim;
+  const long long oElems = (long long)s.batch * s.seqQ * s.headsQ * s.headDimV;
+  for (auto [buffer, bytes] :
+       {std::pair{&out.q, (size_t)qElems * 2}, std::pair{&out.o, (size_t)oElems * 2},
+        std::pair{&out.k, (size_t)(tokens * kRow * 2)}, std::pair{&out.v, (size_t)(tokens * vRow * 2)},
+        std::pair{&out.lse, (size_t)s.batch * s.headsQ * s.seqQ * 4},
+        std::pair{&out.blockTable, out.table.size() * 4},
+        std::pair{&out.cacheSeqlens, (size_t)s.batch * 4},
+        std::pair{&out.workspace,
+                  decodeWorkspaceBytes(s.batch, s.headsQ, s.seqQ, s.headDimV, kMaxDecodeSplits)}})
+    if (llvm::Error err = alloc(*buffer, bytes))
+      return std::move(err);
+
+  std::vector<int> lengths(s.batch);
+  for (int b = 0; b < s.batch; ++b)
+    lengths[b] = decodeCacheLength(s, b);
+  if (llvm::Error err = out.cacheSeqlens.upload(lengths.data(), lengths.size() * 4))
+    return std::move(err);
+  if (paged)
+    if (llvm::Error err = out.blockTable.upload(out.table.data(), out.table.size() * 4))
+      return std::move(err);
+
+  if (kRows.empty()) {
+    // Timing: random values everywhere. Caches of many GB take one block of random
+    // values repeated (the kernel's speed does not depend on them, only on their not
+    // being zeros), made quickly.
+    constexpr size_t kBlockValues = 8u << 20;
+    for (runtime::DeviceBuffer *buffer : {&out.q, &out.k, &out.v}) {
+      const size_t values = buffer->size() / 2;
+      std::vector<uint16_t> block =
+          randomHalves(std::min(values, kBlockValues), dtype, seed++);
+      for (size_t at = 0; at < values; at += block.size())
+        if (llvm::Error err = buffer->upload(block.data(),
+                                             std::min(block.size(), values - at) * 2, at * 2))
+          return std::move(err);
+    }
+    return std::move(out);
+  }
+  // The cache: NaN, then each sequence's tokens where its table puts them.
+  std::vector<uint16_t> k((size_t)(tokens * kRow), 0xFFFF), v((size_t)(tokens * vRow), 0xFFFF);
+  long long packed = 0;
+  for (int b = 0; b < s.batch; ++b) {
+    for (int j = 0; j < lengths[b]; ++j) {
+      const int page = paged ? out.table[(size_t)b * out.tableStride + j / tokensPerPage] : b;
+      const long long token = (long long)page * tokensPerPage + j % tokensPerPage;
+      std::copy_n(kRows.begin() + (packed + j) * kRow, kRow, k.begin() + token * kRow);
+      std::copy_n(vRows.begin() + (packed + j) * vRow, vRow, v.begin() + token * vRow);
+    }
+    packed += lengths[b];
+  }
+  if (llvm::Error err = out.k.upload(k.data(), k.size() * 2))
+    return std::move(err);
+  if (llvm::Error err = out.v.upload(v.data(), v.size() * 2))
+    return std::move(err);
+  return std::move(out);
+}
+
+FjDecodeParams makeDecodeParams(const ForwardShape &s, const DecodeBuffers &b) {
+  FjDecodeParams p = {};
+  const bool paged = s.pageSize > 0;
+  const int tokensPerPage = paged ? s.pageSize : std::max(1, s.seqK);
+  p.q = (const void *)b.q.ptr();
+  p.k = (const void *)b.k.ptr();
+  p.v = (const void *)b.v.ptr();
+  p.o = (void *)b.o.ptr();
+  p.lse = s.withLse ? (float *)b.lse.ptr() : nullptr;
+  p.block_table = paged ? (const int *)b.blockTable.ptr() : nullptr;
+  p.cache_seqlens = s.seqlensK.empty() ? nullptr : (const int *)b.cacheSeqlens.ptr();
+  p.q_head_stride = s.headDim;
+  p.q_row_stride = (long long)s.headsQ * s.headDim;
+  p.q_batch_stride = p.q_row_stride * s.seqQ;
+  p.o_head_stride = s.headDimV;
+  p.o_row_stride = (long long)s.headsQ * s.headDimV;
+  p.o_batch_stride = p.o_row_stride * s.seqQ;
+  p.k_head_stride = s.headDim;
+  p.k_row_stride = (long long)s.headsKV * s.headDim;
+  p.k_page_stride = p.k_row_stride * tokensPerPage;
+  p.v_head_stride = s.headDimV;
+  p.v_row_stride = (long long)s.headsKV * s.headDimV;
+  p.v_page_stride = p.v_row_stride * tokensPerPage;
+  p.lse_head_stride = s.seqQ;
+  p.lse_batch_stride = (long long)s.headsQ * s.seqQ;
+  p.batch = s.batch;
+  p.heads_q = s.headsQ;
+  p.heads_kv = s.headsKV;
+  p.seqlen_q = s.seqQ;
+  p.seqlen_k = s.seqK;
+  p.page_size = paged ? s.pageSize : 0;
+  p.table_stride = b.tableStride;
+  p.scale_log2 = s.scale() * 1.4426950408889634f;
+  p.num_splits = 1;
+  p.tiles_per_split = 1 << 30;
+  return p;
+}
+
+} // namespace flashjit::tuner

@@ -1,0 +1,51 @@
+// A decode problem on the device: new query rows, a KV cache (contiguous, or paged with
+// the pages of every sequence shuffled through a block table), the outputs and the
+// split-KV workspace, turned into the kernels' FjDecodeParams. Shared by the decode
+// checker, its timing problem and the GPU tests.
+#pragma once
+
+#include "generator/spec.h"
+#include "runtime/driver.h"
+#include "templates/fj_decode_params.h"
+#include "tuner/forward_problem.h"
+
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace flashjit::tuner {
+
+// The cache length of sequence b of a decode shape.
+int decodeCacheLength(const ForwardShape &shape, int b);
+
+// Device buffers of a decode problem. The cache is laid out [pages, page_size,
+// heads_kv, dim] (contiguous: [batch, seqK, heads_kv, dim]); q and o are
+// [batch, seqQ, heads_q, dim]; lse is [batch, heads_q, seqQ].
+struct DecodeBuffers {
+  runtime::DeviceBuffer q, k, v, o, lse, blockTable, cacheSeqlens, workspace;
+  int pages = 0, tableStride = 0;
+  std::vector<int> table;  // host copy of the block table ([batch, tableStride])
+};
+
+// Allocates the buffers for `shape` and, from host K/V given as packed rows (sequence
+// b's token j at row sum(len[0..b-1]) + j, [rows, heads_kv, dim]), writes the cache: the
+// pages of all sequences shuffled by `seed`, tokens past a sequence's length and pages
+// no sequence owns filled with NaN (a kernel that reads them fails the check). With
+// empty kRows/vRows the cache is left random (timing). The workspace is sized for
+// kMaxDecodeSplits.
+llvm::Expected<DecodeBuffers> allocateDecodeBuffers(generator::DType dtype,
+                                                    const ForwardShape &shape,
+                                                    const std::vector<uint16_t> &kRows,
+                                                    const std::vector<uint16_t> &vRows,
+                                                    uint64_t seed);
+
+// Parameters over the buffers (num_splits and the workspace are the caller's: see
+// DecodeKernel::plan and bindDecodeWorkspace).
+FjDecodeParams makeDecodeParams(const ForwardShape &shape, const DecodeBuffers &buffers);
+
+// The same shape as a variable-length forward problem (one sequence of seqQ queries and
+// its cache length of keys per batch entry): what the forward reference computes.
+ForwardShape decodeAsForward(const ForwardShape &shape);
+
+} // namespace flashjit::tuner
