@@ -1,0 +1,210 @@
+// dec_mma (split-KV decode over a paged KV cache) against the forward's fp32 reference
+// on the GPU, with the forward's bar: random inputs, outputs poisoned, cache tokens past
+// each sequence's length and pages nobody owns filled with NaN; pages shuffled, the last
+// page of a sequence partly full; query rows 1, 2, 7, 16, 64 per sequence; MHA, GQA and
+// MQA; one split, the heuristic's and an explicit count; contiguous caches; lengths up to
+// 70,000; every tile of the tuner's space; and the KV append.
+#include "kernel_pool.h"
+
+#include "tuner/check_support.h"
+#include "tuner/decode_kernel.h"
+#include "tuner/decode_problem.h"
+#include "tuner/space.h"
+
+#include <random>
+#include <tuple>
+
+using namespace flashjit;
+using namespace flashjit::testing;
+
+namespace {
+
+KernelSpec decSpec(int d, int dv, DType dtype, bool causal) {
+  return specFor(d, dv, dtype, causal, generator::Family::DecMma);
+}
+
+tuner::ForwardShape decodeShape(int hq, int hkv, int sq, std::vector<int> lens, int page,
+                                int splits) {
+  tuner::ForwardShape s = shapeOf((int)lens.size(), hq, hkv, sq, 1);
+  s.seqK = std::max(1, *std::max_element(lens.begin(), lens.end()));
+  s.seqlensK = std::move(lens);
+  s.pageSize = page;
+  s.decodeSplits = splits;
+  return s;
+}
+
+std::string describe(const tuner::ForwardShape &s) {
+  std::string lens;
+  for (int l : s.seqlensK)
+    lens += (lens.empty() ? "" : ",") + std::to_string(l);
+  return llvm::formatv("q {0} heads {1}/{2} lens [{3}] page {4} splits {5}", s.seqQ, s.headsQ,
+                       s.headsKV, lens, s.pageSize, s.decodeSplits)
+      .str();
+}
+
+const int kDecodeHeadDims[] = {64, 96, 128, 256};
+const int kQueryRows[] = {1, 2, 7, 16, 64};
+
+class DecMmaGrid : public ::testing::TestWithParam<std::tuple<int, DType, bool>> {
+protected:
+  static void SetUpTestSuite() {
+    if (!openTestDevice())
+      return;
+    std::vector<std::pair<KernelSpec, TileConfig>> all;
+    for (int d : kDecodeHeadDims)
+      for (DType dtype : {DType::FP16, DType::BF16})
+        for (bool causal : {false, true}) {
+          KernelSpec spec = decSpec(d, d, dtype, causal);
+          all.emplace_back(spec, generator::defaultTile(spec));
+        }
+    KernelPool::get().prepare(all);
+  }
+};
+
+// 5 query lengths x MHA/GQA/MQA, each over three sequences of odd lengths (one shorter
+// than the query rows), cycling through page sizes (16, 64, 256, contiguous) and split
+// counts (heuristic, 1, 5).
+TEST_P(DecMmaGrid, MatchesReference) {
+  FLASHJIT_REQUIRE_GPU();
+  auto [d, dtype, causal] = GetParam();
+  KernelSpec spec = decSpec(d, d, dtype, causal);
+  TileConfig tile = generator::defaultTile(spec);
+  const Heads heads[] = {{4, 4, "MHA"}, {8, 2, "GQA"}, {8, 1, "MQA"}};
+  const int pages[] = {16, 64, 256, 0};
+  const int splits[] = {0, 1, 5};
+  int checked = 0;
+  for (int sq : kQueryRows)
+    for (const Heads &h : heads) {
+      std::mt19937 rng(checked * 31 + d);
+      std::vector<int> lens = {std::max(1, sq - 1), 1 + (int)(rng() % 3000),
+                               4000 + (int)(rng() % 97)};
+      tuner::ForwardShape shape = decodeShape(h.q, h.kv, sq, lens, pages[checked % 4],
+                                              splits[checked % 3]);
+      EXPECT_EQ(checkShape(spec, tile, shape, 100 + checked), "")
+          << spec.key() << " " << tile.key() << " " << describe(shape);
+      ++checked;
+    }
+  EXPECT_EQ(checked, 15);
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, DecMmaGrid,
+                         ::testing::Combine(::testing::ValuesIn(kDecodeHeadDims),
+                                            ::testing::Values(DType::FP16, DType::BF16),
+                                            ::testing::Bool()),
+                         gridParamName);
+
+// Long caches: 70,000 keys, the split heuristic against one split, decode and a 16-row
+// speculative step.
+TEST(DecMma, LongCaches) {
+  FLASHJIT_REQUIRE_GPU();
+  for (bool causal : {false, true})
+    for (int sq : {1, 16}) {
+      KernelSpec spec = decSpec(128, 128, DType::BF16, causal);
+      for (int splits : {0, 1}) {
+        tuner::ForwardShape shape = decodeShape(16, 2, sq, {70000, 33333}, 256, splits);
+        EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shape, 7), "")
+            << spec.key() << " " << describe(shape);
+      }
+    }
+}
+
+// Head dims that are odd multiples of 8 and head_dim_v != head_dim.
+TEST(DecMma, OtherHeadDims) {
+  FLASHJIT_REQUIRE_GPU();
+  for (auto [d, dv] : {std::pair{40, 40}, std::pair{72, 72}, std::pair{192, 128},
+                       std::pair{128, 64}})
+    for (bool causal : {false, true}) {
+      KernelSpec spec = decSpec(d, dv, DType::FP16, causal);
+      tuner::ForwardShape shape = decodeShape(12, 4, 3, {1111, 29, 517}, 32, 0);
+      EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shape, 5), "")
+          << spec.key() << " " << describe(shape);
+    }
+}
+
+// Every tile of the tuner's space that fits (what a tune may pick), on two shapes.
+TEST(DecMma, EveryTileOfTheSpace) {
+  FLASHJIT_REQUIRE_GPU();
+  std::vector<std::pair<KernelSpec, TileConfig>> wanted;
+  for (int d : {64, 128, 256})
+    for (bool causal : {false, true}) {
+      KernelSpec spec = decSpec(d, d, DType::BF16, causal);
+      for (const TileConfig &tile : tuner::enumerateTiles(spec))
+        if (!generator::validateTile(spec, tile))
+          wanted.emplace_back(spec, tile);
+        else
+          llvm::consumeError(generator::validateTile(spec, tile));
+    }
+  KernelPool::get().prepare(wanted);
+  int checked = 0;
+  for (const auto &[spec, tile] : wanted) {
+    if (KernelPool::get().spillBytes(spec, tile) > 0)
+      continue;
+    for (auto shape : {decodeShape(32, 4, 1, {2500, 17}, 16, 0),
+                       decodeShape(8, 2, 9, {999, 1300}, 0, 3)}) {
+      EXPECT_EQ(checkShape(spec, tile, shape, 3), "")
+          << spec.key() << " " << tile.key() << " " << describe(shape);
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 100);
+}
+
+// The append kernel writes new rows where the block table says, bit for bit.
+TEST(DecMma, AppendWritesTheNewRowsIntoTheirPages) {
+  FLASHJIT_REQUIRE_GPU();
+  for (int page : {16, 0})
+    for (int newLen : {1, 5}) {
+      KernelSpec spec = decSpec(128, 128, DType::BF16, false);
+      std::string error;
+      const auto *loaded =
+          KernelPool::get().find(spec, generator::defaultTile(spec), error);
+      ASSERT_NE(loaded, nullptr) << error;
+      const auto *kernel = tuner::DecodeKernel::of(*loaded);
+      ASSERT_NE(kernel, nullptr);
+      tuner::ForwardShape shape = decodeShape(8, 4, 1, {300, 5, 77}, page, 0);
+      shape.headDim = shape.headDimV = 128;
+      const long long row = (long long)shape.headsKV * 128;
+      const long long rows = 300 + 5 + 77;
+      std::vector<uint16_t> k = tuner::randomHalves(rows * row, DType::BF16, 1);
+      std::vector<uint16_t> v = tuner::randomHalves(rows * row, DType::BF16, 2);
+      // The expected cache, and one whose last newLen tokens per sequence are NaN.
+      auto want = tuner::allocateDecodeBuffers(DType::BF16, shape, k, v, 9);
+      ASSERT_TRUE((bool)want) << llvm::toString(want.takeError());
+      std::vector<uint16_t> kHole = k, vHole = v, kNew, vNew;
+      long long packed = 0;
+      for (int len : shape.seqlensK) {
+        for (int t = 0; t < newLen; ++t) {
+          long long r = packed + len - newLen + t;
+          kNew.insert(kNew.end(), k.begin() + r * row, k.begin() + (r + 1) * row);
+          vNew.insert(vNew.end(), v.begin() + r * row, v.begin() + (r + 1) * row);
+          std::fill_n(kHole.begin() + r * row, row, 0xFFFF);
+          std::fill_n(vHole.begin() + r * row, row, 0xFFFF);
+        }
+        packed += len;
+      }
+      auto got = tuner::allocateDecodeBuffers(DType::BF16, shape, kHole, vHole, 9);
+      ASSERT_TRUE((bool)got) << llvm::toString(got.takeError());
+      auto kNewBuf = runtime::DeviceBuffer::allocate(kNew.size() * 2);
+      auto vNewBuf = runtime::DeviceBuffer::allocate(vNew.size() * 2);
+      ASSERT_TRUE(kNewBuf && vNewBuf);
+      ASSERT_FALSE((bool)kNewBuf->upload(kNew.data(), kNew.size() * 2));
+      ASSERT_FALSE((bool)vNewBuf->upload(vNew.data(), vNew.size() * 2));
+      FjDecodeParams p = tuner::makeDecodeParams(shape, *got);
+      p.k_new = (const void *)kNewBuf->ptr();
+      p.v_new = (const void *)vNewBuf->ptr();
+      p.new_len = newLen;
+      p.k_new_head_stride = p.v_new_head_stride = 128;
+      p.k_new_row_stride = p.v_new_row_stride = row;
+      p.k_new_batch_stride = p.v_new_batch_stride = row * newLen;
+      ASSERT_FALSE((bool)kernel->append(p, nullptr));
+      ASSERT_FALSE((bool)runtime::synchronizeStream(nullptr));
+      for (auto [a, b] : {std::pair{&want->k, &got->k}, std::pair{&want->v, &got->v}}) {
+        auto x = tuner::downloadAll<uint16_t>(*a);
+        auto y = tuner::downloadAll<uint16_t>(*b);
+        ASSERT_TRUE(x && y);
+        EXPECT_TRUE(*x == *y) << "page " << page << " new rows " << newLen;
+      }
+    }
+}
+
+} // namespace
