@@ -62,6 +62,7 @@ public:
 
   const ForwardShape &shape() const override { return shape_; }
   const ForwardBuffers &buffers() const { return buffers_; }
+  ForwardBuffers &buffers() { return buffers_; }
 
   // For kernels of other operations that compute the same attention (decode): fill O
   // and the LSE with NaN, let the caller's kernel write them (in this problem's layout),

@@ -40,31 +40,58 @@ llvm::Expected<CheckReport> DecodeChecker::check(const LoadedKernel &loaded, CUs
   if (!kernel)
     return makeError(ErrorCode::Internal, "the decode checker was given a {0} kernel",
                      generator::operationName(loaded.operation()));
+  int splitsRun = 1;
+  auto report = checkWith(
+      [&](const FjDecodeParams &given, const DecodeBuffers &b) -> llvm::Error {
+        FjDecodeParams p = given;
+        const DecodeSplits splits = kernel->plan(p, shape_.decodeSplits);
+        p.num_splits = splitsRun = splits.numSplits;
+        p.tiles_per_split = splits.tilesPerSplit;
+        if (p.num_splits > 1) {
+          if (llvm::Error err = buffers_.workspace.fill(0xFF))
+            return err;
+          bindDecodeWorkspace(p, shape_.headDimV, (void *)b.workspace.ptr());
+        }
+        return kernel->launch(p, stream);
+      },
+      stream);
+  if (report)
+    report->output = llvm::formatv("o ({0} split{1})", splitsRun, splitsRun > 1 ? "s" : "");
+  return report;
+}
+
+llvm::Expected<CheckReport> DecodeChecker::checkWith(const Launch &launch, CUstream stream) {
   if (llvm::Error err = reference_->poisonOutputs())
     return std::move(err);
-  // q, o and the lse are the reference problem's own (packed rows b * seqQ + i, the
-  // lse as [heads, total rows]), so its comparison reads what the kernel wrote.
-  const ForwardBuffers &r = reference_->buffers();
+  if (llvm::Error err = buffers_.lse.fill(0xFF))
+    return std::move(err);
+  // q and o are the reference problem's own (packed rows b * seqQ + i: the decode
+  // layout), so its comparison reads what the kernel wrote; the lse is the decode's
+  // [batch, heads, seqQ], moved into the reference's [heads, rows] afterwards.
+  ForwardBuffers &r = reference_->buffers();
   FjDecodeParams p = makeDecodeParams(shape_, buffers_);
   p.q = (const void *)r.q.ptr();
   p.o = (void *)r.o.ptr();
-  p.lse = shape_.withLse ? (float *)r.lse.ptr() : nullptr;
-  p.lse_batch_stride = shape_.seqQ;
-  p.lse_head_stride = (long long)shape_.batch * shape_.seqQ;
-  const DecodeSplits splits = kernel->plan(p, shape_.decodeSplits);
-  p.num_splits = splits.numSplits;
-  p.tiles_per_split = splits.tilesPerSplit;
-  if (p.num_splits > 1) {
-    if (llvm::Error err = buffers_.workspace.fill(0xFF))
-      return std::move(err);
-    bindDecodeWorkspace(p, shape_.headDimV, (void *)buffers_.workspace.ptr());
-  }
-  if (llvm::Error err = kernel->launch(p, stream))
+  p.num_splits = shape_.decodeSplits;
+  if (llvm::Error err = launch(p, buffers_))
     return std::move(err);
-  auto report = reference_->compareOutputs(stream);
-  if (report)
-    report->output = llvm::formatv("o ({0} split{1})", p.num_splits, p.num_splits > 1 ? "s" : "");
-  return report;
+  if (shape_.withLse) {
+    if (llvm::Error err = runtime::synchronizeStream(stream))
+      return std::move(err);
+    auto lse = downloadAll<float>(buffers_.lse);
+    if (!lse)
+      return lse.takeError();
+    const long long rows = (long long)shape_.batch * shape_.seqQ;
+    std::vector<float> packed((size_t)(shape_.headsQ * rows));
+    for (int b = 0; b < shape_.batch; ++b)
+      for (int h = 0; h < shape_.headsQ; ++h)
+        for (int i = 0; i < shape_.seqQ; ++i)
+          packed[h * rows + (long long)b * shape_.seqQ + i] =
+              (*lse)[((size_t)b * shape_.headsQ + h) * shape_.seqQ + i];
+    if (llvm::Error err = r.lse.upload(packed.data(), packed.size() * 4))
+      return std::move(err);
+  }
+  return reference_->compareOutputs(stream);
 }
 
 } // namespace flashjit::tuner

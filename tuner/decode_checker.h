@@ -6,6 +6,7 @@
 #include "tuner/checker.h"
 #include "tuner/decode_problem.h"
 
+#include <functional>
 #include <memory>
 
 namespace flashjit::tuner {
@@ -19,6 +20,12 @@ public:
 
   llvm::Expected<CheckReport> check(const LoadedKernel &kernel, CUstream stream) override;
   const ForwardShape &shape() const override { return shape_; }
+
+  // The same check with the caller's own launch (e.g. through the C API): `launch` gets
+  // the problem's parameters (q, o and the lse [batch, heads_q, seqlen_q] poisoned,
+  // num_splits from shape().decodeSplits or 0, no workspace bound) and the buffers.
+  using Launch = std::function<llvm::Error(const FjDecodeParams &, const DecodeBuffers &)>;
+  llvm::Expected<CheckReport> checkWith(const Launch &launch, CUstream stream);
 
 private:
   DecodeChecker() = default;

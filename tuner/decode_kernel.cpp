@@ -103,7 +103,10 @@ DecodeSplits DecodeKernel::plan(const FjDecodeParams &p, int requested) const {
     // and a longer combine (H100, docs/PERF.md d1: batch 1, 16k keys, 8 KV heads ran 39 us
     // at 16 splits, 51 us at 32).
     const long long target = (long long)smCount_ * residentCtas_;
-    splits = (int)std::min<long long>(ceilDiv(target, ctas), ceilDiv(tiles, kMinTilesPerSplit));
+    // Rounded down: one CTA past the wave is a second wave (batch 4 x 8 KV heads at
+    // 264 resident slots: 9 splits ran 141 us where 8 ran 104).
+    splits = (int)std::min<long long>(std::max(1LL, target / ctas),
+                                      ceilDiv(tiles, kMinTilesPerSplit));
   }
   splits = (int)std::clamp<long long>(splits, 1, std::min<long long>(tiles, kMaxDecodeSplits));
   out.tilesPerSplit = (int)ceilDiv(tiles, splits);
