@@ -1,5 +1,6 @@
-// fj_backward and its workspace: the backward variants of a kernel handle (the last
-// ones, api/handles.h), dispatched by shape bucket like the forward.
+// fj_backward and its workspace: the backward variants of a kernel handle
+// ([backwardBegin, decodeBegin), api/handles.h), dispatched by shape bucket like the
+// forward.
 #include "api/handles.h"
 
 #include "support/error.h"
@@ -10,7 +11,7 @@ namespace flashjit::api {
 namespace {
 
 llvm::Error checkHasBackward(const fj_kernel_s *kernel) {
-  if (kernel->backwardBegin >= (int)kernel->variants.size())
+  if (kernel->backwardBegin >= kernel->decodeBegin)
     return makeError(ErrorCode::InvalidValue,
                      "kernel {0} has no backward pass: get it with desc.backward = 1",
                      kernel->specKey);
@@ -98,8 +99,9 @@ llvm::Error backward(const fj_kernel_s *kernel, const fj_backward_args *args, vo
   const FjForwardParams &p = params.fwd;
   const tuner::Bucket wanted =
       bucketFor(p.seqlen_q, p.seqlen_k, (int64_t)p.batch * p.heads_q);
-  llvm::ArrayRef<tuner::Bucket> buckets =
-      llvm::ArrayRef<tuner::Bucket>(kernel->buckets).drop_front(kernel->backwardBegin);
+  llvm::ArrayRef<tuner::Bucket> buckets = llvm::ArrayRef<tuner::Bucket>(kernel->buckets)
+                                              .slice(kernel->backwardBegin,
+                                                     kernel->decodeBegin - kernel->backwardBegin);
   int index = tuner::nearestBucket(buckets, wanted);
   if (index < 0)
     return makeError(ErrorCode::Internal, "kernel {0} has no backward variant to dispatch to",

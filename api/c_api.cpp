@@ -59,6 +59,20 @@ fj_status fj_backward(fj_kernel kernel, const fj_backward_args *args, void *stre
   return api::guard("fj_backward", [&] { return api::backward(kernel, args, stream); });
 }
 
+fj_status fj_decode_workspace_size(fj_kernel kernel, const fj_decode_args *args,
+                                   size_t *bytes) {
+  return api::guard("fj_decode_workspace_size",
+                    [&] { return api::decodeWorkspaceSize(kernel, args, bytes); });
+}
+
+fj_status fj_decode(fj_kernel kernel, const fj_decode_args *args, void *stream) {
+  return api::guard("fj_decode", [&] { return api::decode(kernel, args, stream); });
+}
+
+fj_status fj_kv_append(fj_kernel kernel, const fj_kv_append_args *args, void *stream) {
+  return api::guard("fj_kv_append", [&] { return api::kvAppend(kernel, args, stream); });
+}
+
 fj_status fj_kernel_info(fj_kernel kernel, struct fj_kernel_info *info) {
   return api::guard("fj_kernel_info", [&] { return api::kernelInfo(kernel, info); });
 }

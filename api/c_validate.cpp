@@ -59,6 +59,20 @@ void fj_backward_args_init(fj_backward_args *args) {
   args->struct_size = sizeof(*args);
 }
 
+void fj_decode_args_init(fj_decode_args *args) {
+  if (!args)
+    return;
+  std::memset(args, 0, sizeof(*args));
+  args->struct_size = sizeof(*args);
+}
+
+void fj_kv_append_args_init(fj_kv_append_args *args) {
+  if (!args)
+    return;
+  std::memset(args, 0, sizeof(*args));
+  args->struct_size = sizeof(*args);
+}
+
 fj_status fj_validate_attention_desc(const fj_attention_desc *desc) {
   return api::guard("fj_validate_attention_desc", [&]() -> llvm::Error {
     auto checked = api::checkDesc(desc);
@@ -86,6 +100,29 @@ fj_status fj_validate_backward_args(const fj_attention_desc *desc,
     FjBackwardParams params;
     bool noWork = false;
     return api::checkBackwardArgs(*checked, args, params, noWork);
+  });
+}
+
+fj_status fj_validate_decode_args(const fj_attention_desc *desc, const fj_decode_args *args) {
+  return api::guard("fj_validate_decode_args", [&]() -> llvm::Error {
+    auto checked = api::checkDesc(desc);
+    if (!checked)
+      return checked.takeError();
+    FjDecodeParams params;
+    bool noWork = false;
+    return api::checkDecodeArgs(*checked, args, params, noWork);
+  });
+}
+
+fj_status fj_validate_kv_append_args(const fj_attention_desc *desc,
+                                     const fj_kv_append_args *args) {
+  return api::guard("fj_validate_kv_append_args", [&]() -> llvm::Error {
+    auto checked = api::checkDesc(desc);
+    if (!checked)
+      return checked.takeError();
+    FjDecodeParams params;
+    bool noWork = false;
+    return api::checkKvAppendArgs(*checked, args, params, noWork);
   });
 }
 

@@ -53,12 +53,15 @@ struct fj_kernel_s {
   // Immutable once the handle is given out, so launches read them without locks.
   // The primary family's variants are [0, familyVariants); the fallback family's (for
   // the arguments the primary cannot take, e.g. cu_seqlens with fwd_wgmma) follow, up
-  // to backwardBegin; the backward pass's (desc.backward) are [backwardBegin, end).
+  // to backwardBegin; the backward pass's (desc.backward) are [backwardBegin,
+  // decodeBegin); the decode kernels' (desc.decode) are [decodeBegin, end).
   std::vector<flashjit::tuner::Selection> variants;
   std::vector<flashjit::tuner::Bucket> buckets;  // variants[i].bucket, for dispatch
   int familyVariants = 0;
   int backwardBegin = 0;
   std::string backwardFamily;       // "" when the kernel has no backward pass
+  int decodeBegin = 0;
+  std::string decodeFamily;         // "" when the kernel has no decode kernels
   int primary = 0;                  // the variant for the hinted bucket
   std::vector<std::string> bucketKeys, tileKeys;  // per variant, for fj_variant_info
   std::string family, specKey;      // of the primary family
@@ -94,6 +97,11 @@ llvm::Error forward(const fj_kernel_s *kernel, const fj_forward_args *args, void
 llvm::Error backwardWorkspaceSize(const fj_kernel_s *kernel, const fj_backward_args *args,
                                   size_t *bytes);
 llvm::Error backward(const fj_kernel_s *kernel, const fj_backward_args *args, void *stream);
+// api/decode.cpp
+llvm::Error decodeWorkspaceSize(const fj_kernel_s *kernel, const fj_decode_args *args,
+                                size_t *bytes);
+llvm::Error decode(const fj_kernel_s *kernel, const fj_decode_args *args, void *stream);
+llvm::Error kvAppend(const fj_kernel_s *kernel, const fj_kv_append_args *args, void *stream);
 
 // The variants for `spec` and the hinted bucket (api/kernel.cpp): the tuner's choice
 // under the context's mode, then every other bucket already tuned.

@@ -7,6 +7,8 @@ typedef char fj_check_context_options[offsetof(fj_context_options, struct_size) 
 typedef char fj_check_desc[offsetof(fj_attention_desc, struct_size) == 0 ? 1 : -1];
 typedef char fj_check_args[offsetof(fj_forward_args, struct_size) == 0 ? 1 : -1];
 typedef char fj_check_backward_args[offsetof(fj_backward_args, struct_size) == 0 ? 1 : -1];
+typedef char fj_check_decode_args[offsetof(fj_decode_args, struct_size) == 0 ? 1 : -1];
+typedef char fj_check_kv_append_args[offsetof(fj_kv_append_args, struct_size) == 0 ? 1 : -1];
 typedef char fj_check_kernel_info[offsetof(struct fj_kernel_info, struct_size) == 0 ? 1 : -1];
 typedef char fj_check_context_info[offsetof(struct fj_context_info, struct_size) == 0 ? 1 : -1];
 typedef char fj_check_variant_info[offsetof(fj_variant_info, struct_size) == 0 ? 1 : -1];

@@ -232,6 +232,29 @@ llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attentio
     for (tuner::Selection &selection : *backward)
       kernel->variants.push_back(std::move(selection));
   }
+  kernel->decodeBegin = (int)kernel->variants.size();
+  if (desc->decode) {
+    // The decode kernels (dec_mma on every target): tuned and cached like the forward,
+    // chosen now for the same reason (fj_decode never compiles or blocks).
+    generator::KernelSpec dec = specFor(*desc, context->target, context->families.decode);
+    if (llvm::Error error = generator::validateSpec(dec))
+      return std::move(error);
+    // Decode's own bucket: a decode step's query rows (the hint when it is one, else
+    // 1) against the hinted cache length (4096 when the hint is a prefill's or unset).
+    const int decodeRows = desc->seqQHint <= 64 ? desc->seqQHint : 1;
+    const int decodeKeys = desc->seqKHint >= 256 ? desc->seqKHint : 4096;
+    const tuner::Bucket decodeHinted =
+        bucketFor(decodeRows, decodeKeys, (int64_t)desc->batchHint * desc->headsQ);
+    auto decode = selectVariants(*context, dec, decodeHinted);
+    if (!decode) {
+      ErrorReport failed = takeErrorReport(decode.takeError());
+      return makeError(failed.code, "{0} is ready, but not its decode kernels {1}: {2}",
+                       spec.key(), dec.key(), failed.message);
+    }
+    kernel->decodeFamily = generator::familyName(dec.family).str();
+    for (tuner::Selection &selection : *decode)
+      kernel->variants.push_back(std::move(selection));
+  }
   for (const tuner::Selection &selection : kernel->variants) {
     if (!selection.kernel)
       return makeError(ErrorCode::Internal, "the tuner returned variant {0}/{1} unloaded",
@@ -333,7 +356,9 @@ llvm::Error kernelInfo(const fj_kernel_s *kernel, struct fj_kernel_info *info) {
   out.tuned_us = primary.tunedUs;
   out.get_ms = kernel->getMs;
   out.backward_family = kernel->backwardFamily.c_str();
-  out.num_backward_variants = (int32_t)kernel->variants.size() - kernel->backwardBegin;
+  out.num_backward_variants = (int32_t)(kernel->decodeBegin - kernel->backwardBegin);
+  out.decode_family = kernel->decodeFamily.c_str();
+  out.num_decode_variants = (int32_t)kernel->variants.size() - kernel->decodeBegin;
   return copyOutStruct(out, info, "info", "struct fj_kernel_info");
 }
 

@@ -20,7 +20,6 @@ static_assert(sizeof(fj_mod_args) == sizeof(FjModArgs) &&
 namespace flashjit::api {
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kMaxHeadDim = 256;
 
 llvm::Error checkHeadDim(const char *field, int value) {
@@ -38,22 +37,6 @@ llvm::Error checkHint(const char *field, int value) {
   if (value < 0)
     return makeError(ErrorCode::InvalidValue, "{0} is {1}: must be >= 0 (0: unknown)", field,
                      value);
-  return llvm::Error::success();
-}
-
-llvm::Error checkSize(const char *field, int value, int limit, const char *why) {
-  if (value < 0)
-    return makeError(ErrorCode::InvalidValue, "args->{0} is {1}: must be >= 0", field, value);
-  if (value > limit)
-    return makeError(ErrorCode::NotSupported, "args->{0} is {1}: at most {2} ({3})", field,
-                     value, limit, why);
-  return llvm::Error::success();
-}
-
-llvm::Error checkAligned(const char *field, const void *ptr, unsigned alignment) {
-  if (reinterpret_cast<uintptr_t>(ptr) % alignment != 0)
-    return makeError(ErrorCode::InvalidValue, "args->{0} is {1}: not {2}-byte aligned", field,
-                     ptr, alignment);
   return llvm::Error::success();
 }
 
@@ -170,6 +153,22 @@ llvm::Error checkAlibiSlopes(const fj_forward_args &a, const AttentionDesc &desc
 
 } // namespace
 
+llvm::Error checkSize(const char *field, int value, int limit, const char *why) {
+  if (value < 0)
+    return makeError(ErrorCode::InvalidValue, "args->{0} is {1}: must be >= 0", field, value);
+  if (value > limit)
+    return makeError(ErrorCode::NotSupported, "args->{0} is {1}: at most {2} ({3})", field,
+                     value, limit, why);
+  return llvm::Error::success();
+}
+
+llvm::Error checkAligned(const char *field, const void *ptr, unsigned alignment) {
+  if (reinterpret_cast<uintptr_t>(ptr) % alignment != 0)
+    return makeError(ErrorCode::InvalidValue, "args->{0} is {1}: not {2}-byte aligned", field,
+                     ptr, alignment);
+  return llvm::Error::success();
+}
+
 static llvm::Error checkStride(const Dim &dim) {
   if (dim.size <= 1)
     return llvm::Error::success();  // never multiplied by an index other than 0
@@ -234,6 +233,15 @@ llvm::Error checkBackwardFeatures(const generator::Features &f, const char *what
   return llvm::Error::success();
 }
 
+llvm::Error checkDecodeFeatures(const generator::Features &f, const char *what) {
+  if (f.any())
+    return makeError(ErrorCode::NotSupported,
+                     "{0} with attention features ({1}): the decode kernels (dec_mma) do "
+                     "not support attention features yet (only the forward does)",
+                     what, featureFields(f));
+  return llvm::Error::success();
+}
+
 llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *in) {
   fj_attention_desc d;
   if (llvm::Error error = copyInStruct(in, "desc", "fj_attention_desc", d))
@@ -294,6 +302,10 @@ llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *in) {
     return std::move(error);
   if (out.backward)
     if (llvm::Error error = checkBackwardFeatures(out.features, "desc->backward is set"))
+      return std::move(error);
+  out.decode = d.decode != 0;
+  if (out.decode)
+    if (llvm::Error error = checkDecodeFeatures(out.features, "desc->decode is set"))
       return std::move(error);
   return out;
 }

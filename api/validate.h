@@ -1,5 +1,6 @@
 // Checking what callers pass in, before anything touches a device: the versioned
-// structs (struct_size), the attention description and the forward arguments. Every
+// structs (struct_size), the attention description and the forward, backward and decode
+// arguments. Every
 // rejection names the field and the value. Needs no GPU, so the unit tests and the
 // fuzzer run it in full; fj_forward runs it on every launch, so on success it neither
 // allocates nor locks.
@@ -8,6 +9,7 @@
 #include "flashjit/flashjit.h"
 #include "generator/spec.h"
 #include "templates/fj_bwd_params.h"
+#include "templates/fj_decode_params.h"
 #include "templates/fj_params.h"
 
 #include "llvm/Support/Error.h"
@@ -27,6 +29,13 @@ constexpr size_t kMaxStructSize = 64 * 1024;
 // sequence lengths are kept where the kernels' int arithmetic cannot overflow.
 constexpr int kMaxGridYZ = 65535;
 constexpr int kMaxSeqlen = 1 << 30;
+// The most splits a decode call takes (tuner::kMaxDecodeSplits; api/decode.cpp checks
+// they agree), and the fewest packed query rows a decode row tile has (dec_mma's
+// smallest block_m): the grid's y dimension is ceil(seqlen_q * group / that).
+constexpr int kMaxDecodeSplits = 128;
+constexpr int kMinDecodeRowTile = 16;
+
+constexpr float kLog2e = 1.4426950408889634f;
 
 // Copies a caller's versioned struct into `out`. A struct_size below sizeof(T) is
 // rejected; a larger one (a newer header) is accepted when the fields this version
@@ -49,6 +58,7 @@ struct AttentionDesc {
   float scale = 0;  // resolved: never 0
   int seqQHint = 0, seqKHint = 0, batchHint = 0;  // resolved: >= 1
   bool backward = false;  // the kernel also carries the backward pass
+  bool decode = false;    // the kernel also carries the decode kernels (dec_mma)
   // Window, softcap, ALiBi and the user's code (copied), checked; all off for a
   // description older than 0.3. tuningArgs are the caller's, valid during fj_kernel_get
   // only.
@@ -71,6 +81,26 @@ llvm::Error checkBackwardFeatures(const generator::Features &features, const cha
 // (the workspace pointers are left null: the caller binds them). `noWork` as above.
 llvm::Error checkBackwardArgs(const AttentionDesc &desc, const fj_backward_args *args,
                               FjBackwardParams &params, bool &noWork);
+
+// NotSupported when `features` has any (the decode kernels have none yet); `what` starts
+// the message ("desc->decode is set").
+llvm::Error checkDecodeFeatures(const generator::Features &features, const char *what);
+
+// The sizes of a decode call alone (batch, seqlen_q, seqlen_k, num_splits and the grid
+// limits they imply): what fj_decode_workspace_size reads.
+llvm::Error checkDecodeSizes(const AttentionDesc &desc, const fj_decode_args &args);
+
+// Checks decode arguments for a kernel of `desc` and fills the kernels' parameters:
+// num_splits holds the caller's request (0: automatic) until DecodeKernel::plan
+// replaces it, tiles_per_split and the workspace pointers are left zero. `noWork` is
+// set when batch or seqlen_q is 0.
+llvm::Error checkDecodeArgs(const AttentionDesc &desc, const fj_decode_args *args,
+                            FjDecodeParams &params, bool &noWork);
+
+// Checks append arguments for a kernel of `desc` and fills the append kernel's
+// parameters (the cache, k_new / v_new, new_len). `noWork`: batch or new_len is 0.
+llvm::Error checkKvAppendArgs(const AttentionDesc &desc, const fj_kv_append_args *args,
+                              FjDecodeParams &params, bool &noWork);
 
 } // namespace flashjit::api
 

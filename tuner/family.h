@@ -23,6 +23,8 @@ struct FamilyPlan {
   bool forced = false;  // chosen by $FLASHJIT_FAMILY rather than by the target
   // The backward pass's family (desc.backward): bwd_mma, which runs on every target.
   generator::Family backward = generator::Family::BwdMma;
+  // The decode kernels' family (desc.decode): dec_mma, which runs on every target.
+  generator::Family decode = generator::Family::DecMma;
 
   // The families a kernel loads, primary first.
   std::vector<generator::Family> families() const;

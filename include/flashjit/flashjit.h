@@ -29,13 +29,14 @@
  *   fj_context_destroy(ctx);
  *
  * Thread safety: any number of threads may call fj_kernel_get on one context and
- * fj_forward / fj_kernel_info / fj_kernel_source on shared kernels at the same time.
+ * the launches (fj_forward, fj_backward, fj_decode, fj_kv_append), fj_kernel_info and
+ * fj_kernel_source on shared kernels at the same time.
  * A description requested by several threads at once is tuned once (the others
  * wait for it). Destroying a context or releasing a kernel while another thread uses
  * it is the caller's error.
  *
  * CUDA context: flashjit uses the device's primary context (the one the CUDA runtime
- * and PyTorch use). fj_context_create, fj_kernel_get and fj_forward make it current
+ * and PyTorch use). fj_context_create, fj_kernel_get and the launches make it current
  * on the calling thread, as cudaSetDevice would.
  */
 #ifndef FLASHJIT_FLASHJIT_H
@@ -55,7 +56,7 @@ extern "C" {
 #endif
 
 #define FLASHJIT_VERSION_MAJOR 0
-#define FLASHJIT_VERSION_MINOR 3
+#define FLASHJIT_VERSION_MINOR 4
 #define FLASHJIT_VERSION_PATCH 0
 
 /* ---- Status codes ------------------------------------------------------------ */
@@ -267,6 +268,13 @@ typedef struct fj_attention_desc {
    * identity, not retained. User code that mentions `tensor` without them is never run
    * by the tuner: it gets the default tile, compiled but not tuned. */
   const fj_mod_args *tuning_mod_args;
+  /* Non-zero: the kernel also carries the decode kernels (fj_decode, fj_kv_append: a few
+   * new query rows against a KV cache, contiguous or paged), family dec_mma on every
+   * target (sm_80 and newer), chosen by the same tune mode and cached like the forward.
+   * Combines with backward; not with the attention features (FJ_ERROR_NOT_SUPPORTED).
+   * 0 (the default): no decode kernels. (Added in 0.4: a struct_size that ends before
+   * this field is accepted and reads as 0.) */
+  int32_t decode;
 } fj_attention_desc;
 
 /* Zeroes `desc` and sets its struct_size (dtype must still be chosen). */
@@ -450,6 +458,133 @@ FJ_API fj_status fj_backward_workspace_size(fj_kernel kernel, const fj_backward_
  * otherwise); the variant is picked by shape bucket as for fj_forward. */
 FJ_API fj_status fj_backward(fj_kernel kernel, const fj_backward_args *args, void *stream);
 
+/* ---- Decode over a KV cache (added in 0.4) ----------------------------------------
+ *
+ * Attention of seqlen_q new query rows per sequence (a decode step: 1, or a few with
+ * speculative decoding) against each sequence's cached keys and values, on a handle got
+ * with desc.decode set. Sequence b has cache_seqlens[b] keys (its new tokens included:
+ * append them first, fj_kv_append). The cache is either
+ *   - contiguous (block_table NULL): k_cache [batch, seqlen_k, num_heads_kv, head_dim],
+ *     element (b, j, h, d) at k_cache + b * k_page_stride + j * k_row_stride +
+ *     h * k_head_stride + d (k_page_stride is the batch stride); or
+ *   - paged (the vLLM / FlashAttention layout): a pool of num_pages pages of page_size
+ *     tokens, k_cache [num_pages, page_size, num_heads_kv, head_dim] through the same
+ *     strides; token j of sequence b lives in page block_table[b * table_stride +
+ *     j / page_size], at row j % page_size of it.
+ * v_cache likewise with head_dim_v. With desc.causal the mask is bottom-right aligned per
+ * sequence: query i of sequence b sees keys j <= i + cache_seqlens[b] - seqlen_q; a row
+ * that sees no key gets o = 0 and lse = -inf. GQA / MQA as for fj_forward.
+ *
+ * Long caches are cut into num_splits ranges of keys, each computed by its own CTAs, then
+ * merged (split-KV): the splits' partial outputs go to a workspace the caller provides
+ * (fj_decode_workspace_size; none with one split).
+ *
+ * Strides are in elements, the last dimension contiguous, q / k_cache / v_cache / o
+ * 16-byte aligned and every stride a multiple of 8, as for fj_forward_args. */
+typedef struct fj_decode_args {
+  size_t struct_size;  /* sizeof(fj_decode_args) */
+  /* Device pointers. q: [batch, seqlen_q, num_heads_q, head_dim]; k_cache, v_cache: the
+   * cache as above; o (written): [batch, seqlen_q, num_heads_q, head_dim_v]. NULL only
+   * when nothing is read from them (no work; no keys for the caches). */
+  const void *q;
+  const void *k_cache;
+  const void *v_cache;
+  void *o;
+  /* Optional (NULL: not written): log-sum-exp of each query row (natural log, fp32,
+   * 4-byte aligned), [batch, num_heads_q, seqlen_q] contiguous. */
+  float *lse;
+  /* NULL: a contiguous cache. Else int32 [batch, table_stride] in device memory, 4-byte
+   * aligned: the pages of each sequence, in token order. Entries past a sequence's last
+   * page are not read; the others must be pages of the pool (< num_pages; the caller's
+   * promise, not checked on the device). */
+  const int32_t *block_table;
+  /* NULL: every sequence has seqlen_k keys. Else int32 [batch] in device memory, 4-byte
+   * aligned: the keys of each sequence, each at most seqlen_k (the caller's promise). */
+  const int32_t *cache_seqlens;
+  int32_t batch;     /* >= 0; 0 is a valid no-op */
+  int32_t seqlen_q;  /* new query rows per sequence, >= 0 (0: no-op) */
+  int32_t seqlen_k;  /* the longest cache length (the bound of cache_seqlens); for a
+                        contiguous cache its row count. >= 0 */
+  /* Paged cache only (ignored when block_table is NULL): tokens per page (>= 1, any
+   * size; multiples of 16 are the usual ones), pages in the pool (>= 1), and entries
+   * per block_table row (the most pages a sequence may have: >= ceil(seqlen_k /
+   * page_size)). */
+  int32_t page_size;
+  int32_t num_pages;
+  int32_t table_stride;
+  int64_t q_batch_stride, q_seq_stride, q_head_stride;
+  int64_t k_page_stride, k_row_stride, k_head_stride;  /* page: the batch when contiguous */
+  int64_t v_page_stride, v_row_stride, v_head_stride;
+  int64_t o_batch_stride, o_seq_stride, o_head_stride;
+  /* 0: automatic (enough CTAs to fill the device, at least a few key tiles each); else
+   * 1 to 128, capped at the number of key tiles. */
+  int32_t num_splits;
+  /* Scratch device memory of at least fj_decode_workspace_size() bytes (may be NULL
+   * when that is 0), 16-byte aligned, not used by anything else while the call runs on
+   * `stream`. Need not be initialised; undefined afterwards. */
+  void *workspace;
+  size_t workspace_bytes;
+} fj_decode_args;
+
+/* Zeroes `args` and sets its struct_size. */
+FJ_API void fj_decode_args_init(fj_decode_args *args);
+
+/* Checks decode arguments against a description without a device (what fj_decode
+ * checks before it launches, except the workspace size): FJ_SUCCESS, or the status and
+ * message fj_decode would give. */
+FJ_API fj_status fj_validate_decode_args(const fj_attention_desc *desc,
+                                         const fj_decode_args *args);
+
+/* The workspace fj_decode needs for `args` with the split count it will use (only the
+ * sizes and num_splits are read; pointers may be NULL): *bytes, a multiple of 256; 0
+ * when the call runs as one split. The kernel must have been obtained with desc.decode
+ * set. */
+FJ_API fj_status fj_decode_workspace_size(fj_kernel kernel, const fj_decode_args *args,
+                                          size_t *bytes);
+
+/* Writes o (and lse). Launches on `stream` and returns without waiting; like fj_forward
+ * it never compiles, tunes, allocates or synchronizes (graph-capturable). The kernel
+ * must have been obtained with desc.decode set (FJ_ERROR_INVALID_VALUE otherwise); the
+ * variant is picked by shape bucket of (seqlen_q, seqlen_k, batch * num_heads_q). */
+FJ_API fj_status fj_decode(fj_kernel kernel, const fj_decode_args *args, void *stream);
+
+/* Appending new keys and values to the cache: new_len rows of each sequence, k_new
+ * [batch, new_len, num_heads_kv, head_dim] and v_new [batch, new_len, num_heads_kv,
+ * head_dim_v], written to cache tokens cache_seqlens[b] - new_len .. cache_seqlens[b] - 1
+ * (the lengths count the new rows already: update them first). The cache's fields mean
+ * what they mean in fj_decode_args; its pages for the new tokens must be in block_table. */
+typedef struct fj_kv_append_args {
+  size_t struct_size;  /* sizeof(fj_kv_append_args) */
+  void *k_cache;       /* written */
+  void *v_cache;
+  const int32_t *block_table;    /* NULL: contiguous */
+  const int32_t *cache_seqlens;  /* NULL: every sequence has seqlen_k keys */
+  int32_t batch;       /* >= 0; 0 is a valid no-op */
+  int32_t seqlen_k;    /* the longest cache length, new rows included; >= new_len */
+  int32_t page_size;   /* paged only, as in fj_decode_args */
+  int32_t num_pages;
+  int32_t table_stride;
+  int64_t k_page_stride, k_row_stride, k_head_stride;
+  int64_t v_page_stride, v_row_stride, v_head_stride;
+  const void *k_new;   /* device pointers, 16-byte aligned; NULL only with no work */
+  const void *v_new;
+  int32_t new_len;     /* rows per sequence, >= 0 (0: no-op) */
+  int64_t k_new_batch_stride, k_new_seq_stride, k_new_head_stride;
+  int64_t v_new_batch_stride, v_new_seq_stride, v_new_head_stride;
+} fj_kv_append_args;
+
+/* Zeroes `args` and sets its struct_size. */
+FJ_API void fj_kv_append_args_init(fj_kv_append_args *args);
+
+/* Checks append arguments against a description without a device: FJ_SUCCESS, or the
+ * status and message fj_kv_append would give. */
+FJ_API fj_status fj_validate_kv_append_args(const fj_attention_desc *desc,
+                                            const fj_kv_append_args *args);
+
+/* Writes k_new and v_new into the cache. Asynchronous on `stream`, graph-capturable, no
+ * allocation; the kernel must have been obtained with desc.decode set. */
+FJ_API fj_status fj_kv_append(fj_kernel kernel, const fj_kv_append_args *args, void *stream);
+
 /* ---- What a kernel is ---------------------------------------------------------- */
 
 /* A kernel holds one or more variants, each tuned (or chosen) for one shape bucket.
@@ -464,7 +599,8 @@ struct fj_kernel_info {
   const char *device_key;   /* the tuning cache's device key */
   /* >= 1: the primary family's variants, then the fallback family's (fj_kernel_get;
    * their binary_key_text names the family, their note says "fallback"), then the
-   * backward pass's (see num_backward_variants). */
+   * backward pass's (see num_backward_variants), then the decode kernels' (see
+   * num_decode_variants). */
   int32_t num_variants;
   int32_t primary_variant;  /* index of the variant for the description's hinted bucket */
   /* Variants that fj_kernel_get compiled or tuned, fallback included (0: everything
@@ -478,11 +614,17 @@ struct fj_kernel_info {
   double tuned_us;          /* median time when it was tuned; 0 when never timed */
   double get_ms;            /* how long fj_kernel_get took for this handle */
   /* The backward pass (desc.backward): its family ("bwd_mma"; "" when the kernel has
-   * none) and how many variants it has; they are the last num_backward_variants of
-   * the kernel's variants (fj_kernel_variant_info). num_variants counts them too.
+   * none) and how many variants it has; they follow the forward families' variants
+   * (fj_kernel_variant_info), before the decode kernels'. num_variants counts them too.
    * (Added in 0.2: a struct_size that ends before them is accepted.) */
   const char *backward_family;
   int32_t num_backward_variants;
+  /* The decode kernels (desc.decode): their family ("dec_mma"; "" when the kernel has
+   * none) and how many variants they have: the last num_decode_variants of the
+   * kernel's variants. num_variants counts them too. (Added in 0.4: a struct_size that
+   * ends before them is accepted, and they are not written.) */
+  const char *decode_family;
+  int32_t num_decode_variants;
 };
 
 FJ_API fj_status fj_kernel_info(fj_kernel kernel, struct fj_kernel_info *info);

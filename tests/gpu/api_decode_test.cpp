@@ -1,0 +1,178 @@
+// fj_decode on a GPU through the C API: handles got with desc.decode = 1 run over paged
+// (shuffled pages, last page partly full) and contiguous caches, against the fp32
+// forward reference on the same tensors (tuner::DecodeChecker; outputs and lse poisoned
+// first), with the workspace fj_decode_workspace_size asks for; and the calls it must
+// refuse: a handle without decode, no or too small a workspace.
+#include "gpu_skip.h"
+
+#include "flashjit/flashjit.h"
+#include "support/error.h"
+#include "tuner/decode_checker.h"
+
+#include <algorithm>
+
+using namespace flashjit;
+
+namespace {
+
+struct ApiContext {
+  fj_context handle = nullptr;
+  ApiContext() {
+    fj_context_options options;
+    fj_context_options_init(&options);
+    options.tune_mode = FJ_TUNE_HEURISTIC;
+    options.user_cache_path = "";
+    EXPECT_EQ(fj_context_create(&options, &handle), FJ_SUCCESS) << fj_last_error_message();
+  }
+  ~ApiContext() {
+    if (handle) {
+      EXPECT_EQ(fj_context_destroy(handle), FJ_SUCCESS) << fj_last_error_message();
+    }
+  }
+};
+
+struct Kernel {
+  fj_kernel handle = nullptr;
+  ~Kernel() {
+    if (handle)
+      fj_kernel_release(handle);
+  }
+};
+
+fj_attention_desc decodeDesc(fj_dtype dtype, int d, int hq, int hkv, bool causal, bool decode) {
+  fj_attention_desc desc;
+  fj_attention_desc_init(&desc);
+  desc.dtype = dtype;
+  desc.head_dim = d;
+  desc.causal = causal;
+  desc.num_heads_q = hq;
+  desc.num_heads_kv = hkv;
+  desc.decode = decode;
+  return desc;
+}
+
+// The C API's arguments for the checker's parameters.
+fj_decode_args argsOf(const FjDecodeParams &p, const tuner::DecodeBuffers &b) {
+  fj_decode_args a;
+  fj_decode_args_init(&a);
+  a.q = p.q, a.k_cache = p.k, a.v_cache = p.v, a.o = p.o, a.lse = p.lse;
+  a.block_table = p.block_table, a.cache_seqlens = p.cache_seqlens;
+  a.batch = p.batch, a.seqlen_q = p.seqlen_q, a.seqlen_k = p.seqlen_k;
+  a.page_size = p.block_table ? p.page_size : 0;
+  a.num_pages = p.block_table ? b.pages : 0;
+  a.table_stride = p.block_table ? p.table_stride : 0;
+  a.q_batch_stride = p.q_batch_stride, a.q_seq_stride = p.q_row_stride;
+  a.q_head_stride = p.q_head_stride;
+  a.k_page_stride = p.k_page_stride, a.k_row_stride = p.k_row_stride;
+  a.k_head_stride = p.k_head_stride;
+  a.v_page_stride = p.v_page_stride, a.v_row_stride = p.v_row_stride;
+  a.v_head_stride = p.v_head_stride;
+  a.o_batch_stride = p.o_batch_stride, a.o_seq_stride = p.o_row_stride;
+  a.o_head_stride = p.o_head_stride;
+  a.num_splits = p.num_splits;
+  return a;
+}
+
+struct Case {
+  fj_dtype dtype;
+  int d, hq, hkv;
+  bool causal;
+  int seqQ, page, splits;
+  std::vector<int> lens;
+};
+
+} // namespace
+
+TEST(ApiDecode, MatchesReference) {
+  FLASHJIT_REQUIRE_GPU();
+  ApiContext ctx;
+  const Case cases[] = {
+      {FJ_DTYPE_BF16, 128, 32, 8, false, 1, 16, 0, {5000, 17, 1025}},
+      {FJ_DTYPE_BF16, 128, 32, 8, true, 5, 64, 0, {3, 4099}},
+      {FJ_DTYPE_FP16, 64, 8, 8, true, 1, 0, 1, {777, 2048}},
+      {FJ_DTYPE_FP16, 64, 16, 1, false, 16, 32, 4, {1500, 301, 9}},
+      {FJ_DTYPE_BF16, 256, 8, 2, true, 3, 256, 0, {12000}},
+  };
+  int checked = 0;
+  for (const Case &c : cases) {
+    fj_attention_desc desc = decodeDesc(c.dtype, c.d, c.hq, c.hkv, c.causal, true);
+    Kernel kernel;
+    ASSERT_EQ(fj_kernel_get(ctx.handle, &desc, &kernel.handle), FJ_SUCCESS)
+        << fj_last_error_message();
+    generator::KernelSpec spec;
+    spec.family = generator::Family::DecMma;
+    spec.dtype = c.dtype == FJ_DTYPE_FP16 ? generator::DType::FP16 : generator::DType::BF16;
+    spec.headDim = spec.headDimV = c.d;
+    spec.causal = c.causal;
+    tuner::ForwardShape shape;
+    shape.batch = (int)c.lens.size();
+    shape.headsQ = c.hq;
+    shape.headsKV = c.hkv;
+    shape.seqQ = c.seqQ;
+    shape.seqK = *std::max_element(c.lens.begin(), c.lens.end());
+    shape.seqlensK = c.lens;
+    shape.pageSize = c.page;
+    shape.decodeSplits = c.splits;
+    auto checker = tuner::DecodeChecker::create(spec, shape, 21 + checked, nullptr);
+    ASSERT_TRUE((bool)checker) << llvm::toString(checker.takeError());
+    runtime::DeviceBuffer workspace;
+    auto report = (*checker)->checkWith(
+        [&](const FjDecodeParams &p, const tuner::DecodeBuffers &b) -> llvm::Error {
+          fj_decode_args args = argsOf(p, b);
+          size_t bytes = 0;
+          if (fj_decode_workspace_size(kernel.handle, &args, &bytes) != FJ_SUCCESS)
+            return makeError(ErrorCode::Internal, "fj_decode_workspace_size: {0}",
+                             fj_last_error_message());
+          if (bytes) {
+            auto buffer = runtime::DeviceBuffer::allocate(bytes);
+            if (!buffer)
+              return buffer.takeError();
+            workspace = std::move(*buffer);
+            args.workspace = (void *)workspace.ptr();
+            args.workspace_bytes = bytes;
+          }
+          if (fj_decode(kernel.handle, &args, nullptr) != FJ_SUCCESS)
+            return makeError(ErrorCode::Internal, "fj_decode: {0}", fj_last_error_message());
+          return llvm::Error::success();
+        },
+        nullptr);
+    ASSERT_TRUE((bool)report) << llvm::toString(report.takeError());
+    EXPECT_TRUE(report->passed) << report->summary() << " case " << checked;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 5);
+}
+
+TEST(ApiDecode, RefusesWhatItCannotRun) {
+  FLASHJIT_REQUIRE_GPU();
+  ApiContext ctx;
+  generator::KernelSpec spec;
+  spec.family = generator::Family::DecMma;
+  spec.headDim = spec.headDimV = 128;
+  tuner::ForwardShape shape;
+  shape.batch = 1, shape.headsQ = 8, shape.headsKV = 8, shape.seqQ = 1, shape.seqK = 8192;
+  shape.seqlensK = {8192};
+  shape.pageSize = 64;
+  auto checker = tuner::DecodeChecker::create(spec, shape, 5, nullptr);
+  ASSERT_TRUE((bool)checker) << llvm::toString(checker.takeError());
+  for (bool decode : {false, true}) {
+    fj_attention_desc desc = decodeDesc(FJ_DTYPE_BF16, 128, 8, 8, false, decode);
+    Kernel kernel;
+    ASSERT_EQ(fj_kernel_get(ctx.handle, &desc, &kernel.handle), FJ_SUCCESS)
+        << fj_last_error_message();
+    auto report = (*checker)->checkWith(
+        [&](const FjDecodeParams &p, const tuner::DecodeBuffers &b) -> llvm::Error {
+          fj_decode_args args = argsOf(p, b);
+          args.num_splits = 8;  // needs a workspace
+          EXPECT_EQ(fj_decode(kernel.handle, &args, nullptr), FJ_ERROR_INVALID_VALUE);
+          std::string message = fj_last_error_message();
+          EXPECT_NE(message.find(decode ? "workspace" : "desc.decode"), std::string::npos)
+              << message;
+          return llvm::Error::success();
+        },
+        nullptr);
+    ASSERT_TRUE((bool)report);
+    EXPECT_FALSE(report->passed);  // nothing was written: the poison is still there
+    EXPECT_GT(report->badValues, 0);
+  }
+}
