@@ -4,6 +4,7 @@
     import flashjit
     o = flashjit.attention(q, k, v, causal=True)          # [batch, seq, heads, dim]
     o = flashjit.sdpa(query, key, value, is_causal=True)   # F.scaled_dot_product_attention's call
+    o = flashjit.decode(q, k_cache, v_cache, cache_seqlens, block_table)  # a decode step
 
 Importing needs neither torch, nor a GPU, nor the library: the library is loaded by the
 first call that needs it, torch by the first call on tensors.
@@ -14,14 +15,15 @@ import os
 import re
 
 from ._capi import FlashJitError, library
-from ._checks import (check_alibi_slopes, check_features, check_inputs, check_max_seqlens,
-                      check_mod_args, PLAIN)
+from ._checks import (check_alibi_slopes, check_decode, check_features, check_inputs,
+                      check_kv_append, check_max_seqlens, check_mod_args, PLAIN)
 from . import _runtime
 
-__version__ = "0.3.0"  # the package's version (python/pyproject.toml reads it from here)
+__version__ = "0.4.0"  # the package's version (python/pyproject.toml reads it from here)
 
-__all__ = ["attention", "sdpa", "info", "configure", "tuning", "FlashJitError", "library_path",
-           "version", "has_backward", "__version__"]
+__all__ = ["attention", "sdpa", "decode", "kv_append", "info", "configure", "tuning",
+           "FlashJitError", "library_path", "version", "has_backward", "has_decode",
+           "__version__"]
 
 
 def library_path():
@@ -37,6 +39,11 @@ def version():
 def has_backward():
     """Whether the library has the backward pass (fj_backward, 0.2 and later)."""
     return library().has_backward
+
+
+def has_decode():
+    """Whether the library has the decode kernels (fj_decode, fj_kv_append; 0.4 and later)."""
+    return getattr(library(), "has_decode", False)
 
 
 def _torch_ops():
@@ -96,17 +103,18 @@ def _default_cache_path():
 
 def info():
     """What flashjit has, as a dict: the library (path, version, whether it has the
-    backward pass), the package's version, the environment variables the library reads,
+    backward pass and the decode kernels), the package's version, the environment variables the library reads,
     the settings and the user cache they point to, each context opened so far (device,
     its name and compile target, tune mode, cache path, compilations and tunes) and each
-    kernel handle got so far (its description, family, tile, origin, backward family).
+    kernel handle got so far (its description, family, tile, origin, backward and decode
+    families).
     The C API describes devices only through a context: there is no device list here
     before the first call on a GPU."""
     lib = library()
     s = _runtime.current_settings()
     return dict(
         library=lib.path, version=lib.version(), package_version=__version__,
-        backward=lib.has_backward,
+        backward=lib.has_backward, decode=getattr(lib, "has_decode", False),
         environment={k: os.environ[k] for k in ("FLASHJIT_CACHE", "FLASHJIT_TUNE",
                                                 "FLASHJIT_FAMILY", "FLASHJIT_LIBRARY",
                                                 "XDG_CACHE_HOME") if k in os.environ},
@@ -273,3 +281,82 @@ def _positive_number(x):
         return math.isfinite(float(x)) and float(x) > 0
     except (TypeError, ValueError):
         return False
+
+
+# ---- decode over a KV cache (0.4) --------------------------------------------------
+_decode_ops = None
+
+
+def _load_decode_ops():
+    global _decode_ops
+    if _decode_ops is None:
+        from . import _decode  # imports torch
+        _decode_ops = _decode
+    return _decode_ops
+
+
+def decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, *, causal=False,
+           softmax_scale=None, num_splits=0, return_lse=False, out=None, max_seqlen_k=None):
+    """Attention of a few new query rows per sequence against a KV cache (a decode step;
+    fj_decode), on CUDA fp16/bf16 tensors, launched on the current stream.
+
+    q [batch, seqlen_q, heads_q, d]. The cache is either contiguous, k_cache
+    [batch, seqlen_k, heads_kv, d] and v_cache [batch, seqlen_k, heads_kv, dv] with
+    block_table None, or paged (vLLM / FlashAttention's layout): a pool k_cache
+    [num_pages, page_size, heads_kv, d] (v_cache likewise, dv) and block_table, int32
+    [batch, max_pages], the pages of each sequence in token order (token j of sequence b
+    is row j % page_size of page block_table[b, j // page_size]). cache_seqlens, int32
+    [batch]: the keys of each sequence, its new tokens included (kv_append them first);
+    None: every sequence has all seqlen_k keys of a contiguous cache (required when
+    paged). GQA/MQA when heads_q is a multiple of heads_kv. causal is aligned to the
+    bottom right per sequence: query i sees keys j <= i + cache_seqlens[b] - seqlen_q (a
+    row that sees no key gets 0, lse -inf). softmax_scale None: 1/sqrt(d).
+
+    num_splits: how many ranges of keys are computed in parallel and merged (split-KV):
+    0 automatic, else 1 to 128. max_seqlen_k: the longest cache_seqlens entry if known (an
+    int; None: the cache's capacity, seqlen_k or max_pages * page_size), which sizes the
+    splits; every entry must be at most it. The split workspace is allocated with torch.
+
+    Returns o [batch, seqlen_q, heads_q, dv] (contiguous, or written into `out`), and with
+    return_lse also the log-sum-exp, fp32 [batch, heads_q, seqlen_q], natural log.
+    Inference only: no gradient flows through it (the result has no autograd history).
+    The handle is got per (device, dtype, d, dv, heads_q, heads_kv, causal, scale) with
+    the decode kernels (desc.decode): its first call may tune or compile, later ones
+    launch only (CUDA graphs can capture them; torch.compile traces the flashjit::decode
+    operator)."""
+    ops = _decode_ops
+    if ops is not None:
+        result = ops.fast_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal,
+                                 softmax_scale, num_splits, return_lse, out, max_seqlen_k)
+        if result is not None:
+            return result
+    # The data pointers' alignment is checked when the call's plan is made (not here:
+    # torch.compile cannot trace data_ptr()).
+    sizes = check_decode(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale,
+                         num_splits, out, max_seqlen_k)
+    return _load_decode_ops().decode(q, k_cache, v_cache, cache_seqlens, block_table, causal,
+                                     softmax_scale, num_splits, return_lse, out,
+                                     max_seqlen_k, sizes)
+
+
+def kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table=None):
+    """Writes new_len new rows per sequence into a KV cache (fj_kv_append), on the current
+    stream: k_new [batch, new_len, heads_kv, d] and v_new [batch, new_len, heads_kv, dv]
+    go to tokens cache_seqlens[b] - new_len .. cache_seqlens[b] - 1 of sequence b, i.e.
+    cache_seqlens (int32 [batch]) already counts the new rows: update it first (None: every
+    sequence is full, the rows go to its last new_len tokens). The cache as in decode():
+    contiguous [batch, seqlen_k, heads_kv, d] with block_table None, or paged
+    [num_pages, page_size, heads_kv, d] with block_table int32 [batch, max_pages], whose
+    entries for the new tokens' pages must be set. In place; returns None.
+
+    The append kernel depends only on (dtype, d, dv, heads_kv): it uses a decode handle
+    already got for them, else gets one for the MHA description without tuning (the
+    heuristic tile; none compiled when the tune mode is 'cached')."""
+    ops = _decode_ops
+    if ops is not None and ops.fast_kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens,
+                                              block_table):
+        return None
+    sizes = check_kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table)
+    _load_decode_ops().kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table,
+                                 sizes)
+    return None

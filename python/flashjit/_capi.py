@@ -64,7 +64,9 @@ class AttentionDesc(C.Structure):
                 # attention features (0.3)
                 ("window", C.c_int32), ("window_left", C.c_int32), ("window_right", C.c_int32),
                 ("softcap", C.c_float), ("alibi", C.c_int32), ("score_mod", C.c_char_p),
-                ("mask_mod", C.c_char_p), ("tuning_mod_args", C.POINTER(ModArgs))]
+                ("mask_mod", C.c_char_p), ("tuning_mod_args", C.POINTER(ModArgs)),
+                # the decode kernels (0.4): fj_decode, fj_kv_append
+                ("decode", C.c_int32)]
 
 
 class ForwardArgs(C.Structure):
@@ -92,6 +94,34 @@ class BackwardArgs(C.Structure):
                 ("workspace", C.c_void_p), ("workspace_bytes", C.c_size_t)]
 
 
+# Decode over a KV cache (0.4): fj_decode_args and fj_kv_append_args. The cache's strides
+# are (page, row, head): the page stride is the batch stride of a contiguous cache.
+_CACHE_STRIDES = ("page", "row", "head")
+
+
+class DecodeArgs(C.Structure):
+    _fields_ = [("struct_size", C.c_size_t)] + \
+               [(n, C.c_void_p) for n in ("q", "k_cache", "v_cache", "o", "lse", "block_table",
+                                          "cache_seqlens")] + \
+               [(n, C.c_int32) for n in ("batch", "seqlen_q", "seqlen_k", "page_size",
+                                         "num_pages", "table_stride")] + \
+               [(f"q_{s}_stride", C.c_int64) for s in _STRIDES] + \
+               [(f"{t}_{s}_stride", C.c_int64) for t in "kv" for s in _CACHE_STRIDES] + \
+               [(f"o_{s}_stride", C.c_int64) for s in _STRIDES] + \
+               [("num_splits", C.c_int32), ("workspace", C.c_void_p),
+                ("workspace_bytes", C.c_size_t)]
+
+
+class KvAppendArgs(C.Structure):
+    _fields_ = [("struct_size", C.c_size_t)] + \
+               [(n, C.c_void_p) for n in ("k_cache", "v_cache", "block_table", "cache_seqlens")] + \
+               [(n, C.c_int32) for n in ("batch", "seqlen_k", "page_size", "num_pages",
+                                         "table_stride")] + \
+               [(f"{t}_{s}_stride", C.c_int64) for t in "kv" for s in _CACHE_STRIDES] + \
+               [("k_new", C.c_void_p), ("v_new", C.c_void_p), ("new_len", C.c_int32)] + \
+               [(f"{t}_new_{s}_stride", C.c_int64) for t in "kv" for s in _STRIDES]
+
+
 class KernelInfo(C.Structure):
     _fields_ = [("struct_size", C.c_size_t), ("family", C.c_char_p), ("spec_key", C.c_char_p),
                 ("device_key", C.c_char_p), ("num_variants", C.c_int32),
@@ -99,7 +129,8 @@ class KernelInfo(C.Structure):
                 ("origin", C.c_int32), ("block_m", C.c_int32), ("block_n", C.c_int32),
                 ("warps", C.c_int32), ("stages", C.c_int32), ("registers", C.c_int32),
                 ("shared_bytes", C.c_int32), ("tuned_us", C.c_double), ("get_ms", C.c_double),
-                ("backward_family", C.c_char_p), ("num_backward_variants", C.c_int32)]
+                ("backward_family", C.c_char_p), ("num_backward_variants", C.c_int32),
+                ("decode_family", C.c_char_p), ("num_decode_variants", C.c_int32)]  # 0.4
 
 
 class VariantInfo(C.Structure):
@@ -117,7 +148,8 @@ class VariantInfo(C.Structure):
 STRUCTS = {"fj_context_options": ContextOptions, "struct fj_context_info": ContextInfo,
            "fj_attention_desc": AttentionDesc, "fj_forward_args": ForwardArgs,
            "fj_backward_args": BackwardArgs, "struct fj_kernel_info": KernelInfo,
-           "fj_variant_info": VariantInfo, "fj_mod_args": ModArgs}
+           "fj_variant_info": VariantInfo, "fj_mod_args": ModArgs,
+           "fj_decode_args": DecodeArgs, "fj_kv_append_args": KvAppendArgs}
 
 
 def _candidates():
@@ -162,6 +194,16 @@ _BACKWARD = {
                                             C.POINTER(C.c_size_t)]),
     "fj_validate_backward_args": (lambda: [C.POINTER(AttentionDesc), C.POINTER(BackwardArgs)]),
 }
+# Decode over a KV cache (0.4): optional too, so that an older library still serves the rest.
+_DECODE = {
+    "fj_decode": (lambda: [C.c_void_p, C.POINTER(DecodeArgs), C.c_void_p]),
+    "fj_decode_workspace_size": (lambda: [C.c_void_p, C.POINTER(DecodeArgs),
+                                          C.POINTER(C.c_size_t)]),
+    "fj_validate_decode_args": (lambda: [C.POINTER(AttentionDesc), C.POINTER(DecodeArgs)]),
+    "fj_kv_append": (lambda: [C.c_void_p, C.POINTER(KvAppendArgs), C.c_void_p]),
+    "fj_validate_kv_append_args": (lambda: [C.POINTER(AttentionDesc),
+                                            C.POINTER(KvAppendArgs)]),
+}
 
 
 class Library:
@@ -201,6 +243,11 @@ class Library:
         self.has_backward = all(hasattr(L, name) for name in _BACKWARD)
         if self.has_backward:
             for name, args in _BACKWARD.items():
+                fn = getattr(L, name)
+                fn.argtypes, fn.restype = args(), C.c_int
+        self.has_decode = all(hasattr(L, name) for name in _DECODE)
+        if self.has_decode:
+            for name, args in _DECODE.items():
                 fn = getattr(L, name)
                 fn.argtypes, fn.restype = args(), C.c_int
 

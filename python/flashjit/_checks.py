@@ -315,3 +315,290 @@ def check_mod_args(mod_tensors=(), mod_scalars=(), mod_ints=(), device=None):
         if not INT32[0] <= n <= INT32[1]:
             raise ValueError(f"mod_ints[{i}] is {n}: expected an int32")
     return tensors, scalars, ints
+
+
+# ---- decode over a KV cache (0.4) --------------------------------------------------
+MAX_DECODE_SPLITS = 128  # fj_decode_args.num_splits: 0 (automatic) or 1 to this
+MIN_DECODE_ROW_TILE = 16  # dec_mma's smallest row tile (the grid's y dimension)
+
+# The checked sizes of a decode call. seqlen_k: the bound of cache_seqlens (fj_decode_args.
+# seqlen_k); page_size, num_pages, table_stride: 0 for a contiguous cache; scale 0.0 for
+# 1/sqrt(head_dim).
+DecodeSizes = namedtuple("DecodeSizes", "batch seqlen_q heads_q heads_kv head_dim head_dim_v "
+                                        "seqlen_k paged page_size num_pages table_stride "
+                                        "scale num_splits")
+# The checked sizes of an append: seqlen_k the cache's capacity per sequence.
+AppendSizes = namedtuple("AppendSizes", "batch new_len heads_kv head_dim head_dim_v seqlen_k "
+                                        "paged page_size num_pages table_stride")
+
+
+def _is_tensor(name, t, what):
+    for attr in ("shape", "stride", "dtype", "device"):
+        if not hasattr(t, attr):
+            raise TypeError(f"{name} is a {type(t).__name__}, not a tensor: expected {what}")
+
+
+def _check_strided(name, t, axes, pointers):
+    """The C API's memory rules (see _check_memory) for a 4-D tensor whose first three
+    dimensions are named `axes` in messages; empty tensors are not checked."""
+    shape, st = tuple(t.shape), t.stride()
+    if 0 in shape:
+        return
+    if st[-1] != 1 and shape[-1] > 1:
+        raise ValueError(f"{name}'s last dimension has stride {st[-1]}: it must be "
+                         f"contiguous (stride 1); call {name}.contiguous()")
+    for axis, size, stride in zip(axes, shape[:3], st[:3]):
+        if size > 1 and (stride <= 0 or stride % 8):
+            raise ValueError(
+                f"{name}'s {axis} stride is {stride} elements (strides {tuple(st)}): flashjit "
+                f"reads 16-byte vectors, so every stride but the last must be a positive "
+                f"multiple of 8; call {name}.contiguous()")
+    if pointers and t.data_ptr() % 16:
+        raise ValueError(f"{name}'s data is at {t.data_ptr():#x}, not 16-byte aligned (a view "
+                         f"with an offset?); call {name}.contiguous() or .clone()")
+
+
+def _check_4d(name, t, what):
+    _is_tensor(name, t, what)
+    if len(t.shape) != 4:
+        raise ValueError(f"{name} has {len(t.shape)} dimensions {tuple(t.shape)}: expected 4, "
+                         f"{what}")
+    if dtype_name(t) is None:
+        raise TypeError(f"{name}.dtype is {t.dtype}: flashjit takes torch.float16 or "
+                        f"torch.bfloat16")
+    if str(t.device).split(":")[0] != "cuda":
+        raise ValueError(f"{name} is on {t.device}: flashjit runs on CUDA tensors")
+
+
+def _same(names, tensors):
+    """One dtype and one device for all of `tensors`."""
+    dtypes = [str(t.dtype) for t in tensors]
+    if dtypes.count(dtypes[0]) != len(dtypes):
+        raise TypeError(f"{', '.join(names)} have dtypes {', '.join(dtypes)}: they must be "
+                        f"the same")
+    devices = [str(t.device) for t in tensors]
+    if devices.count(devices[0]) != len(devices):
+        raise ValueError(f"{', '.join(names)} are on {', '.join(devices)}: they must be on "
+                         f"one device")
+
+
+def _check_head_dims(d, dk, dv, q_name="q", k_name="k_cache", v_name="v_cache"):
+    if dk != d:
+        raise ValueError(f"{q_name}'s head dim is {d} and {k_name}'s {dk}: they must be equal")
+    for name, value in ((f"{k_name}'s head dim", dk), (f"{v_name}'s head dim", dv)):
+        if value % 8 or value < 8 or value > MAX_HEAD_DIM:
+            raise ValueError(f"{name} is {value}: flashjit takes multiples of 8 from 8 to "
+                             f"{MAX_HEAD_DIM}")
+
+
+def _int_tensor(name, t, shape, device, what, pointers):
+    """A torch.int32 tensor of `shape` on `device`, its last dimension contiguous."""
+    _is_tensor(name, t, what)
+    if str(t.dtype) != "torch.int32":
+        raise TypeError(f"{name}.dtype is {t.dtype}: expected torch.int32 ({what})")
+    if str(t.device) != str(device):
+        raise ValueError(f"{name} is on {t.device}, q on {device}: they must be on one device "
+                         f"(device memory, read by the kernels)")
+    wrong = len(t.shape) != len(shape)
+    if not wrong:
+        for n, want in zip(t.shape, shape):  # (a loop: torch.compile traces this)
+            if want is not None and n != want:
+                wrong = True
+    if wrong:
+        text = ", ".join(["?" if n is None else str(n) for n in shape])
+        if len(shape) == 1:
+            text += ","
+        raise ValueError(f"{name} is {tuple(t.shape)}: expected ({text}), {what}")
+    if t.shape[-1] > 1 and t.stride()[-1] != 1:
+        raise ValueError(f"{name} has strides {tuple(t.stride())}: its last dimension must be "
+                         f"contiguous; call {name}.contiguous()")
+    if pointers and t.data_ptr() % 4:
+        raise ValueError(f"{name}'s data is not 4-byte aligned")
+
+
+def _cache_layout(k_cache, v_cache, batch, block_table, device, pointers, caller):
+    """(paged, page_size, num_pages, table_stride, capacity) of a KV cache: contiguous
+    [batch, seqlen_k, heads_kv, d] without a block table, paged [num_pages, page_size,
+    heads_kv, d] with one ([batch, max_pages] int32). capacity: the most keys a sequence
+    can have (seqlen_k; max_pages * page_size)."""
+    p, s, hk = k_cache.shape[:3]
+    if tuple(v_cache.shape[:3]) != (p, s, hk):
+        what = "pages, page size" if block_table is not None else "batch, sequence"
+        raise ValueError(f"k_cache is {tuple(k_cache.shape)} and v_cache "
+                         f"{tuple(v_cache.shape)}: they must agree in {what} and heads")
+    if block_table is None:
+        if p != batch:
+            raise ValueError(f"k_cache has batch {p} and {caller} {batch}: a contiguous cache "
+                             f"([batch, seqlen_k, heads_kv, head_dim]) holds one row per "
+                             f"sequence (pass block_table for a paged cache)")
+        return False, 0, 0, 0, s
+    _int_tensor("block_table", block_table, (batch, None), device,
+                "[batch, max_pages], the pages of each sequence in token order", pointers)
+    max_pages = block_table.shape[1]
+    if s < 1 or p < 1:
+        raise ValueError(f"k_cache is {tuple(k_cache.shape)}: a paged cache ([num_pages, "
+                         f"page_size, heads_kv, head_dim]) needs at least one page of at least "
+                         f"one token")
+    table_stride = max_pages
+    if batch > 1:
+        table_stride = block_table.stride()[0]
+        if table_stride < max_pages:
+            raise ValueError(f"block_table has strides {tuple(block_table.stride())}: its rows "
+                             f"must not overlap; call block_table.contiguous()")
+    if table_stride > INT32[1]:
+        raise ValueError(f"block_table's row stride is {table_stride}: at most 2^31 - 1")
+    return True, s, p, table_stride, max_pages * s
+
+
+def _seqlens(cache_seqlens, batch, device, pointers):
+    _int_tensor("cache_seqlens", cache_seqlens, (batch,), device,
+                "[batch], the keys of each sequence", pointers)
+
+
+def check_decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, softmax_scale=None,
+                 num_splits=0, out=None, max_seqlen_k=None, pointers=False):
+    """Checks flashjit.decode's arguments (TypeError / ValueError naming the argument and
+    the value, the C API's rules: api/validate_decode.cpp); returns their DecodeSizes."""
+    paged = block_table is not None
+    what_cache = "[num_pages, page_size, heads_kv, head_dim] (paged: block_table given)" \
+        if paged else "[batch, seqlen_k, heads_kv, head_dim] (a contiguous cache; pass " \
+                      "block_table for a paged one)"
+    _check_4d("q", q, "[batch, seqlen_q, heads_q, head_dim]")
+    _check_4d("k_cache", k_cache, what_cache)
+    _check_4d("v_cache", v_cache, what_cache.replace("head_dim", "head_dim_v", 1))
+    _same(("q", "k_cache", "v_cache"), (q, k_cache, v_cache))
+    batch, seqlen_q, heads_q, d = q.shape
+    heads_kv, dk, dv = k_cache.shape[2], k_cache.shape[3], v_cache.shape[3]
+    _check_head_dims(d, dk, dv)
+    paged, page_size, num_pages, table_stride, capacity = _cache_layout(
+        k_cache, v_cache, batch, block_table, q.device, pointers, "q")
+    if heads_kv == 0 or heads_q == 0 or heads_q % heads_kv:
+        raise ValueError(f"q has {heads_q} heads and k_cache/v_cache {heads_kv}: the query "
+                         f"heads must be a non-zero multiple of the key/value heads (GQA/MQA)")
+    if heads_q > MAX_GRID or batch > MAX_GRID:
+        raise ValueError(f"q has batch {batch} and {heads_q} heads: flashjit takes at most "
+                         f"{MAX_GRID} of each (a CUDA grid dimension)")
+    if batch * heads_kv > MAX_GRID:
+        raise ValueError(f"q has batch {batch} and the cache {heads_kv} heads: decode takes "
+                         f"batch * heads_kv <= {MAX_GRID} (a CUDA grid dimension)")
+    group = heads_q // heads_kv
+    if seqlen_q > MAX_SEQLEN or -(-seqlen_q * group // MIN_DECODE_ROW_TILE) > MAX_GRID:
+        raise ValueError(f"q has {seqlen_q} rows per sequence and {group} query heads per "
+                         f"key/value head: decode takes at most "
+                         f"{MAX_GRID * MIN_DECODE_ROW_TILE} of their product (a CUDA grid "
+                         f"dimension)")
+    if cache_seqlens is not None:
+        _seqlens(cache_seqlens, batch, q.device, pointers)
+    elif paged:
+        raise ValueError("a paged cache (block_table given) needs cache_seqlens, the int32 "
+                         "[batch] keys of each sequence")
+    if max_seqlen_k is None:
+        seqlen_k = capacity
+    else:
+        if isinstance(max_seqlen_k, bool):
+            raise TypeError(f"max_seqlen_k is {max_seqlen_k!r}: expected an int")
+        try:
+            seqlen_k = operator.index(max_seqlen_k)
+        except TypeError:
+            raise TypeError(f"max_seqlen_k is {max_seqlen_k!r}: expected an int") from None
+        if not 0 <= seqlen_k <= capacity:
+            raise ValueError(f"max_seqlen_k is {seqlen_k}: expected 0 to the cache's capacity "
+                             f"per sequence, {capacity} (the longest cache_seqlens entry)")
+    if seqlen_k > MAX_SEQLEN:
+        raise ValueError(f"the cache holds {seqlen_k} keys per sequence: flashjit takes at "
+                         f"most 2^30 (pass max_seqlen_k, the longest cache_seqlens entry)")
+    if isinstance(num_splits, bool):
+        raise TypeError(f"num_splits is {num_splits!r}: expected an int")
+    try:
+        num_splits = operator.index(num_splits)
+    except TypeError:
+        raise TypeError(f"num_splits is {num_splits!r}: expected an int (0: automatic)") \
+            from None
+    if not 0 <= num_splits <= MAX_DECODE_SPLITS:
+        raise ValueError(f"num_splits is {num_splits}: expected 0 (automatic) or 1 to "
+                         f"{MAX_DECODE_SPLITS}")
+    scale = _scale(softmax_scale, d)
+    if out is not None:
+        _check_4d("out", out, f"[batch, seqlen_q, heads_q, head_dim_v] = "
+                              f"{(batch, seqlen_q, heads_q, dv)}")
+        if tuple(out.shape) != (batch, seqlen_q, heads_q, dv):
+            raise ValueError(f"out is {tuple(out.shape)}: expected "
+                             f"{(batch, seqlen_q, heads_q, dv)}, [batch, seqlen_q, heads_q, "
+                             f"head_dim_v]")
+        _same(("q", "out"), (q, out))
+    work = batch > 0 and seqlen_q > 0
+    if work:
+        _check_strided("q", q, ("batch", "sequence", "head"), pointers)
+        if out is not None:
+            _check_strided("out", out, ("batch", "sequence", "head"), pointers)
+        if seqlen_k > 0:
+            axes = ("page", "row", "head") if paged else ("batch", "sequence", "head")
+            _check_strided("k_cache", k_cache, axes, pointers)
+            _check_strided("v_cache", v_cache, axes, pointers)
+    return DecodeSizes(batch, seqlen_q, heads_q, heads_kv, d, dv, seqlen_k, paged, page_size,
+                       num_pages, table_stride, scale, num_splits)
+
+
+def _scale(softmax_scale, d):
+    if softmax_scale is None:
+        return 0.0  # the library's default: 1 / sqrt(head_dim)
+    if isinstance(softmax_scale, bool):
+        raise TypeError(f"softmax_scale is {softmax_scale!r}: expected a number (None: "
+                        f"1/sqrt({d}))")
+    try:
+        value = float(softmax_scale)
+    except (TypeError, ValueError):
+        raise TypeError(f"softmax_scale is {softmax_scale!r}: expected a number (None: "
+                        f"1/sqrt({d}))") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"softmax_scale is {softmax_scale!r}: expected a finite positive "
+                         f"number (None: 1/sqrt({d}))")
+    return value
+
+
+def check_kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens=None, block_table=None,
+                    pointers=False):
+    """Checks flashjit.kv_append's arguments; returns their AppendSizes."""
+    paged = block_table is not None
+    what_cache = "[num_pages, page_size, heads_kv, head_dim] (paged: block_table given)" \
+        if paged else "[batch, seqlen_k, heads_kv, head_dim] (a contiguous cache; pass " \
+                      "block_table for a paged one)"
+    _check_4d("k_new", k_new, "[batch, new_len, heads_kv, head_dim]")
+    _check_4d("v_new", v_new, "[batch, new_len, heads_kv, head_dim_v]")
+    _check_4d("k_cache", k_cache, what_cache)
+    _check_4d("v_cache", v_cache, what_cache.replace("head_dim", "head_dim_v", 1))
+    _same(("k_cache", "v_cache", "k_new", "v_new"), (k_cache, v_cache, k_new, v_new))
+    batch, new_len, heads_kv, d = k_new.shape
+    if tuple(v_new.shape[:3]) != (batch, new_len, heads_kv):
+        raise ValueError(f"k_new is {tuple(k_new.shape)} and v_new {tuple(v_new.shape)}: "
+                         f"they must agree in batch, rows and heads")
+    _check_head_dims(d, k_cache.shape[3], v_cache.shape[3], "k_new", "k_cache", "v_cache")
+    if v_new.shape[3] != v_cache.shape[3]:
+        raise ValueError(f"v_new's head dim is {v_new.shape[3]} and v_cache's "
+                         f"{v_cache.shape[3]}: they must be equal")
+    if k_cache.shape[2] != heads_kv:
+        raise ValueError(f"k_new has {heads_kv} heads and k_cache {k_cache.shape[2]}: they "
+                         f"must be equal")
+    if heads_kv == 0:
+        raise ValueError("k_new has 0 heads")
+    paged, page_size, num_pages, table_stride, capacity = _cache_layout(
+        k_cache, v_cache, batch, block_table, k_new.device, pointers, "k_new")
+    if batch > MAX_GRID:
+        raise ValueError(f"k_new has batch {batch}: flashjit takes at most {MAX_GRID} (a CUDA "
+                         f"grid dimension)")
+    if cache_seqlens is not None:
+        _seqlens(cache_seqlens, batch, k_new.device, pointers)
+    if capacity > MAX_SEQLEN:
+        raise ValueError(f"the cache holds {capacity} keys per sequence: flashjit takes at "
+                         f"most 2^30")
+    if new_len > capacity:
+        raise ValueError(f"k_new has {new_len} rows per sequence: more than the cache holds, "
+                         f"{capacity}")
+    if batch > 0 and new_len > 0:
+        _check_strided("k_new", k_new, ("batch", "sequence", "head"), pointers)
+        _check_strided("v_new", v_new, ("batch", "sequence", "head"), pointers)
+        axes = ("page", "row", "head") if paged else ("batch", "sequence", "head")
+        _check_strided("k_cache", k_cache, axes, pointers)
+        _check_strided("v_cache", v_cache, axes, pointers)
+    return AppendSizes(batch, new_len, heads_kv, d, v_cache.shape[3], capacity, paged,
+                       page_size, num_pages, table_stride)

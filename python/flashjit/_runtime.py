@@ -10,12 +10,16 @@ from . import _capi, _checks
 
 _lock = threading.Lock()
 _contexts = {}   # (device, tune mode, cache path, budget) -> fj_context handle
-# (device, dtype, d, dv, heads_q, heads_kv, causal, scale, backward, features) -> (handle,
-# info, context key); features is a _checks.Features (the user code's text included). The
+# (device, dtype, d, dv, heads_q, heads_kv, causal, scale, backward, features, decode) ->
+# (handle, info, context key); features is a _checks.Features (the user code's text
+# included), decode whether the handle carries the decode kernels (desc.decode). The
 # settings in force when a description is first got decide how its kernel is got (cache,
 # tune, compile); later calls reuse the handle whatever the settings.
 _kernels = {}
 _local = threading.local()
+# Caches of launch plans that hold kernel handles (_decode's): cleared when the handles
+# they hold are released (forget_decode_kernels).
+plan_caches = []
 
 DEFAULT_SETTINGS = dict(tune_mode="auto", cache_path=None, budget_s=0.0)
 settings = dict(DEFAULT_SETTINGS)
@@ -78,6 +82,12 @@ def no_backward_message(lib):
             f"torch.no_grad()")
 
 
+def no_decode_message(lib):
+    return (f"flashjit: {lib.path} (version {lib.version()}) has no decode kernels (no "
+            f"fj_decode): flashjit.decode and flashjit.kv_append need a library of 0.4 or "
+            f"later")
+
+
 def features_backward_message(features):
     return (f"flashjit: the backward pass does not support attention features yet "
             f"({_checks.features_on(features)}): gradients through flashjit.attention with "
@@ -86,20 +96,23 @@ def features_backward_message(features):
 
 
 def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints,
-           features=_checks.PLAIN, tuning_args=None):
+           features=_checks.PLAIN, tuning_args=None, decode=False):
     """(handle, info) for a description: got once per device (fj_kernel_get may compile
     or tune), then reused. dtype 'fp16' or 'bf16'; scale 0.0 for 1/sqrt(d); hints
     (seqlen_q, seqlen_k, batch) choose the shape bucket tuned first; features a checked
     _checks.Features; tuning_args (an _capi.ModArgs, or None) what the tuner runs the
-    user code with if this call gets the kernel (not part of the key)."""
+    user code with if this call gets the kernel (not part of the key); decode: the handle
+    also carries the decode kernels (desc.decode, 0.4)."""
     key = (device, dtype, d, dv, hq, hkv, bool(causal), float(scale), bool(backward),
-           features)
+           features, bool(decode))
     found = _kernels.get(key)
     if found is not None:
         return found[0], found[1]
     lib = _capi.library()
     if backward and not lib.has_backward:
         raise RuntimeError(no_backward_message(lib))
+    if decode and not getattr(lib, "has_decode", False):
+        raise RuntimeError(no_decode_message(lib))
     if backward and features != _checks.PLAIN:
         raise NotImplementedError(features_backward_message(features))
     ctx_key, ctx = context(device)
@@ -107,7 +120,7 @@ def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints,
                      else _capi.FJ_DTYPE_FP16, head_dim=d, head_dim_v=dv, causal=int(causal),
                      num_heads_q=hq, num_heads_kv=hkv, softmax_scale=scale,
                      seqlen_q_hint=_hint(hints[0]), seqlen_k_hint=_hint(hints[1]),
-                     batch_hint=_hint(hints[2]), backward=int(backward))
+                     batch_hint=_hint(hints[2]), backward=int(backward), decode=int(decode))
     _set_features(desc, features, tuning_args)
     handle = C.c_void_p()
     lib.check("fj_kernel_get", lib.lib.fj_kernel_get(ctx, C.byref(desc), C.byref(handle)))
@@ -123,6 +136,40 @@ def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints,
             _kernels[key] = (handle, info, ctx_key)
         found = _kernels[key]
     return found[0], found[1]
+
+
+def append_kernel(device, dtype, d, dv, hkv, hints):
+    """A handle with decode kernels for fj_kv_append, whose kernel depends only on (dtype,
+    d, dv, heads_kv): a decode handle already got for them (any heads_q, causal, scale),
+    else one got for the plain MHA description with the heuristic tile (tune_mode
+    'cached' stays 'cached'): appending never starts a tuning run of its own."""
+    for key, (handle, info, _) in list(_kernels.items()):
+        if key[0] == device and key[1] == dtype and key[2] == d and key[3] == dv and \
+                key[5] == hkv and key[10]:
+            return handle, info
+    s = current_settings()
+    mode = "cached" if s["tune_mode"] == "cached" else "heuristic"
+    saved = getattr(_local, "settings", None)
+    _local.settings = dict(s, tune_mode=mode)
+    try:
+        return kernel(device, dtype, d, dv, hkv, hkv, False, 0.0, False, hints, decode=True)
+    finally:
+        _local.settings = saved
+
+
+def forget_decode_kernels():
+    """Releases the decode handles got so far and forgets them, so that the next call gets
+    a new one for its shape (bench/decode_peers_bench.py: one tuned handle per shape).
+    Only when nothing holds them: no launch in flight, no captured graph."""
+    lib = _capi.library()
+    with _lock:
+        keys = [key for key in _kernels if key[10]]
+        for cache in plan_caches:
+            cache.clear()
+        for key in keys:
+            handle = _kernels.pop(key)[0]
+            lib.check("fj_kernel_release", lib.lib.fj_kernel_release(handle))
+    return len(keys)
 
 
 def _hint(n):
@@ -163,10 +210,10 @@ def kernels_info():
     """fj_kernel_info of every kernel handle got so far, as dicts."""
     out = []
     for key, (_, info, _) in list(_kernels.items()):
-        device, dtype, d, dv, hq, hkv, causal, scale, backward, features = key
+        device, dtype, d, dv, hq, hkv, causal, scale, backward, features, decode = key
         entry = dict(device=device, dtype=dtype, head_dim=d, head_dim_v=dv, num_heads_q=hq,
                      num_heads_kv=hkv, causal=causal, softmax_scale=scale, backward=backward,
-                     features=features._asdict())
+                     decode=decode, features=features._asdict())
         entry.update(_capi.struct_dict(info))
         entry["origin"] = _capi.ORIGINS.get(info.origin, info.origin)
         out.append(entry)

@@ -12,7 +12,13 @@ the LSE; gradients of q, k, v (also varlen and deterministic); torch.compile
 (forward, and forward + backward); a side stream; flashjit.sdpa against
 F.scaled_dot_product_attention and its fallbacks; bad arguments; the attention features
 (window, softcap, ALiBi, score_mod, mask_mod; alone, together, varlen, compiled, their
-LSE and empty rows, one handle per user code text, and backward raising).
+LSE and empty rows, one handle per user code text, and backward raising); decode over a
+KV cache (contiguous and paged with shuffled pages of 16 and 64 tokens, last pages partly
+full and NaN past every sequence's keys; query rows 1, 4, 16; MHA, GQA, MQA; causal or
+not; fp16/bf16; head dims 64/128; split counts; a 70,000-key cache; empty sequences; its
+LSE), kv_append (bitwise against torch indexing, then decode), both in a CUDA graph and
+under torch.compile. The decode bar: 2x the error of the same formula in the inputs'
+dtype against the fp32 reference, + 1e-5.
 
 The bar: 2x the error of PyTorch's own SDPA in the same dtype against the same fp32
 reference, plus 1e-3 of the reference's largest value (a floor for shapes where SDPA
@@ -652,6 +658,302 @@ def features_cases():
     features_bad_arguments()
 
 
+# ---- decode over a KV cache (0.4) -------------------------------------------------
+NAN = float("nan")
+
+
+def need_decode():
+    if not flashjit.has_decode():
+        raise Skip(f"the library ({flashjit.library_path()}) has no fj_decode")
+
+
+def write_rows(cache, table_cpu, page, b, start, rows):
+    """rows [n, heads, dim] into tokens start .. start + n - 1 of sequence b, by torch
+    indexing (contiguous: table_cpu None; paged: page by page through the table)."""
+    n = rows.shape[0]
+    if table_cpu is None:
+        cache[b, start:start + n] = rows
+        return
+    pos = start
+    while pos < start + n:
+        p, r = int(table_cpu[b, pos // page]), pos % page
+        m = min(page - r, start + n - pos)
+        cache[p, r:r + m] = rows[pos - start:pos - start + m]
+        pos += m
+
+
+def kv_cache(lens, hk, d, dv, dtype, page=None, n_max=None, spare=3):
+    """A cache holding sequences of `lens` keys and NaN everywhere else (an unmasked read
+    shows): contiguous [batch, n_max, hk, d] (page None) or a pool of shuffled pages of
+    `page` tokens, `spare` of them owned by no sequence. Returns k_cache, v_cache,
+    block_table (None when contiguous), and the keys and values of each sequence as the
+    reference sees them ([len, hk, d] each)."""
+    b = len(lens)
+    n_max = n_max or max(max(lens), 1)
+    keys = [rand(n, hk, d, dtype=dtype) for n in lens]
+    values = [rand(n, hk, dv, dtype=dtype) for n in lens]
+    if page is None:
+        k = torch.full((b, n_max, hk, d), NAN, dtype=dtype, device="cuda")
+        v = torch.full((b, n_max, hk, dv), NAN, dtype=dtype, device="cuda")
+        table = table_cpu = None
+    else:
+        width = -(-n_max // page)
+        pages = b * width + spare
+        table_cpu = torch.randperm(pages)[:b * width].view(b, width).to(torch.int32)
+        table = table_cpu.cuda()
+        k = torch.full((pages, page, hk, d), NAN, dtype=dtype, device="cuda")
+        v = torch.full((pages, page, hk, dv), NAN, dtype=dtype, device="cuda")
+    for i in range(b):
+        write_rows(k, table_cpu, page, i, 0, keys[i])
+        write_rows(v, table_cpu, page, i, 0, values[i])
+    return k, v, table, keys, values
+
+
+def decode_reference(q, k, v, causal, scale=None, dtype=torch.float32):
+    """(o, lse) of one sequence computed in `dtype`: q [1, sq, hq, d], k / v [1, n, hk, d];
+    causal bottom-right (query i sees keys j <= i + n - sq); rows that see no key: 0, -inf."""
+    hq, hk = q.shape[2], k.shape[2]
+    qf, kf, vf = (t.to(dtype).transpose(1, 2) for t in (q, k, v))
+    if hq != hk:
+        kf, vf = (t.repeat_interleave(hq // hk, dim=1) for t in (kf, vf))
+    s = (qf @ kf.transpose(-1, -2)) * (scale or 1 / math.sqrt(q.shape[-1]))
+    if causal:
+        s = s.masked_fill(~causal_mask(q.shape[1], k.shape[1], q.device), float("-inf"))
+    lse = torch.logsumexp(s.float(), dim=-1)
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    return (p @ vf).transpose(1, 2), lse
+
+
+def check_decoded(o, lse, q, keys, values, causal, scale=None, what="o"):
+    """Each sequence against the fp32 reference over its keys; the bar: 2x the error of
+    the same formula in q's dtype, + 1e-5."""
+    assert not torch.isnan(o).any(), f"{what}: NaN (a read past a sequence's keys?)"
+    for b in range(q.shape[0]):
+        args = (q[b:b + 1], keys[b][None], values[b][None], causal, scale)
+        ref, ref_lse = decode_reference(*args)
+        low, _ = decode_reference(*args, dtype=q.dtype)
+        err, perr = max_err(o[b:b + 1], ref), max_err(low, ref)
+        assert err <= 2 * perr + 1e-5, \
+            f"{what}, sequence {b} ({keys[b].shape[0]} keys): error {err:.3e}, same-dtype " \
+            f"formula's {perr:.3e}"
+        if lse is not None:
+            dead = torch.isneginf(ref_lse)
+            assert torch.equal(torch.isneginf(lse[b:b + 1]), dead), \
+                f"{what}, sequence {b}: lse's -inf rows differ"
+            if (~dead).any():
+                lerr = (lse[b:b + 1][~dead] - ref_lse[~dead]).abs().max().item()
+                assert lerr < 1e-2, f"{what}, sequence {b}: lse error {lerr:.3e}"
+
+
+PAGES = {"contiguous": None, "paged16": 16, "paged64": 64}
+
+
+@case("decode")
+def decode_case(layout, dtype, d, hq, hk, sq, causal, lens=(300, 77, 1), dv=None,
+                num_splits=0):
+    need_decode()
+    dv = dv or d
+    k, v, table, keys, values = kv_cache(list(lens), hk, d, dv, dtype, PAGES[layout])
+    q = rand(len(lens), sq, hq, d, dtype=dtype)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    o, lse = flashjit.decode(q, k, v, seqlens, table, causal=causal, num_splits=num_splits,
+                             return_lse=True)
+    assert o.shape == (len(lens), sq, hq, dv) and o.dtype == dtype, (o.shape, o.dtype)
+    assert lse.shape == (len(lens), hq, sq) and lse.dtype == torch.float32, lse.shape
+    check_decoded(o, lse, q, keys, values, causal)
+    again = flashjit.decode(q, k, v, seqlens, table, causal=causal, num_splits=num_splits)
+    assert torch.equal(again, o), "a second call (through its plan) differs"
+
+
+@case("decode, contiguous cache without cache_seqlens, out= a strided view, softmax_scale")
+def decode_full_cache():
+    need_decode()
+    q, k, v = rand(4, 3, 8, 128), rand(4, 333, 2, 128), rand(4, 333, 2, 128)
+    out = torch.empty(4, 8, 3, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    got = flashjit.decode(q, k, v, causal=True, softmax_scale=0.05, out=out)
+    assert got is out
+    check_decoded(out, None, q, list(k), list(v), True, scale=0.05)
+    # q as a view of SDPA's [batch, heads, 1, d] layout
+    qs = rand(4, 8, 1, 128).transpose(1, 2)
+    check_decoded(flashjit.decode(qs, k, v), None, qs, list(k), list(v), False)
+
+
+@case("decode, a long cache: automatic splits, one, five")
+def decode_long():
+    need_decode()
+    lens = [70000, 4099]
+    k, v, table, keys, values = kv_cache(lens, 2, 128, 128, torch.bfloat16, 64)
+    q = rand(2, 1, 16, 128)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    outs = []
+    for splits in (0, 1, 5):
+        o, lse = flashjit.decode(q, k, v, seqlens, table, num_splits=splits, return_lse=True)
+        check_decoded(o, lse, q, keys, values, False, what=f"num_splits={splits}")
+        outs.append(o)
+    # max_seqlen_k: the bound of the lengths, when the table is wider than any sequence.
+    o = flashjit.decode(q, k, v, seqlens, table, max_seqlen_k=70000)
+    check_decoded(o, None, q, keys, values, False, what="max_seqlen_k")
+
+
+@case("decode, a sequence with no keys, a row that sees none")
+def decode_empty():
+    need_decode()
+    lens = [0, 5, 64]
+    k, v, table, keys, values = kv_cache(lens, 2, 64, 64, torch.float16, 16)
+    q = rand(3, 8, 4, 64, dtype=torch.float16)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    for causal in (False, True):
+        o, lse = flashjit.decode(q, k, v, seqlens, table, causal=causal, return_lse=True)
+        check_decoded(o, lse, q, keys, values, causal)
+        assert torch.equal(o[0], torch.zeros_like(o[0])), "no keys: o = 0"
+        assert torch.isneginf(lse[0]).all(), "no keys: lse = -inf"
+        if causal:  # 5 keys, 8 rows: rows 0..2 see none
+            assert torch.isneginf(lse[1, :, :3]).all() and not torch.isneginf(lse[1, :, 3:]).any()
+
+
+@case("decode has no autograd")
+def decode_no_grad():
+    need_decode()
+    q = rand(2, 1, 4, 64, grad=True)
+    k, v = rand(2, 100, 4, 64), rand(2, 100, 4, 64)
+    o = flashjit.decode(q, k, v)
+    assert not o.requires_grad and o.grad_fn is None, "decode recorded autograd history"
+
+
+@case("kv_append, then decode")
+def kv_append_case(layout, new_len, causal):
+    need_decode()
+    dtype, hq, hk, d = torch.bfloat16, 8, 2, 128
+    old = [250, 64, 0]
+    page = PAGES[layout]
+    k, v, table, keys, values = kv_cache(old, hk, d, d, dtype, page, n_max=320)
+    k_ref, v_ref = k.clone(), v.clone()
+    k_new, v_new = rand(3, new_len, hk, d, dtype=dtype), rand(3, new_len, hk, d, dtype=dtype)
+    lens = [n + new_len for n in old]
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    flashjit.kv_append(k, v, k_new, v_new, seqlens, table)
+    table_cpu = None if table is None else table.cpu()
+    for b, n in enumerate(old):
+        write_rows(k_ref, table_cpu, page, b, n, k_new[b])
+        write_rows(v_ref, table_cpu, page, b, n, v_new[b])
+    for name, got, want in (("k_cache", k, k_ref), ("v_cache", v, v_ref)):
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), \
+            f"{name} after kv_append differs from the rows written by torch indexing"
+    q = rand(3, new_len, hq, d, dtype=dtype)
+    o = flashjit.decode(q, k, v, seqlens, table, causal=causal)
+    assert torch.equal(o, flashjit.decode(q, k_ref, v_ref, seqlens, table, causal=causal))
+    keys = [torch.cat([keys[b], k_new[b]]) for b in range(3)]
+    values = [torch.cat([values[b], v_new[b]]) for b in range(3)]
+    check_decoded(o, None, q, keys, values, causal)
+
+
+@case("decode + kv_append in a CUDA graph, replayed with new tokens")
+def decode_cuda_graph():
+    need_decode()
+    old = [100, 30, 7]
+    k, v, table, _, _ = kv_cache(old, 2, 128, 128, torch.bfloat16, 16, n_max=256)
+    seqlens = torch.tensor([n + 1 for n in old], dtype=torch.int32, device="cuda")
+    q, k_new, v_new = rand(3, 1, 8, 128), rand(3, 1, 2, 128), rand(3, 1, 2, 128)
+
+    def step():
+        flashjit.kv_append(k, v, k_new, v_new, seqlens, table)
+        return flashjit.decode(q, k, v, seqlens, table, causal=True)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up: handles and plans before the capture
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        captured = step()
+    for _ in range(3):  # three more tokens, the lengths advanced on the device
+        seqlens.add_(1)
+        for t in (q, k_new, v_new):
+            t.copy_(torch.randn_like(t))
+        k_ref, v_ref = k.clone(), v.clone()
+        g.replay()
+        flashjit.kv_append(k_ref, v_ref, k_new, v_new, seqlens, table)
+        want = flashjit.decode(q, k_ref, v_ref, seqlens, table, causal=True)
+        torch.cuda.synchronize()
+        assert torch.equal(k.view(torch.int16), k_ref.view(torch.int16)), "replayed append"
+        assert torch.equal(captured, want), "replayed decode differs from a direct call"
+
+
+@case("decode + kv_append under torch.compile(fullgraph=True)")
+def decode_compiled():
+    need_decode()
+    old = [90, 17]
+    k, v, table, _, _ = kv_cache(old, 2, 64, 64, torch.float16, 16, n_max=128)
+    seqlens = torch.tensor([n + 2 for n in old], dtype=torch.int32, device="cuda")
+    q = rand(2, 2, 4, 64, dtype=torch.float16)
+    k_new, v_new = rand(2, 2, 2, 64, dtype=torch.float16), rand(2, 2, 2, 64, dtype=torch.float16)
+
+    def step(q, k, v, k_new, v_new, seqlens, table):
+        flashjit.kv_append(k, v, k_new, v_new, seqlens, table)
+        o, lse = flashjit.decode(q, k, v, seqlens, table, causal=True, return_lse=True)
+        return o * 2, lse
+    k2, v2 = k.clone(), v.clone()
+    want = step(q, k, v, k_new, v_new, seqlens, table)
+    got = torch.compile(step, fullgraph=True)(q, k2, v2, k_new, v_new, seqlens, table)
+    assert torch.equal(k.view(torch.int16), k2.view(torch.int16)), "compiled append"
+    assert torch.equal(v.view(torch.int16), v2.view(torch.int16)), "compiled append"
+    for name, a, b in zip(("o", "lse"), want, got):
+        assert torch.equal(a, b), f"{name}: compiled differs from eager"
+
+
+@case("decode: bad arguments")
+def decode_bad_arguments():
+    need_decode()
+    q, k, v = rand(2, 1, 4, 64), rand(2, 100, 4, 64), rand(2, 100, 4, 64)
+    lens = torch.tensor([100, 50], dtype=torch.int32, device="cuda")
+    base = torch.empty(2 * 4 * 64 + 8, device="cuda", dtype=torch.bfloat16)
+    misaligned = base[1:1 + q.numel()].view(q.shape)
+    for name, call, exc in (
+            ("fp32", lambda: flashjit.decode(q.float(), k.float(), v.float()), TypeError),
+            ("cpu", lambda: flashjit.decode(q.cpu(), k.cpu(), v.cpu()), ValueError),
+            ("int64 lengths", lambda: flashjit.decode(q, k, v, lens.long()), TypeError),
+            ("paged without lengths", lambda: flashjit.decode(
+                q, k, v, None, torch.zeros(2, 100, dtype=torch.int32, device="cuda")),
+             ValueError),
+            ("num_splits", lambda: flashjit.decode(q, k, v, num_splits=200), ValueError),
+            ("misaligned", lambda: flashjit.decode(misaligned, k, v), ValueError),
+            ("append rows", lambda: flashjit.kv_append(k, v, rand(2, 1, 2, 64),
+                                                       rand(2, 1, 2, 64), lens), ValueError)):
+        try:
+            call()
+        except exc as ex:
+            print(f"      {name}: {type(ex).__name__}: {ex}")
+            continue
+        raise AssertionError(f"{name}: not raised")
+
+
+def decode_cases():
+    combos = [(torch.bfloat16, 128, 8, 2), (torch.float16, 64, 8, 8), (torch.float16, 128, 8, 8),
+              (torch.bfloat16, 64, 8, 2), (torch.bfloat16, 128, 4, 1)]
+    for dtype, d, hq, hk in combos:
+        for layout in PAGES:
+            for sq in (1, 4, 16):
+                for causal in (False, True):
+                    decode_case(layout, dtype, d, hq, hk, sq, causal)
+    decode_case("paged16", torch.bfloat16, 128, 8, 2, 4, True, dv=64)
+    decode_case("paged64", torch.float16, 64, 8, 2, 1, False, num_splits=1)
+    decode_case("contiguous", torch.bfloat16, 128, 8, 2, 1, False, lens=(2000, 1500, 3),
+                num_splits=7)
+    decode_full_cache()
+    decode_long()
+    decode_empty()
+    decode_no_grad()
+    for layout in PAGES:
+        for new_len, causal in ((1, False), (4, True)):
+            kv_append_case(layout, new_len, causal)
+    decode_cuda_graph()
+    decode_compiled()
+    decode_bad_arguments()
+    kernels = [k for k in flashjit.info()["kernels"] if k["decode"]]
+    print(f"      {len(kernels)} decode handles, families "
+          f"{sorted({k['decode_family'] for k in kernels})}")
+
+
 def main():
     random.seed(0)
     torch.manual_seed(0)
@@ -695,6 +997,7 @@ def main():
     sdpa_gradients()
     bad_arguments()
     features_cases()
+    decode_cases()
     info = flashjit.info()
     print(f"{len(info['kernels'])} kernel handles; contexts: "
           f"{[(c['device_name'], c['target'], c['tune_mode']) for c in info['contexts']]}")

@@ -332,6 +332,105 @@ class StructLayouts(unittest.TestCase):
         self.assertEqual(seen, sum(len(s._fields_) + 1 for s in _capi.STRUCTS.values()))
 
 
+HAS_DECODE = getattr(_capi.library(), "has_decode", False)
+
+
+@unittest.skipUnless(HAS_DECODE, "the library has no fj_decode")
+class DecodeLayouts(unittest.TestCase):
+    """fj_decode_args and fj_kv_append_args (0.4) against the library: its own sizeof, and
+    fields it names by value (test_layouts_match_the_header checks them against the
+    header)."""
+
+    def desc(self, **kw):
+        fields = dict(dtype=_capi.FJ_DTYPE_BF16, head_dim=64, num_heads_q=8, num_heads_kv=2,
+                      decode=1)
+        fields.update(kw)
+        return _capi.new(_capi.AttentionDesc, **fields)
+
+    # batch 2, one query row, 8 query heads and 2 KV heads of 64, a contiguous cache of 100
+    DECODE = dict(batch=2, seqlen_q=1, seqlen_k=100, q=0x7f0000000000, k_cache=0x7f0000100000,
+                  v_cache=0x7f0000200000, o=0x7f0000300000, q_batch_stride=512,
+                  q_seq_stride=512, q_head_stride=64, o_batch_stride=512, o_seq_stride=512,
+                  o_head_stride=64, k_page_stride=12800, k_row_stride=128, k_head_stride=64,
+                  v_page_stride=12800, v_row_stride=128, v_head_stride=64)
+    PAGED = dict(DECODE, block_table=0x7f0000700000, page_size=16, num_pages=20,
+                 table_stride=7, k_page_stride=2048, v_page_stride=2048)
+    APPEND = dict(batch=2, seqlen_k=100, k_cache=0x7f0000100000, v_cache=0x7f0000200000,
+                  k_page_stride=12800, k_row_stride=128, k_head_stride=64,
+                  v_page_stride=12800, v_row_stride=128, v_head_stride=64,
+                  k_new=0x7f0000800000, v_new=0x7f0000900000, new_len=1,
+                  k_new_batch_stride=128, k_new_seq_stride=128, k_new_head_stride=64,
+                  v_new_batch_stride=128, v_new_seq_stride=128, v_new_head_stride=64)
+
+    def validate(self, struct, fields, desc=None):
+        L = _capi.library().lib
+        a = _capi.new(struct, **fields)
+        fn = L.fj_validate_decode_args if struct is _capi.DecodeArgs else \
+            L.fj_validate_kv_append_args
+        return fn(C.byref(desc or self.desc()), C.byref(a))
+
+    def test_sizes_match_the_library(self):
+        for struct, cname in ((_capi.DecodeArgs, "fj_decode_args"),
+                              (_capi.KvAppendArgs, "fj_kv_append_args")):
+            self.assertEqual(self.validate(struct, dict(struct_size=4)), 1)
+            m = re.search(r"sizeof\(" + cname + r"\) = (\d+)", message())
+            self.assertIsNotNone(m, message())
+            self.assertEqual(int(m.group(1)), C.sizeof(struct), cname)
+
+    def test_desc_decode_is_where_the_library_reads_it(self):
+        L = _capi.library().lib
+        d = self.desc(softcap=30.0)
+        self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), 2)
+        self.assertIn("desc->decode is set with attention features (desc->softcap)", message())
+        # A 0.3 caller's description (struct_size ending before `decode`) reads it as 0.
+        d.struct_size = _capi.AttentionDesc.decode.offset
+        self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), 0, message())
+        self.assertEqual(L.fj_validate_attention_desc(C.byref(self.desc(backward=1))), 0,
+                         message())
+
+    def test_decode_fields_are_where_the_library_reads_them(self):
+        self.assertEqual(self.validate(_capi.DecodeArgs, self.DECODE), 0, message())
+        self.assertEqual(self.validate(_capi.DecodeArgs, self.PAGED), 0, message())
+        for base, field, value, expected in (
+                (self.DECODE, "seqlen_k", -1, "args->seqlen_k is -1"),
+                (self.DECODE, "num_splits", 129, "args->num_splits is 129"),
+                (self.DECODE, "k_row_stride", 12, "args->k_row_stride is 12"),
+                (self.DECODE, "v_head_stride", 4, "args->v_head_stride is 4"),
+                (self.DECODE, "k_page_stride", 4, "args->k_page_stride is 4"),
+                (self.DECODE, "o_head_stride", 12, "args->o_head_stride is 12"),
+                (self.DECODE, "q", 0x7f0000000008, r"args->q is 0x0*7f0000000008"),
+                (self.DECODE, "lse", 0x7f0000400002, r"args->lse is 0x0*7f0000400002"),
+                (self.DECODE, "cache_seqlens", 0x7f0000500002,
+                 r"args->cache_seqlens is 0x0*7f0000500002"),
+                (self.DECODE, "workspace", 0x7f0000600008, r"args->workspace is 0x0*7f0000600008"),
+                (self.PAGED, "page_size", 0, "args->page_size is 0"),
+                (self.PAGED, "num_pages", 0, "args->num_pages is 0"),
+                (self.PAGED, "table_stride", 6, r"args->table_stride is 6.*ceil\(100 / 16\)"),
+                (self.PAGED, "block_table", 0x7f0000700002,
+                 r"args->block_table is 0x0*7f0000700002")):
+            self.assertEqual(self.validate(_capi.DecodeArgs, dict(base, **{field: value})), 1,
+                             field)
+            self.assertRegex(message(), "(?i)" + expected)
+        # Contiguous: the paged fields are ignored. Grid limits are NOT_SUPPORTED.
+        self.assertEqual(self.validate(_capi.DecodeArgs, dict(self.DECODE, page_size=-5)), 0)
+        self.assertEqual(self.validate(_capi.DecodeArgs, dict(self.DECODE, batch=40000)), 2)
+        self.assertIn("batch * num_heads_kv = 80000", message())
+
+    def test_append_fields_are_where_the_library_reads_them(self):
+        self.assertEqual(self.validate(_capi.KvAppendArgs, self.APPEND), 0, message())
+        for field, value, expected in (
+                ("new_len", 101, "args->new_len is 101, more than args->seqlen_k"),
+                ("new_len", -1, "args->new_len is -1"),
+                ("k_new_head_stride", 4, "args->k_new_head_stride is 4"),
+                ("v_new_batch_stride", 12, "args->v_new_batch_stride is 12"),
+                ("v_row_stride", 12, "args->v_row_stride is 12"),
+                ("v_new", 0x7f0000900008, r"args->v_new is 0x0*7f0000900008"),
+                ("block_table", 0x7f0000700002, r"args->block_table is 0x0*7f0000700002")):
+            self.assertEqual(self.validate(_capi.KvAppendArgs, dict(self.APPEND, **{field: value})),
+                             1, field)
+            self.assertRegex(message(), "(?i)" + expected)
+
+
 class Errors(unittest.TestCase):
     """Failing C calls become FlashJitError with the status and the library's message."""
 
@@ -390,13 +489,18 @@ class FakeKernelLibrary:
 
     def __init__(self):
         self.got = []
+        self.released = []
 
     def fj_kernel_get(self, ctx, desc_ref, handle_ref):
         d = desc_ref._obj
         tuning = d.tuning_mod_args.contents.scalar[0] if d.tuning_mod_args else None
         self.got.append(dict(window=(d.window, d.window_left, d.window_right),
                              softcap=d.softcap, alibi=d.alibi, score_mod=d.score_mod,
-                             mask_mod=d.mask_mod, backward=d.backward, tuning=tuning))
+                             mask_mod=d.mask_mod, backward=d.backward, tuning=tuning,
+                             decode=d.decode, heads=(d.num_heads_q, d.num_heads_kv),
+                             causal=d.causal,
+                             hints=(d.seqlen_q_hint, d.seqlen_k_hint, d.batch_hint),
+                             tune_mode=_runtime.current_settings()["tune_mode"]))
         handle_ref._obj.value = 0x1000 + 16 * len(self.got)
         return 0
 
@@ -404,6 +508,7 @@ class FakeKernelLibrary:
         return 0
 
     def fj_kernel_release(self, handle):
+        self.released.append(handle.value if hasattr(handle, "value") else handle)
         return 0
 
 
@@ -474,6 +579,82 @@ class FeatureKernels(unittest.TestCase):
         self.assertEqual(self.fake.got, [])
         self.get(backward=True)  # the plain description still gets its backward pass
         self.assertEqual(self.fake.got[-1]["backward"], 1)
+
+
+class DecodeKernels(unittest.TestCase):
+    """_runtime.kernel(decode=True) and the append's handle, on a stand-in fj_kernel_get."""
+
+    def setUp(self):
+        self.saved = (_capi._library, _runtime.context, dict(_runtime._kernels),
+                      list(_runtime.plan_caches))
+        self.fake = FakeKernelLibrary()
+        real = _capi.library()
+        _capi._library = type("L", (), dict(lib=self.fake, has_backward=True, has_decode=True,
+                                             path="fake", check=real.check.__func__,
+                                             version=lambda self: "fake"))()
+        _runtime.context = lambda device: (("fake", device), C.c_void_p(1))
+        _runtime._kernels.clear()
+
+    def tearDown(self):
+        _capi._library, _runtime.context = self.saved[0], self.saved[1]
+        _runtime._kernels.clear()
+        _runtime._kernels.update(self.saved[2])
+        _runtime.plan_caches[:] = self.saved[3]
+
+    def get(self, hq=8, hkv=2, causal=True, decode=True, hints=(1, 4096, 16)):
+        handle, _ = _runtime.kernel(0, "bf16", 128, 128, hq, hkv, causal, 0.0, False, hints,
+                                    decode=decode)
+        return handle.value
+
+    def test_decode_reaches_the_description_and_keys_the_handle(self):
+        dec = self.get()
+        self.assertEqual(self.fake.got[-1]["decode"], 1)
+        self.assertEqual(self.fake.got[-1]["hints"], (1, 4096, 16))
+        self.assertEqual(self.get(hints=(4, 100, 1)), dec)  # any size: the same handle
+        plain = self.get(decode=False)
+        self.assertNotEqual(plain, dec)
+        self.assertEqual(self.fake.got[-1]["decode"], 0)
+        self.assertEqual(len(self.fake.got), 2)
+        kinds = sorted((k["decode"], k["num_heads_q"]) for k in _runtime.kernels_info())
+        self.assertEqual(kinds, [(False, 8), (True, 8)])
+
+    def test_a_library_without_decode_says_so(self):
+        _capi._library.has_decode = False
+        with self.assertRaisesRegex(RuntimeError, r"has no decode kernels \(no fj_decode\)"):
+            self.get()
+        self.assertEqual(self.fake.got, [])
+
+    def test_append_uses_a_decode_handle_of_its_kv_heads(self):
+        dec = self.get(hq=8, hkv=2)
+        self.get(hq=8, hkv=4, decode=False)
+        # Any decode handle with the same (dtype, d, dv, heads_kv) serves the append.
+        handle, _ = _runtime.append_kernel(0, "bf16", 128, 128, 2, (1, 64, 2))
+        self.assertEqual(handle.value, dec)
+        self.assertEqual(len(self.fake.got), 2)
+        # Otherwise the MHA description's, got without tuning (heuristic, or cached).
+        with flashjit.tuning(tune_mode="default"):
+            handle, _ = _runtime.append_kernel(0, "bf16", 128, 128, 4, (1, 64, 2))
+            self.assertEqual(_runtime.current_settings()["tune_mode"], "default")
+        got = self.fake.got[-1]
+        self.assertEqual((got["decode"], got["heads"], got["causal"], got["tune_mode"]),
+                         (1, (4, 4), 0, "heuristic"))
+        with flashjit.tuning(tune_mode="cached"):
+            _runtime.append_kernel(0, "fp16", 64, 64, 1, (1, 64, 2))
+        self.assertEqual(self.fake.got[-1]["tune_mode"], "cached")
+        # ... and kept: the next append of those heads finds it.
+        again, _ = _runtime.append_kernel(0, "bf16", 128, 128, 4, (1, 64, 2))
+        self.assertEqual(again.value, handle.value)
+
+    def test_forget_decode_kernels(self):
+        dec = self.get()
+        plain = self.get(decode=False)
+        plans = {"some": "plan"}
+        _runtime.plan_caches.append(plans)
+        self.assertEqual(_runtime.forget_decode_kernels(), 1)
+        self.assertEqual(self.fake.released, [dec])
+        self.assertEqual(plans, {})
+        self.assertEqual(self.get(decode=False), plain)
+        self.assertNotEqual(self.get(), dec)  # got again (the fake hands out a new handle)
 
 
 class Settings(unittest.TestCase):
@@ -699,6 +880,211 @@ class BadArguments(unittest.TestCase):
         self.expect(TypeError, r"scale is 'big'", *qkv(), scale="big")
 
 
+def decode_args(b=3, sq=1, hq=8, hkv=2, d=128, dv=None, n=300, paged=False, page=16,
+                pages=None, **kw):
+    """Stand-ins for flashjit.decode: q, k_cache, v_cache, cache_seqlens, block_table
+    (contiguous cache [b, n, hkv, d]; paged: a pool of `pages` pages and a [b, ceil(n /
+    page)] table)."""
+    dv = dv or d
+    q = FakeTensor((b, sq, hq, d), **kw)
+    lens = FakeTensor((b,), dtype="torch.int32")
+    if not paged:
+        return q, FakeTensor((b, n, hkv, d), **kw), FakeTensor((b, n, hkv, dv), **kw), lens, None
+    width = -(-n // page)
+    pages = pages or b * width
+    return (q, FakeTensor((pages, page, hkv, d), **kw), FakeTensor((pages, page, hkv, dv), **kw),
+            lens, FakeTensor((b, width), dtype="torch.int32"))
+
+
+class BadDecodeArguments(unittest.TestCase):
+    """flashjit.decode's and flashjit.kv_append's checks, on stand-in tensors: they fail
+    before torch is imported or anything reaches a device."""
+
+    def expect(self, exc, pattern, *args, **kw):
+        with self.assertRaisesRegex(exc, pattern):
+            flashjit.decode(*args, **kw)
+
+    def expect_append(self, exc, pattern, *args, **kw):
+        with self.assertRaisesRegex(exc, pattern):
+            flashjit.kv_append(*args, **kw)
+
+    def test_valid_arguments_pass_the_checks(self):
+        sizes = _checks.check_decode(*decode_args(), pointers=True)
+        self.assertEqual(sizes, _checks.DecodeSizes(3, 1, 8, 2, 128, 128, 300, False, 0, 0, 0,
+                                                    0.0, 0))
+        q, k, v, lens, table = decode_args(paged=True, n=300, page=64, pages=50, dv=64, sq=4)
+        sizes = _checks.check_decode(q, k, v, lens, table, softmax_scale=0.5, num_splits=7,
+                                     pointers=True)
+        self.assertEqual(sizes, _checks.DecodeSizes(3, 4, 8, 2, 128, 64, 320, True, 64, 50, 5,
+                                                    0.5, 7))
+        # max_seqlen_k bounds the lengths (and sizes the splits); a contiguous cache needs no
+        # lengths; a table view with wider rows gives its row stride; MQA; no work.
+        self.assertEqual(_checks.check_decode(q, k, v, lens, table, max_seqlen_k=100).seqlen_k,
+                         100)
+        q, k, v, _, _ = decode_args(hkv=1)
+        self.assertEqual(_checks.check_decode(q, k, v).heads_kv, 1)
+        q, k, v, lens, _ = decode_args(paged=True)
+        wide = FakeTensor((3, 19), dtype="torch.int32", strides=(32, 1))
+        self.assertEqual(_checks.check_decode(q, k, v, lens, wide).table_stride, 32)
+        q, k, v, lens, table = decode_args(b=1, paged=True)
+        one = FakeTensor((1, 19), dtype="torch.int32", strides=(5, 1))
+        self.assertEqual(_checks.check_decode(q, k, v, lens, one).table_stride, 19)
+        # Views: q and out from [batch, heads, 1, d] memory (SDPA's), misaligned pointers of
+        # empty tensors are never read.
+        q = FakeTensor((3, 1, 8, 128), strides=(1024, 7, 128, 1))
+        _checks.check_decode(q, *decode_args()[1:3], out=FakeTensor(
+            (3, 1, 8, 128), strides=(1024, 3, 128, 1)), pointers=True)
+        q, k, v, _, _ = decode_args(b=0)
+        _checks.check_decode(FakeTensor((0, 1, 8, 128), ptr=3), k, v, pointers=True)
+
+    def test_tensors(self):
+        q, k, v, lens, table = decode_args()
+        self.expect(TypeError, r"q is a list, not a tensor", [1], k, v)
+        self.expect(TypeError, r"q\.dtype is torch\.float32", FakeTensor(q.shape,
+                                                                         dtype="torch.float32"), k, v)
+        self.expect(TypeError, r"q, k_cache, v_cache have dtypes torch\.bfloat16, "
+                               r"torch\.float16", q, FakeTensor(k.shape, dtype="torch.float16"),
+                    FakeTensor(v.shape, dtype="torch.float16"))
+        self.expect(ValueError, r"k_cache is on cpu", q, FakeTensor(k.shape, device="cpu"), v)
+        self.expect(ValueError, r"on one device", q, FakeTensor(k.shape, device="cuda:1"),
+                    FakeTensor(v.shape, device="cuda:1"))
+        self.expect(ValueError, r"q has 3 dimensions .*\[batch, seqlen_q, heads_q, head_dim\]",
+                    FakeTensor((3, 8, 128)), k, v)
+        self.expect(ValueError, r"k_cache has 3 dimensions .*\[batch, seqlen_k, heads_kv, "
+                                r"head_dim\] \(a contiguous cache", q, FakeTensor((3, 300, 256)), v)
+
+    def test_shapes(self):
+        self.expect(ValueError, r"q has 6 heads and k_cache/v_cache 4", *decode_args(hq=6, hkv=4))
+        self.expect(ValueError, r"head dim is 100", *decode_args(d=100))
+        self.expect(ValueError, r"v_cache's head dim is 12", *decode_args(dv=12))
+        q, k, v, lens, _ = decode_args()
+        self.expect(ValueError, r"q's head dim is 128 and k_cache's 64", q,
+                    FakeTensor((3, 300, 2, 64)), v)
+        self.expect(ValueError, r"k_cache is \(3, 300, 2, 128\) and v_cache \(3, 299, 2, 128\)",
+                    q, k, FakeTensor((3, 299, 2, 128)))
+        self.expect(ValueError, r"k_cache has batch 4 and q 3: a contiguous cache", q,
+                    FakeTensor((4, 300, 2, 128)), FakeTensor((4, 300, 2, 128)))
+        self.expect(ValueError, r"batch \* heads_kv <= 65535", *decode_args(b=40000))
+        self.expect(ValueError, r"decode takes at most 1048560", *decode_args(sq=300000, hq=64,
+                                                                              hkv=1))
+        self.expect(ValueError, r"q has batch 3 and 65536 heads", *decode_args(hq=65536, hkv=1))
+
+    def test_paged_cache(self):
+        q, k, v, lens, table = decode_args(paged=True)
+        self.expect(ValueError, r"a paged cache \(block_table given\) needs cache_seqlens", q,
+                    k, v, None, table)
+        self.expect(TypeError, r"block_table\.dtype is torch\.int64",
+                    q, k, v, lens, FakeTensor(table.shape, dtype="torch.int64"))
+        self.expect(ValueError, r"block_table is \(2, 19\): expected \(3, \?\)", q, k, v, lens,
+                    FakeTensor((2, 19), dtype="torch.int32"))
+        self.expect(ValueError, r"block_table is \(57,\): expected \(3, \?\)", q, k, v, lens,
+                    FakeTensor((57,), dtype="torch.int32"))
+        self.expect(ValueError, r"block_table is on cpu", q, k, v, lens,
+                    FakeTensor(table.shape, dtype="torch.int32", device="cpu"))
+        self.expect(ValueError, r"block_table has strides \(1, 3\): its last dimension must be "
+                                r"contiguous", q, k, v, lens,
+                    FakeTensor(table.shape, dtype="torch.int32", strides=(1, 3)))
+        self.expect(ValueError, r"block_table has strides \(8, 1\): its rows must not overlap",
+                    q, k, v, lens, FakeTensor(table.shape, dtype="torch.int32", strides=(8, 1)))
+        self.expect(ValueError, r"needs at least one page", q, FakeTensor((0, 16, 2, 128)),
+                    FakeTensor((0, 16, 2, 128)), lens, table)
+        self.expect(ValueError, r"k_cache is \(57, 16, 2, 128\) and v_cache \(57, 32, 2, 128\): "
+                                r"they must agree in pages, page size and heads", q, k,
+                    FakeTensor((57, 32, 2, 128)), lens, table)
+        with self.assertRaisesRegex(ValueError, r"block_table's data is not 4-byte aligned"):
+            _checks.check_decode(q, k, v, lens, FakeTensor(table.shape, dtype="torch.int32",
+                                                           ptr=0x7f0000000002), pointers=True)
+
+    def test_cache_seqlens_and_numbers(self):
+        q, k, v, lens, _ = decode_args()
+        self.expect(TypeError, r"cache_seqlens\.dtype is torch\.int64", q, k, v,
+                    FakeTensor((3,), dtype="torch.int64"))
+        self.expect(ValueError, r"cache_seqlens is \(4,\): expected \(3,\)", q, k, v,
+                    FakeTensor((4,), dtype="torch.int32"))
+        self.expect(TypeError, r"cache_seqlens is a list", q, k, v, [300, 300, 300])
+        self.expect(ValueError, r"its last dimension must be contiguous", q, k, v,
+                    FakeTensor((3,), dtype="torch.int32", strides=(2,)))
+        self.expect(ValueError, r"max_seqlen_k is 301: expected 0 to the cache's capacity per "
+                                r"sequence, 300", q, k, v, lens, max_seqlen_k=301)
+        self.expect(TypeError, r"max_seqlen_k is 2\.5", q, k, v, lens, max_seqlen_k=2.5)
+        self.expect(ValueError, r"num_splits is 129: expected 0 \(automatic\) or 1 to 128", q,
+                    k, v, num_splits=129)
+        self.expect(ValueError, r"num_splits is -1", q, k, v, num_splits=-1)
+        self.expect(TypeError, r"num_splits is True", q, k, v, num_splits=True)
+        self.expect(TypeError, r"num_splits is 'auto'", q, k, v, num_splits="auto")
+        self.expect(ValueError, r"softmax_scale is -1", q, k, v, softmax_scale=-1.0)
+        self.expect(ValueError, r"softmax_scale is nan", q, k, v, softmax_scale=float("nan"))
+        self.expect(TypeError, r"softmax_scale is 'big'", q, k, v, softmax_scale="big")
+
+    def test_strides_alignment_and_out(self):
+        q, k, v, lens, _ = decode_args()
+        self.expect(ValueError, r"k_cache's sequence stride is 132 elements", q,
+                    FakeTensor(k.shape, strides=(300 * 132, 132, 64, 1)), v)
+        self.expect(ValueError, r"v_cache's last dimension has stride 2", q, k,
+                    FakeTensor(v.shape, strides=(153600, 512, 256, 2)))
+        q2, kp, vp, lens2, table = decode_args(paged=True)
+        self.expect(ValueError, r"k_cache's page stride is 4100 elements", q2,
+                    FakeTensor(kp.shape, strides=(4100, 256, 128, 1)), vp, lens2, table)
+        self.expect(ValueError, r"q's head stride is 12", FakeTensor(q.shape, strides=(
+            1024, 1024, 12, 1)), k, v)
+        self.expect(ValueError, r"out is \(3, 1, 8, 64\): expected \(3, 1, 8, 128\)", q, k, v,
+                    out=FakeTensor((3, 1, 8, 64)))
+        self.expect(TypeError, r"q, out have dtypes", q, k, v,
+                    out=FakeTensor(q.shape, dtype="torch.float16"))
+        self.expect(TypeError, r"out is a tuple", q, k, v, out=(1, 2))
+        with self.assertRaisesRegex(ValueError, r"q's data is at 0x7f0000000008, not 16-byte"):
+            _checks.check_decode(FakeTensor(q.shape, ptr=0x7f0000000008), k, v, pointers=True)
+        with self.assertRaisesRegex(ValueError, r"cache_seqlens's data is not 4-byte aligned"):
+            _checks.check_decode(q, k, v, FakeTensor((3,), dtype="torch.int32", ptr=6),
+                                 pointers=True)
+        # Without work (no query rows; no keys) the tensors are not read: not checked.
+        _checks.check_decode(FakeTensor((3, 0, 8, 128), strides=(3, 3, 3, 3)), k, v)
+        _checks.check_decode(q, FakeTensor((3, 0, 2, 128), strides=(5, 5, 5, 5)),
+                             FakeTensor((3, 0, 2, 128), strides=(5, 5, 5, 5)))
+
+    def test_kv_append(self):
+        _, k, v, lens, _ = decode_args()
+        kn, vn = FakeTensor((3, 2, 2, 128)), FakeTensor((3, 2, 2, 128))
+        self.assertEqual(_checks.check_kv_append(k, v, kn, vn, lens, pointers=True),
+                         _checks.AppendSizes(3, 2, 2, 128, 128, 300, False, 0, 0, 0))
+        _, kp, vp, lens, table = decode_args(paged=True, page=64)
+        self.assertEqual(_checks.check_kv_append(kp, vp, kn, vn, lens, table),
+                         _checks.AppendSizes(3, 2, 2, 128, 128, 320, True, 64, 15, 5))
+        self.expect_append(ValueError, r"k_new is \(3, 2, 2, 128\) and v_new \(3, 1, 2, 128\)",
+                           k, v, kn, FakeTensor((3, 1, 2, 128)), lens)
+        self.expect_append(ValueError, r"k_new has 4 heads and k_cache 2", k, v,
+                           FakeTensor((3, 2, 4, 128)), FakeTensor((3, 2, 4, 128)), lens)
+        self.expect_append(ValueError, r"k_new's head dim is 64 and k_cache's 128", k, v,
+                           FakeTensor((3, 2, 2, 64)), FakeTensor((3, 2, 2, 64)), lens)
+        self.expect_append(ValueError, r"v_new's head dim is 64 and v_cache's 128", k, v, kn,
+                           FakeTensor((3, 2, 2, 64)), lens)
+        self.expect_append(ValueError, r"k_cache has batch 3 and k_new 2", k, v,
+                           FakeTensor((2, 2, 2, 128)), FakeTensor((2, 2, 2, 128)),
+                           FakeTensor((2,), dtype="torch.int32"))
+        self.expect_append(ValueError, r"k_new has 301 rows per sequence: more than the cache "
+                                       r"holds, 300", k, v, FakeTensor((3, 301, 2, 128)),
+                           FakeTensor((3, 301, 2, 128)), lens)
+        self.expect_append(TypeError, r"k_cache, v_cache, k_new, v_new have dtypes", k, v, kn,
+                           FakeTensor(vn.shape, dtype="torch.float16"), lens)
+        self.expect_append(TypeError, r"cache_seqlens\.dtype is torch\.float32", k, v, kn, vn,
+                           FakeTensor((3,), dtype="torch.float32"))
+        self.expect_append(ValueError, r"k_new's sequence stride is 4", k, v,
+                           FakeTensor(kn.shape, strides=(512, 4, 256, 1)), vn, lens)
+        self.expect_append(ValueError, r"block_table is \(2, 5\)", kp, vp, kn, vn, lens,
+                           FakeTensor((2, 5), dtype="torch.int32"))
+        with self.assertRaisesRegex(ValueError, r"v_new's data is at 0x7f0000000004"):
+            _checks.check_kv_append(k, v, kn, FakeTensor(vn.shape, ptr=0x7f0000000004), lens,
+                                    pointers=True)
+
+    @unittest.skipIf(HAVE_TORCH, "torch is installed")
+    def test_decode_without_torch_says_so(self):
+        with self.assertRaisesRegex(ImportError, "torch"):
+            flashjit.decode(*decode_args())
+        with self.assertRaisesRegex(ImportError, "torch"):
+            _, k, v, lens, _ = decode_args()
+            flashjit.kv_append(k, v, FakeTensor((3, 1, 2, 128)), FakeTensor((3, 1, 2, 128)), lens)
+
+
 class Wheel(unittest.TestCase):
     """python/_flashjit_backend.py (the PEP 517 backend pip uses) builds a wheel with the
     standard library alone."""
@@ -715,7 +1101,8 @@ class Wheel(unittest.TestCase):
                                        rf"{'linux_[a-z0-9_]+' if bundled else 'any'}\.whl$")
                 with zipfile.ZipFile(os.path.join(tmp, name)) as z:
                     names = set(z.namelist())
-                    for module in ("__init__", "_capi", "_checks", "_ops", "_runtime"):
+                    for module in ("__init__", "_capi", "_checks", "_decode", "_ops",
+                                   "_runtime"):
                         self.assertIn(f"flashjit/{module}.py", names)
                     record = z.read(f"flashjit-{flashjit.__version__}.dist-info/RECORD")
                     for line in record.decode().splitlines():

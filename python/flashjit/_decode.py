@@ -1,0 +1,323 @@
+"""The torch side of flashjit.decode and flashjit.kv_append (fj_decode, fj_kv_append; 0.4):
+eager calls launch through a plan (the checks done, the handle got, the argument struct
+laid out once per shapes and strides, as _ops' fast path), calls under torch.compile go
+through the operators flashjit::decode and flashjit::kv_append (fake implementations for
+tracing). Inference only: nothing here records autograd history."""
+import ctypes as C
+import threading
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _capi, _checks, _runtime
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_is_compiling = torch.compiler.is_compiling
+_thread_id = threading.get_ident
+
+
+def _stream(index, device):
+    return _raw_stream(index) if _raw_stream else torch.cuda.current_stream(device).cuda_stream
+
+
+def _device_index(t):
+    return t.device.index if t.device.index is not None else torch.cuda.current_device()
+
+
+def _three(t):
+    """The strides of a 4-D tensor's first three dimensions, in elements."""
+    st = t.stride()
+    return st[0], st[1], st[2]
+
+
+def _require_decode():
+    lib = _capi.library()
+    if not getattr(lib, "has_decode", False):
+        raise RuntimeError(_runtime.no_decode_message(lib))
+    return lib
+
+
+def _decode_template(sizes, q, k_cache, v_cache, o_strides):
+    """fj_decode_args with the sizes and strides of a call, no pointers."""
+    a = _capi.new(_capi.DecodeArgs, batch=sizes.batch, seqlen_q=sizes.seqlen_q,
+                  seqlen_k=sizes.seqlen_k, page_size=sizes.page_size,
+                  num_pages=sizes.num_pages, table_stride=sizes.table_stride,
+                  num_splits=sizes.num_splits)
+    a.q_batch_stride, a.q_seq_stride, a.q_head_stride = _three(q)
+    a.k_page_stride, a.k_row_stride, a.k_head_stride = _three(k_cache)
+    a.v_page_stride, a.v_row_stride, a.v_head_stride = _three(v_cache)
+    a.o_batch_stride, a.o_seq_stride, a.o_head_stride = o_strides[:3]
+    return a
+
+
+def _contiguous_strides(shape):
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.insert(0, step)
+        step *= n
+    return tuple(strides)
+
+
+def _decode_handle(q, sizes, causal):
+    index = _device_index(q)
+    handle, _ = _runtime.kernel(index, _checks.dtype_name(q), sizes.head_dim, sizes.head_dim_v,
+                                sizes.heads_q, sizes.heads_kv, bool(causal), float(sizes.scale),
+                                False, (sizes.seqlen_q, sizes.seqlen_k, sizes.batch),
+                                decode=True)
+    return index, handle
+
+
+def _workspace_bytes(lib, handle, args):
+    size = C.c_size_t()
+    lib.check("fj_decode_workspace_size",
+              lib.lib.fj_decode_workspace_size(handle, C.byref(args), C.byref(size)))
+    return size.value
+
+
+# ---- the eager path ------------------------------------------------------------------
+# Plans per (shapes, strides, dtypes, devices of every tensor, causal, scale, num_splits,
+# max_seqlen_k, thread): the handle, the argument struct with sizes and strides, the
+# output shapes and the workspace size. A call sets the pointers of its plan's struct and
+# launches; a plan belongs to one thread (see _ops' fast path).
+_plans = {}
+_runtime.plan_caches.append(_plans)
+_MAX_PLANS = 4096
+
+
+class _Plan:
+    __slots__ = ("handle", "args", "args_ref", "o_shape", "lse_shape", "workspace_bytes",
+                 "index", "device")
+
+
+def _meta(t):
+    if t is None:
+        return None
+    return (t.shape, t.stride(), t.dtype, t.get_device())
+
+
+_PLAIN = (bool, int, float, type(None))
+
+
+def _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale, num_splits,
+         out, max_seqlen_k):
+    """The plan's key, or None when a number argument is not a plain Python value (a
+    tensor's hash is its identity, not its value: such calls are never planned)."""
+    if not (type(causal) in _PLAIN and type(softmax_scale) in _PLAIN and
+            type(num_splits) in _PLAIN and type(max_seqlen_k) in _PLAIN):
+        return None
+    return (q.shape, q.stride(), q.dtype, q.get_device(), _meta(k_cache), _meta(v_cache),
+            _meta(cache_seqlens), _meta(block_table), _meta(out), causal, softmax_scale,
+            num_splits, max_seqlen_k, _thread_id())
+
+
+def _make_plan(q, k_cache, v_cache, sizes, causal, out):
+    lib = _require_decode()
+    plan = _Plan()
+    plan.index, plan.handle = _decode_handle(q, sizes, causal)
+    plan.device = q.device
+    plan.o_shape = (sizes.batch, sizes.seqlen_q, sizes.heads_q, sizes.head_dim_v)
+    plan.lse_shape = (sizes.batch, sizes.heads_q, sizes.seqlen_q)
+    o_strides = _contiguous_strides(plan.o_shape) if out is None else out.stride()
+    plan.args = _decode_template(sizes, q, k_cache, v_cache, o_strides)
+    plan.args_ref = C.byref(plan.args)
+    plan.workspace_bytes = _workspace_bytes(lib, plan.handle, plan.args)
+    return plan
+
+
+def _plan(key, q, k_cache, v_cache, sizes, causal, out):
+    """The plan of `key` (made and kept when new; made for this call alone when key is
+    None)."""
+    plan = _plans.get(key) if key is not None else None
+    if plan is None:
+        plan = _make_plan(q, k_cache, v_cache, sizes, causal, out)
+        if key is not None:
+            if len(_plans) >= _MAX_PLANS:  # many shapes (e.g. every cache length): start over
+                _plans.clear()
+            _plans[key] = plan
+    return plan
+
+
+def fast_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
+                num_splits, return_lse, out, max_seqlen_k):
+    """The result, or None when there is no plan yet (or the call is being traced, or its
+    arguments are not all tensors): then flashjit.decode checks them and calls decode()."""
+    if _is_compiling():
+        return None
+    try:
+        key = _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
+                   num_splits, out, max_seqlen_k)
+        plan = _plans.get(key) if key is not None else None
+    except (AttributeError, TypeError):
+        return None
+    if plan is None:
+        return None
+    return _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, return_lse, out)
+
+
+def decode(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale, num_splits,
+           return_lse, out, max_seqlen_k, sizes):
+    """flashjit.decode after its checks (`sizes`, a _checks.DecodeSizes)."""
+    if _is_compiling():
+        o, lse = torch.ops.flashjit.decode(q, k_cache, v_cache, cache_seqlens, block_table,
+                                           bool(causal), float(sizes.scale), sizes.num_splits,
+                                           sizes.seqlen_k)
+        if out is not None:
+            out.copy_(o)
+            o = out
+        return (o, lse) if return_lse else o
+    key = _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
+               num_splits, out, max_seqlen_k)
+    plan = _plans.get(key) if key is not None else None
+    if plan is None:  # a new plan: the pointers' alignment too (later calls: the library)
+        _checks.check_decode(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale,
+                             num_splits, out, max_seqlen_k, pointers=True)
+        plan = _plan(key, q, k_cache, v_cache, sizes, causal, out)
+    return _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, return_lse, out)
+
+
+def _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, return_lse, out):
+    o = q.new_empty(plan.o_shape) if out is None else out
+    lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=plan.device) \
+        if return_lse else None
+    workspace = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device=plan.device) \
+        if plan.workspace_bytes else None
+    a = plan.args
+    a.q, a.k_cache, a.v_cache, a.o = q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), \
+        o.data_ptr()
+    a.lse = lse.data_ptr() if lse is not None else None
+    a.cache_seqlens = cache_seqlens.data_ptr() if cache_seqlens is not None else None
+    a.block_table = block_table.data_ptr() if block_table is not None else None
+    if workspace is not None:
+        a.workspace, a.workspace_bytes = workspace.data_ptr(), plan.workspace_bytes
+    else:
+        a.workspace, a.workspace_bytes = None, 0
+    status = _fj_decode()(plan.handle, plan.args_ref, _stream(plan.index, plan.device))
+    if status:
+        _capi.library().check("fj_decode", status)
+    return (o, lse) if return_lse else o
+
+
+_fj_decode_fn = None
+
+
+def _fj_decode():
+    """fj_decode through ctypes.PyDLL: the call keeps the GIL (it checks and enqueues, a
+    few microseconds), as _ops' fj_forward."""
+    global _fj_decode_fn
+    if _fj_decode_fn is None:
+        fn = C.PyDLL(_require_decode().path).fj_decode
+        fn.argtypes = [C.c_void_p, C.POINTER(_capi.DecodeArgs), C.c_void_p]
+        fn.restype = C.c_int
+        _fj_decode_fn = fn
+    return _fj_decode_fn
+
+
+def _append_key(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table):
+    return ("append", _meta(k_cache), _meta(v_cache), _meta(k_new), _meta(v_new),
+            _meta(cache_seqlens), _meta(block_table), _thread_id())
+
+
+def _make_append_plan(k_cache, v_cache, k_new, v_new, sizes):
+    _require_decode()
+    plan = _Plan()
+    plan.index = _device_index(k_new)
+    plan.device = k_new.device
+    plan.handle, _ = _runtime.append_kernel(plan.index, _checks.dtype_name(k_new),
+                                            sizes.head_dim, sizes.head_dim_v, sizes.heads_kv,
+                                            (1, sizes.seqlen_k, sizes.batch))
+    a = _capi.new(_capi.KvAppendArgs, batch=sizes.batch, seqlen_k=sizes.seqlen_k,
+                  page_size=sizes.page_size, num_pages=sizes.num_pages,
+                  table_stride=sizes.table_stride, new_len=sizes.new_len)
+    a.k_page_stride, a.k_row_stride, a.k_head_stride = _three(k_cache)
+    a.v_page_stride, a.v_row_stride, a.v_head_stride = _three(v_cache)
+    a.k_new_batch_stride, a.k_new_seq_stride, a.k_new_head_stride = _three(k_new)
+    a.v_new_batch_stride, a.v_new_seq_stride, a.v_new_head_stride = _three(v_new)
+    plan.args, plan.args_ref = a, C.byref(a)
+    return plan
+
+
+def fast_kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table):
+    """True when a plan appended, False when flashjit.kv_append must check the arguments
+    and call kv_append() (no plan yet, tracing, arguments that are not tensors)."""
+    if _is_compiling():
+        return False
+    try:
+        plan = _plans.get(_append_key(k_cache, v_cache, k_new, v_new, cache_seqlens,
+                                      block_table))
+    except (AttributeError, TypeError):
+        return False
+    if plan is None:
+        return False
+    _append(plan, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table)
+    return True
+
+
+def kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, sizes):
+    """flashjit.kv_append after its checks (`sizes`, a _checks.AppendSizes)."""
+    if _is_compiling():
+        torch.ops.flashjit.kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens,
+                                     block_table)
+        return
+    _append_planned(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, sizes)
+
+
+def _append_planned(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, sizes):
+    key = _append_key(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table)
+    plan = _plans.get(key)
+    if plan is None:  # a new plan: the pointers' alignment too (later calls: the library)
+        _checks.check_kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table,
+                                pointers=True)
+        plan = _make_append_plan(k_cache, v_cache, k_new, v_new, sizes)
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()
+        _plans[key] = plan
+    _append(plan, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table)
+
+
+def _append(plan, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table):
+    a = plan.args
+    a.k_cache, a.v_cache = k_cache.data_ptr(), v_cache.data_ptr()
+    a.k_new, a.v_new = k_new.data_ptr(), v_new.data_ptr()
+    a.cache_seqlens = cache_seqlens.data_ptr() if cache_seqlens is not None else None
+    a.block_table = block_table.data_ptr() if block_table is not None else None
+    lib = _capi.library()
+    lib.check("fj_kv_append", lib.lib.fj_kv_append(plan.handle, plan.args_ref,
+                                                   C.c_void_p(_stream(plan.index,
+                                                                      plan.device))))
+
+
+# ---- the operators (torch.compile) ---------------------------------------------------
+@torch.library.custom_op("flashjit::decode", mutates_args=(), device_types="cuda")
+def decode_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Optional[Tensor],
+              block_table: Optional[Tensor], causal: bool, scale: float, num_splits: int,
+              seqlen_k: int) -> Tuple[Tensor, Tensor]:
+    sizes = _checks.check_decode(q, k_cache, v_cache, cache_seqlens, block_table,
+                                 scale if scale > 0 else None, num_splits, None, seqlen_k,
+                                 pointers=True)
+    key = ("op",) + _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
+                         num_splits, None, seqlen_k)
+    plan = _plan(key, q, k_cache, v_cache, sizes, causal, None)
+    return _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, True, None)
+
+
+@decode_op.register_fake
+def _decode_fake(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, num_splits,
+                 seqlen_k):
+    b, s, h, _ = q.shape
+    return q.new_empty((b, s, h, v_cache.shape[-1])), \
+        q.new_empty((b, h, s), dtype=torch.float32)
+
+
+@torch.library.custom_op("flashjit::kv_append", mutates_args=("k_cache", "v_cache"),
+                         device_types="cuda")
+def kv_append_op(k_cache: Tensor, v_cache: Tensor, k_new: Tensor, v_new: Tensor,
+                 cache_seqlens: Optional[Tensor], block_table: Optional[Tensor]) -> None:
+    sizes = _checks.check_kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens,
+                                    block_table, pointers=True)
+    _append_planned(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, sizes)
+
+
+@kv_append_op.register_fake
+def _kv_append_fake(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table):
+    return None
