@@ -916,7 +916,8 @@ def decode_bad_arguments():
                 q, k, v, None, torch.zeros(2, 100, dtype=torch.int32, device="cuda")),
              ValueError),
             ("num_splits", lambda: flashjit.decode(q, k, v, num_splits=200), ValueError),
-            ("misaligned", lambda: flashjit.decode(misaligned, k, v), ValueError),
+            ("misaligned", lambda: flashjit.decode(misaligned, k, v),
+             (ValueError, flashjit.FlashJitError)),
             ("append rows", lambda: flashjit.kv_append(k, v, rand(2, 1, 2, 64),
                                                        rand(2, 1, 2, 64), lens), ValueError)):
         try:
