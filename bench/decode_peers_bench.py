@@ -90,8 +90,12 @@ def median_us(fn, sets, iters, warm, cycles_per_us):
 
 
 def reference0(q, k, v):
-    """fp32 attention of sequence 0: q [B, 1, H, d], k / v [B, N, H, d] -> [1, H, dv]."""
-    qf, kf, vf = q[0, 0].float(), k[0].float(), v[0].float()  # [H, d], [N, H, d]
+    """fp32 attention of sequence 0: q [B, 1, H, d], k / v [B, N, Hkv, d] -> [1, H, dv]
+    (query head h reads KV head h // (H / Hkv))."""
+    group = q.shape[2] // k.shape[2]
+    qf = q[0, 0].float()  # [H, d]
+    kf = k[0].float().repeat_interleave(group, dim=1)  # [N, H, d]
+    vf = v[0].float().repeat_interleave(group, dim=1)
     s = torch.einsum("hd,nhd->hn", qf, kf) / math.sqrt(q.shape[-1])
     return torch.einsum("hn,nhd->hd", torch.softmax(s, dim=-1), vf)[None]
 
@@ -157,6 +161,9 @@ def main():
     ap.add_argument("--seqlens", default="1024,4096,16384,65536")
     ap.add_argument("--head-dims", default="128,64")
     ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--heads-kv", type=int, default=0,
+                    help="KV heads (default: --heads, MHA); fewer: GQA, the peers called with "
+                         "enable_gqa=True")
     ap.add_argument("--dtypes", default="bf16")
     ap.add_argument("--max-gb", type=float, default=16.0,
                     help="skip shapes whose K+V exceed this (GB, 1e9 bytes)")
@@ -186,11 +193,12 @@ def main():
     l2 = dev.L2_cache_size
     cycles = sleep_cycles_per_us()
     H = a.heads
+    Hk = a.heads_kv or a.heads
     head = dict(device=torch.cuda.get_device_name(0), torch=torch.__version__,
                 flashjit=flashjit.version(), library=flashjit.library_path(),
                 cudnn=torch.backends.cudnn.version(), args=vars(a), l2_bytes=l2)
     print(f"device {head['device']}, flashjit {head['flashjit']} ({head['library']}), torch "
-          f"{head['torch']}, cuDNN {head['cudnn']}; decode q_len 1, MHA {H} heads; tune "
+          f"{head['torch']}, cuDNN {head['cudnn']}; decode q_len 1, {H} query / {Hk} KV heads; tune "
           f"{a.tune_mode} (budget {a.tune_budget:g} s); peers on {a.peer_layout} [B, H, N, d]")
     print("times in us (GPU); GB/s of K+V; x cudnn / x fa2: flashjit's throughput over the "
           "peer's; paged: pages of "
@@ -205,16 +213,16 @@ def main():
         for d in map(int, a.head_dims.split(",")):
             for B in map(int, a.batches.split(",")):
                 for N in map(int, a.seqlens.split(",")):
-                    kv_bytes = 2 * B * N * H * d * 2
-                    row = dict(dtype=dname, d=d, B=B, N=N, H=H, kv_gb=kv_bytes / 1e9)
+                    kv_bytes = 2 * B * N * Hk * d * 2
+                    row = dict(dtype=dname, d=d, B=B, N=N, H=H, Hkv=Hk, kv_gb=kv_bytes / 1e9)
                     if kv_bytes / 1e9 > a.max_gb:
                         row["skipped"] = f"K+V {kv_bytes / 1e9:.1f} GB > --max-gb {a.max_gb:g}"
                         print(f"{dname:5} {d:>4} {B:>3} {N:>6} {kv_bytes / 1e9:7.2f}  skipped "
                               f"({row['skipped']})", flush=True)
                         rows.append(row)
                         continue
-                    run_shape(a, flashjit, _runtime, row, dtype, d, B, N, H, kv_bytes, l2,
-                              cycles)
+                    run_shape(a, flashjit, _runtime, row, dtype, d, B, N, H, Hk, kv_bytes,
+                              l2, cycles)
                     rows.append(row)
                     torch.cuda.empty_cache()
                     json.dump(dict(head, rows=rows), open(path, "w"), indent=1)
@@ -250,12 +258,13 @@ def main():
     return 1 if failed else 0
 
 
-def run_shape(a, flashjit, _runtime, row, dtype, d, B, N, H, kv_bytes, l2, cycles):
+def run_shape(a, flashjit, _runtime, row, dtype, d, B, N, H, Hk, kv_bytes, l2, cycles):
     sets = max(1, math.ceil(2 * l2 / kv_bytes))
     row["sets"] = sets
     data = [dict(q=torch.randn(B, 1, H, d, device="cuda", dtype=dtype),
-                 k=torch.randn(B, N, H, d, device="cuda", dtype=dtype),
-                 v=torch.randn(B, N, H, d, device="cuda", dtype=dtype)) for _ in range(sets)]
+                 k=torch.randn(B, N, Hk, d, device="cuda", dtype=dtype),
+                 v=torch.randn(B, N, Hk, d, device="cuda", dtype=dtype)) for _ in range(sets)]
+    gqa = dict(enable_gqa=True) if Hk != H else {}
     # 1. flashjit, contiguous, with a handle got (tuned) for this shape.
     _runtime.forget_decode_kernels()
     t0 = time.perf_counter()
@@ -290,13 +299,13 @@ def run_shape(a, flashjit, _runtime, row, dtype, d, B, N, H, kv_bytes, l2, cycle
                 warnings.simplefilter("ignore")
                 with sdpa_kernel(backend):
                     o_peer = F.scaled_dot_product_attention(peer[0]["q"], peer[0]["k"],
-                                                            peer[0]["v"])
+                                                            peer[0]["v"], **gqa)
                     o_peer = o_peer.transpose(1, 2)  # [B, 1, H, d]
                     row[f"diff_{name}"] = (o_fj.float() - o_peer.float()).abs().max().item()
                     peer_errors.append((o_peer[0].float() - ref).abs().max().item())
                     row[f"{name}_us"] = median_us(
                         lambda i: F.scaled_dot_product_attention(peer[i]["q"], peer[i]["k"],
-                                                                 peer[i]["v"]),
+                                                                 peer[i]["v"], **gqa),
                         sets, a.iters, a.warmup, cycles)
                     row[f"{name}_gbs"] = kv_bytes / row[f"{name}_us"] / 1e3
         except Exception as ex:  # the backend cannot run this shape (or failed)
@@ -314,11 +323,11 @@ def run_shape(a, flashjit, _runtime, row, dtype, d, B, N, H, kv_bytes, l2, cycle
         paged = []
         for s in data:
             table = torch.randperm(B * width, device="cuda").view(B, width).to(torch.int32)
-            kp = torch.empty(B * width, P, H, d, device="cuda", dtype=dtype)
+            kp = torch.empty(B * width, P, Hk, d, device="cuda", dtype=dtype)
             vp = torch.empty_like(kp)
             index = table.flatten().long()
-            kp.index_copy_(0, index, s["k"].reshape(B * width, P, H, d))
-            vp.index_copy_(0, index, s["v"].reshape(B * width, P, H, d))
+            kp.index_copy_(0, index, s["k"].reshape(B * width, P, Hk, d))
+            vp.index_copy_(0, index, s["v"].reshape(B * width, P, Hk, d))
             paged.append(dict(q=s["q"], k=kp, v=vp, table=table))
         o_pg = flashjit.decode(paged[0]["q"], paged[0]["k"], paged[0]["v"], lens,
                                paged[0]["table"])

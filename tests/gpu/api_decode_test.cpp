@@ -83,7 +83,7 @@ struct Case {
 
 } // namespace
 
-TEST(ApiDecode, MatchesReference) {
+TEST(ApiDecodeGpu, MatchesReference) {
   FLASHJIT_REQUIRE_GPU();
   ApiContext ctx;
   const Case cases[] = {
@@ -143,7 +143,7 @@ TEST(ApiDecode, MatchesReference) {
   EXPECT_EQ(checked, 5);
 }
 
-TEST(ApiDecode, RefusesWhatItCannotRun) {
+TEST(ApiDecodeGpu, RefusesWhatItCannotRun) {
   FLASHJIT_REQUIRE_GPU();
   ApiContext ctx;
   generator::KernelSpec spec;
