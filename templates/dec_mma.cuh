@@ -95,6 +95,19 @@ __device__ __forceinline__ void load_kv_tile(u32 s_k, u32 s_v, const u16 *kc, co
   typedef typename Cfg::KTile KT;
   typedef typename Cfg::VTile VT;
   constexpr int kChunks = KT::kChunks > VT::kChunks ? KT::kChunks : VT::kChunks;
+  // Chunk c of key row r of K and of V (where the head has that many chunks).
+  auto copy = [&](int r, int c) {
+    const bool ok = r < valid;
+    CacheSlot slot = {0, 0};
+    if (ok)
+      slot = cache_slot(p, per_page, b, key0 + r);
+    if (c < KT::kChunks)
+      cp_async_16(s_k + KT::offset(r, c),
+                  kc + (ok ? slot_offset(slot, p.k_page_stride, p.k_row_stride) + c * 8 : 0), ok);
+    if (c < VT::kChunks)
+      cp_async_16(s_v + VT::offset(r, c),
+                  vc + (ok ? slot_offset(slot, p.v_page_stride, p.v_row_stride) + c * 8 : 0), ok);
+  };
   if constexpr (Cfg::kThreads % kChunks == 0) {
     constexpr int kRowStep = Cfg::kThreads / kChunks;
     const int r0 = tid / kChunks, c = tid % kChunks;
@@ -103,38 +116,23 @@ __device__ __forceinline__ void load_kv_tile(u32 s_k, u32 s_v, const u16 *kc, co
       const int r = r0 + it * kRowStep;
       if (Cfg::kBlockN % kRowStep != 0 && r >= Cfg::kBlockN)
         break;
-      const bool ok = r < valid;
-      CacheSlot slot = {0, 0};
-      if (ok)
-        slot = cache_slot(p, per_page, b, key0 + r);
-      if (c < KT::kChunks)
-        cp_async_16(s_k + KT::offset(r, c),
-                    kc + (ok ? slot_offset(slot, p.k_page_stride, p.k_row_stride) + c * 8 : 0),
-                    ok);
-      if (c < VT::kChunks)
-        cp_async_16(s_v + VT::offset(r, c),
-                    vc + (ok ? slot_offset(slot, p.v_page_stride, p.v_row_stride) + c * 8 : 0),
-                    ok);
+      copy(r, c);
     }
   } else {
     // Head dims whose chunk count does not divide the threads (40, 72, ...): every
     // (row, chunk) on its own.
-    for (int i = tid; i < Cfg::kBlockN * kChunks; i += Cfg::kThreads) {
-      const int r = i / kChunks, c = i % kChunks;
-      const bool ok = r < valid;
-      CacheSlot slot = {0, 0};
-      if (ok)
-        slot = cache_slot(p, per_page, b, key0 + r);
-      if (c < KT::kChunks)
-        cp_async_16(s_k + KT::offset(r, c),
-                    kc + (ok ? slot_offset(slot, p.k_page_stride, p.k_row_stride) + c * 8 : 0),
-                    ok);
-      if (c < VT::kChunks)
-        cp_async_16(s_v + VT::offset(r, c),
-                    vc + (ok ? slot_offset(slot, p.v_page_stride, p.v_row_stride) + c * 8 : 0),
-                    ok);
-    }
+    for (int i = tid; i < Cfg::kBlockN * kChunks; i += Cfg::kThreads)
+      copy(i / kChunks, i % kChunks);
   }
+}
+
+// Row (b, i, h) of o, and its lse slot.
+__device__ __forceinline__ u16 *out_row(const FjDecodeParams &p, int b, int i, int h) {
+  return (u16 *)p.o + (long long)b * p.o_batch_stride + (long long)i * p.o_row_stride +
+         (long long)h * p.o_head_stride;
+}
+__device__ __forceinline__ float &lse_of(const FjDecodeParams &p, int b, int i, int h) {
+  return p.lse[(long long)b * p.lse_batch_stride + (long long)h * p.lse_head_stride + i];
 }
 
 template <typename Cfg>
@@ -195,14 +193,12 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
           p.lse_partial[split * partial_rows + ((long long)b * p.heads_q + h) * p.seqlen_q + i] =
               neg_inf();
       } else {
-        u16 *o = (u16 *)p.o + (long long)b * p.o_batch_stride + (long long)i * p.o_row_stride +
-                 (long long)h * p.o_head_stride;
+        u16 *o = out_row(p, b, i, h);
 #pragma unroll
         for (int ot = 0; ot < OT; ++ot)
           *(u32 *)(o + ot * 8 + 2 * t) = 0u;
         if (p.lse && t == 0)
-          p.lse[(long long)b * p.lse_batch_stride + (long long)h * p.lse_head_stride + i] =
-              neg_inf();
+          lse_of(p, b, i, h) = neg_inf();
       }
     }
     return;
@@ -487,14 +483,13 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
       if (t == 0)
         p.lse_partial[row] = lse;
     } else {
-      u16 *o = (u16 *)p.o + (long long)b * p.o_batch_stride + (long long)i * p.o_row_stride +
-               (long long)h * p.o_head_stride;
+      u16 *o = out_row(p, b, i, h);
 #pragma unroll
       for (int ot = 0; ot < OT; ++ot)
         *(u32 *)(o + ot * 8 + 2 * t) =
             pack2<T>(acc_o[ot][2 * hf] * inv, acc_o[ot][2 * hf + 1] * inv);
       if (p.lse && t == 0)
-        p.lse[(long long)b * p.lse_batch_stride + (long long)h * p.lse_head_stride + i] = lse;
+        lse_of(p, b, i, h) = lse;
     }
   }
 }
@@ -542,8 +537,7 @@ __device__ __forceinline__ void run_combine(const FjDecodeParams &p) {
   const long long bh = row / p.seqlen_q;
   const int h = (int)(bh % p.heads_q), b = (int)(bh / p.heads_q);
   const float inv = total > 0.f ? 1.f / total : 0.f;
-  u16 *o = (u16 *)p.o + (long long)b * p.o_batch_stride + (long long)i * p.o_row_stride +
-           (long long)h * p.o_head_stride;
+  u16 *o = out_row(p, b, i, h);
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e) {
     const int c = lane + e * 32;
@@ -551,8 +545,7 @@ __device__ __forceinline__ void run_combine(const FjDecodeParams &p) {
       o[c] = from_float<T>(acc[e] * inv);
   }
   if (p.lse && lane == 0)
-    p.lse[(long long)b * p.lse_batch_stride + (long long)h * p.lse_head_stride + i] =
-        total > 0.f ? m + __logf(total) : neg_inf();
+    lse_of(p, b, i, h) = total > 0.f ? m + __logf(total) : neg_inf();
 }
 
 // The append: new K/V rows into their cache tokens (block (new row, sequence), one

@@ -3,6 +3,7 @@
 // dtypes, head dims, causal, MHA/GQA/MQA, varlen and deterministic mode; and the
 // calls it must refuse without writing anything (no backward pass in the handle, no or
 // too small a workspace, no lse).
+#include "api_context.h"
 #include "gpu_skip.h"
 
 #include "flashjit/flashjit.h"
@@ -14,20 +15,7 @@ using namespace flashjit;
 
 namespace {
 
-struct ApiContext {
-  fj_context handle = nullptr;
-  ApiContext() {
-    fj_context_options options;
-    fj_context_options_init(&options);
-    options.tune_mode = FJ_TUNE_HEURISTIC;
-    options.user_cache_path = "";
-    EXPECT_EQ(fj_context_create(&options, &handle), FJ_SUCCESS) << fj_last_error_message();
-  }
-  ~ApiContext() {
-    if (handle)
-      EXPECT_EQ(fj_context_destroy(handle), FJ_SUCCESS) << fj_last_error_message();
-  }
-};
+using ApiContext = apitest::HeuristicContext;
 
 struct Case {
   fj_dtype dtype;

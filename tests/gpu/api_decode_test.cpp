@@ -3,6 +3,7 @@
 // forward reference on the same tensors (tuner::DecodeChecker; outputs and lse poisoned
 // first), with the workspace fj_decode_workspace_size asks for; and the calls it must
 // refuse: a handle without decode, no or too small a workspace.
+#include "api_context.h"
 #include "gpu_skip.h"
 
 #include "flashjit/flashjit.h"
@@ -15,21 +16,7 @@ using namespace flashjit;
 
 namespace {
 
-struct ApiContext {
-  fj_context handle = nullptr;
-  ApiContext() {
-    fj_context_options options;
-    fj_context_options_init(&options);
-    options.tune_mode = FJ_TUNE_HEURISTIC;
-    options.user_cache_path = "";
-    EXPECT_EQ(fj_context_create(&options, &handle), FJ_SUCCESS) << fj_last_error_message();
-  }
-  ~ApiContext() {
-    if (handle) {
-      EXPECT_EQ(fj_context_destroy(handle), FJ_SUCCESS) << fj_last_error_message();
-    }
-  }
-};
+using ApiContext = apitest::HeuristicContext;
 
 struct Kernel {
   fj_kernel handle = nullptr;
