@@ -75,6 +75,19 @@ int nearestBucket(llvm::ArrayRef<Bucket> tuned, const Bucket &wanted) {
   return best;
 }
 
+int ladderBatch(int length) { return std::max(1, kLadderTokens / std::max(1, length)); }
+
+std::vector<Bucket> lengthLadder(int headsQ, int batch) {
+  std::vector<Bucket> ladder;
+  for (int length = kLadderMinLength; length <= kLadderMaxLength; length *= 2) {
+    const int64_t batchHeads =
+        (int64_t)(batch > 0 ? batch : ladderBatch(length)) * std::max(1, headsQ);
+    const int bh = (int)std::min<int64_t>(batchHeads, 1 << 30);
+    ladder.push_back(Bucket::forShape(length, length, bh));
+  }
+  return ladder;
+}
+
 ForwardShape timingShape(const generator::KernelSpec &spec, const Bucket &bucket) {
   ForwardShape shape;
   shape.batch = std::max(1, bucket.batchHeads / 16);

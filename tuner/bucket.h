@@ -38,6 +38,18 @@ struct Bucket {
 // nearest by distance() (ties: the smaller bucket). -1 when `tuned` is empty.
 int nearestBucket(llvm::ArrayRef<Bucket> tuned, const Bucket &wanted);
 
+// The length ladder: the square buckets a handle tunes so that every sequence length
+// runs at a tuned tile (docs/TUNING.md, "One handle, every length"). Lengths
+// kLadderMinLength .. kLadderMaxLength, each power of two; at each length the batch is
+// `batch` when the caller hinted one (> 0), else the batch of a kLadderTokens-token
+// step (kLadderTokens / length, at least 1), times `headsQ`.
+constexpr int kLadderMinLength = 512;
+constexpr int kLadderMaxLength = 16384;
+constexpr int kLadderTokens = 16384;
+std::vector<Bucket> lengthLadder(int headsQ, int batch);
+// The batch the ladder assumes at `length` when the caller hinted none.
+int ladderBatch(int length);
+
 // The problem a bucket is timed on: its sizes exactly, batch x heads split as
 // batch = max(1, bh / 16), heads = bh / batch, MHA, layout BSHD, with the LSE.
 ForwardShape timingShape(const generator::KernelSpec &spec, const Bucket &bucket);

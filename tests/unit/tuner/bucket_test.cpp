@@ -63,6 +63,23 @@ TEST(Bucket, NearestPrefersExactThenNearestThenSmaller) {
   EXPECT_EQ(reversed[tuner::nearestBucket(reversed, {8192, 8192, 32})], tuned[1]);
 }
 
+TEST(Bucket, LengthLadderSpansTheLengthsAtATrainingStepsTokens) {
+  // No batch hinted: 16384 tokens per step, so batch x length stays 16k down to 1 sequence.
+  std::vector<Bucket> ladder = tuner::lengthLadder(/*headsQ=*/16, /*batch=*/0);
+  std::vector<Bucket> expected = {{512, 512, 512},    {1024, 1024, 256}, {2048, 2048, 128},
+                                  {4096, 4096, 64},   {8192, 8192, 32},  {16384, 16384, 16}};
+  EXPECT_EQ(ladder, expected);
+  EXPECT_EQ(tuner::ladderBatch(1024), 16);
+  EXPECT_EQ(tuner::ladderBatch(65536), 1) << "at least one sequence";
+  // A hinted batch holds at every length; heads that are not powers of two round up.
+  for (const Bucket &b : tuner::lengthLadder(/*headsQ=*/12, /*batch=*/3))
+    EXPECT_EQ(b.batchHeads, 64) << b.key();
+  // Every length is a power of two from 512 to 16384, each once.
+  ASSERT_EQ(ladder.size(), 6u);
+  for (size_t i = 0; i < ladder.size(); ++i)
+    EXPECT_EQ(ladder[i].seqQ, tuner::kLadderMinLength << i);
+}
+
 TEST(Bucket, TimingShapeSplitsBatchAndHeads) {
   generator::KernelSpec spec;
   spec.headDim = spec.headDimV = 64;
