@@ -107,6 +107,7 @@ llvm::Error backward(const fj_kernel_s *kernel, const fj_backward_args *args, vo
     return makeError(ErrorCode::Internal, "kernel {0} has no backward variant to dispatch to",
                      kernel->specKey);
   const tuner::Selection &variant = kernel->variants[kernel->backwardBegin + index];
+  kernel->countLaunch(kernel->backwardBegin + index);
   if (llvm::Error error = kernel->context->device->makeCurrent())
     return error;
   // getKernel loaded the backward family's variants as backward kernels.

@@ -73,6 +73,12 @@ fj_status fj_kv_append(fj_kernel kernel, const fj_kv_append_args *args, void *st
   return api::guard("fj_kv_append", [&] { return api::kvAppend(kernel, args, stream); });
 }
 
+fj_status fj_forward_dispatch_info(fj_kernel kernel, const fj_forward_args *args,
+                                   fj_dispatch_info *info) {
+  return api::guard("fj_forward_dispatch_info",
+                    [&] { return api::forwardDispatchInfo(kernel, args, info); });
+}
+
 fj_status fj_kernel_info(fj_kernel kernel, struct fj_kernel_info *info) {
   return api::guard("fj_kernel_info", [&] { return api::kernelInfo(kernel, info); });
 }

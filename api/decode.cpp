@@ -21,17 +21,19 @@ llvm::Error checkHasDecode(const fj_kernel_s *kernel) {
 }
 
 // The decode variant for a call of these sizes: the nearest bucket of (seqlen_q,
-// seqlen_k, batch * heads_q) among the handle's decode variants. No allocation.
+// seqlen_k, batch * heads_q) among the handle's decode variants; `index` receives its
+// index in kernel->variants. No allocation.
 llvm::Expected<const tuner::DecodeKernel *> dispatch(const fj_kernel_s *kernel,
-                                                     const FjDecodeParams &p) {
+                                                     const FjDecodeParams &p, int &index) {
   const tuner::Bucket wanted =
       bucketFor(p.seqlen_q, p.seqlen_k, (int64_t)p.batch * p.heads_q);
   llvm::ArrayRef<tuner::Bucket> buckets =
       llvm::ArrayRef<tuner::Bucket>(kernel->buckets).drop_front(kernel->decodeBegin);
-  const int index = tuner::nearestBucket(buckets, wanted);
+  const int nearest = tuner::nearestBucket(buckets, wanted);
+  index = kernel->decodeBegin + nearest;
   const tuner::DecodeKernel *variant = nullptr;
-  if (index >= 0 && kernel->variants[kernel->decodeBegin + index].kernel)
-    variant = tuner::DecodeKernel::of(*kernel->variants[kernel->decodeBegin + index].kernel);
+  if (nearest >= 0 && kernel->variants[index].kernel)
+    variant = tuner::DecodeKernel::of(*kernel->variants[index].kernel);
   if (!variant)
     return makeError(ErrorCode::Internal, "kernel {0} has no decode variant to dispatch to",
                      kernel->specKey);
@@ -68,7 +70,8 @@ llvm::Error decodeWorkspaceSize(const fj_kernel_s *kernel, const fj_decode_args 
   params.heads_kv = kernel->desc.headsKV;
   params.seqlen_q = a.seqlen_q;
   params.seqlen_k = a.seqlen_k;
-  auto variant = dispatch(kernel, params);
+  int index = 0;
+  auto variant = dispatch(kernel, params, index);
   if (!variant)
     return variant.takeError();
   params.num_splits = (*variant)->plan(params, a.num_splits).numSplits;
@@ -88,7 +91,8 @@ llvm::Error decode(const fj_kernel_s *kernel, const fj_decode_args *args, void *
     return error;
   if (noWork)
     return llvm::Error::success();
-  auto variant = dispatch(kernel, params);
+  int index = 0;
+  auto variant = dispatch(kernel, params, index);
   if (!variant)
     return variant.takeError();
   // The same variant and plan as fj_decode_workspace_size (params.num_splits is the
@@ -113,6 +117,7 @@ llvm::Error decode(const fj_kernel_s *kernel, const fj_decode_args *args, void *
   }
   if (llvm::Error error = kernel->context->device->makeCurrent())
     return error;
+  kernel->countLaunch(index);
   return (*variant)->launch(params, static_cast<CUstream>(stream));
 }
 
@@ -137,6 +142,7 @@ llvm::Error kvAppend(const fj_kernel_s *kernel, const fj_kv_append_args *args, v
                      kernel->specKey, kernel->decodeBegin);
   if (llvm::Error error = kernel->context->device->makeCurrent())
     return error;
+  kernel->countLaunch(kernel->decodeBegin);
   return append->append(params, static_cast<CUstream>(stream));
 }
 

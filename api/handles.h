@@ -13,6 +13,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -68,6 +69,25 @@ struct fj_kernel_s {
   std::string fallbackFamily;       // "" when there is none
   int compiledNow = 0;
   double getMs = 0;
+  // Per variant: whether a timing on this device chose it for its bucket (a tuning row),
+  // and the launches it served. The counters are the launch paths' only writes: relaxed
+  // atomics, no locks (fj_kernel_info, fj_variant_info, docs/TUNING.md).
+  std::vector<char> tuned;
+  std::unique_ptr<std::atomic<int64_t>[]> calls;
+  mutable std::atomic<int64_t> forwardCalls{0}, forwardCallsUntuned{0};
+  mutable std::atomic<uint32_t> lastUntunedBucket{0};  // flashjit::api::packBucket; 0: none
+
+  // (Handles made by hand in the unit tests have neither array.)
+  bool tunedFor(int index, const flashjit::tuner::Bucket &bucket) const {
+    return index < (int)tuned.size() && tuned[index] && buckets[index] == bucket;
+  }
+  void countLaunch(int index) const {
+    if (calls)
+      calls[index].fetch_add(1, std::memory_order_relaxed);
+  }
+  int64_t launches(int index) const {
+    return calls ? calls[index].load(std::memory_order_relaxed) : 0;
+  }
 };
 
 namespace flashjit::api {
@@ -85,6 +105,16 @@ std::vector<generator::KernelSpec> kernelSpecsFor(const AttentionDesc &desc,
                                                   llvm::StringRef target,
                                                   const tuner::FamilyPlan &plan);
 
+// A bucket in 32 bits (log2 of each size, 5 bits each, and a bit saying it is one), so
+// the launch path can record it with one atomic store; unpackBucket inverts it.
+uint32_t packBucket(const tuner::Bucket &bucket);
+tuner::Bucket unpackBucket(uint32_t packed);
+
+// The variant fj_forward launches for these checked arguments (an index into
+// kernel.variants), counting the launch when `count`.
+llvm::Expected<int> dispatchForward(const fj_kernel_s &kernel, const FjForwardParams &params,
+                                    bool count);
+
 // The C entry points' bodies (api/c_api.cpp wraps each in guard()).
 llvm::Expected<fj_context_s *> createContext(const fj_context_options *options);
 llvm::Error destroyContext(fj_context_s *context);
@@ -93,6 +123,8 @@ llvm::Error contextInfo(const fj_context_s *context, struct fj_context_info *inf
 llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attention_desc *desc);
 llvm::Error releaseKernel(fj_kernel_s *kernel);
 llvm::Error forward(const fj_kernel_s *kernel, const fj_forward_args *args, void *stream);
+llvm::Error forwardDispatchInfo(const fj_kernel_s *kernel, const fj_forward_args *args,
+                                fj_dispatch_info *info);
 // api/backward.cpp
 llvm::Error backwardWorkspaceSize(const fj_kernel_s *kernel, const fj_backward_args *args,
                                   size_t *bytes);

@@ -1,14 +1,17 @@
 // fj_kernel: a description's variants, loaded and ready; and the launch itself.
 #include "api/handles.h"
 #include "api/live_handles.h"
+#include "api/validate_structs.h"
 
 #include "generator/spec.h"
 #include "support/error.h"
 
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 namespace flashjit::api {
 namespace {
@@ -56,7 +59,49 @@ llvm::Error checkVariantIndex(const fj_kernel_s *kernel, int index) {
   return llvm::Error::success();
 }
 
+// The length ladder of docs/TUNING.md ("One handle, every length"), tuned before the
+// hinted bucket so that the handle then loads every length's winner. Each bucket is
+// an optimisation only: one that fails to tune is logged and left to the nearest.
+void tuneLengthLadder(fj_context_s &context, const generator::KernelSpec &spec,
+                      const AttentionDesc &desc) {
+  const std::vector<tuner::Bucket> ladder =
+      tuner::lengthLadder(desc.headsQ, desc.batchHinted ? desc.batchHint : 0);
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < ladder.size(); ++i) {
+    context.log(FJ_LOG_INFO, llvm::formatv("{0}: length ladder {1}/{2}, bucket {3} ({4:f1} s "
+                                           "so far)",
+                                           spec.key(), i + 1, ladder.size(), ladder[i].key(),
+                                           std::chrono::duration<double>(
+                                               std::chrono::steady_clock::now() - start)
+                                               .count())
+                                 .str());
+    auto selection = context.tuner->select(spec, ladder[i]);
+    if (!selection)
+      context.log(FJ_LOG_WARNING,
+                  llvm::formatv("{0}: length ladder bucket {1} not tuned ({2}); its calls "
+                                "use the nearest tuned bucket",
+                                spec.key(), ladder[i].key(),
+                                llvm::toString(selection.takeError()))
+                      .str());
+  }
+}
+
+bool modeTunes(fj_tune_mode mode) {
+  return mode == FJ_TUNE_DEFAULT || mode == FJ_TUNE_EXHAUSTIVE;
+}
+
+int log2Of(int powerOfTwo) { return (int)llvm::Log2_32((uint32_t)powerOfTwo); }
+
 } // namespace
+
+uint32_t packBucket(const tuner::Bucket &b) {
+  return 1u << 15 | (uint32_t)log2Of(b.seqQ) << 10 | (uint32_t)log2Of(b.seqK) << 5 |
+         (uint32_t)log2Of(b.batchHeads);
+}
+
+tuner::Bucket unpackBucket(uint32_t packed) {
+  return tuner::Bucket{1 << ((packed >> 10) & 31), 1 << ((packed >> 5) & 31), 1 << (packed & 31)};
+}
 
 tuner::Bucket bucketFor(int64_t seqQ, int64_t seqK, int64_t batchHeads) {
   return tuner::Bucket::forShape(bucketDim(seqQ), bucketDim(seqK), bucketDim(batchHeads));
@@ -161,8 +206,12 @@ llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attentio
   if (llvm::Error error = context->device->makeCurrent())
     return std::move(error);
 
-  tuner::Bucket hinted = bucketFor(desc->seqQHint, desc->seqKHint,
-                                   (int64_t)desc->batchHint * desc->headsQ);
+  // The forward's (and backward's) bucket: without a batch hint, a 16k-token step's.
+  const int stepBatch = desc->batchHinted ? desc->batchHint : tuner::ladderBatch(desc->seqQHint);
+  tuner::Bucket hinted =
+      bucketFor(desc->seqQHint, desc->seqKHint, (int64_t)stepBatch * desc->headsQ);
+  if (desc->tunesLadder() && modeTunes(context->mode))
+    tuneLengthLadder(*context, specs[0], *desc);
   auto variants = selectVariants(*context, specs[0], hinted);
   if (!variants && specs.size() > 1) {
     // The primary family has no kernel to give (in cached mode: a cache prepared
@@ -255,10 +304,12 @@ llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attentio
     for (tuner::Selection &selection : *decode)
       kernel->variants.push_back(std::move(selection));
   }
+  kernel->calls = std::make_unique<std::atomic<int64_t>[]>(kernel->variants.size());
   for (const tuner::Selection &selection : kernel->variants) {
     if (!selection.kernel)
       return makeError(ErrorCode::Internal, "the tuner returned variant {0}/{1} unloaded",
                        selection.spec.key(), selection.bucket.key());
+    kernel->tuned.push_back(!selection.tuningKeyText.empty());
     kernel->buckets.push_back(selection.bucket);
     kernel->bucketKeys.push_back(selection.bucket.key());
     kernel->tileKeys.push_back(selection.tile.key());
@@ -291,6 +342,46 @@ llvm::Error releaseKernel(fj_kernel_s *kernel) {
   return llvm::Error::success();
 }
 
+// What fj_forward launches: the family's variant for the call's bucket (or the
+// nearest), the fallback family's when the primary cannot take the arguments.
+// tuner::nearestBucket over the family's buckets: what Tuner::dispatch decides, without
+// the vector it builds.
+llvm::Expected<int> dispatchForward(const fj_kernel_s &kernel, const FjForwardParams &params,
+                                    bool count) {
+  const tuner::Bucket wanted =
+      bucketFor(params.seqlen_q, params.seqlen_k, (int64_t)params.batch * params.heads_q);
+  llvm::ArrayRef<tuner::Bucket> buckets(kernel.buckets);
+  int index = tuner::nearestBucket(buckets.take_front(kernel.familyVariants), wanted);
+  if (index < 0)
+    return makeError(ErrorCode::Internal, "kernel {0} has no variant to dispatch to",
+                     kernel.specKey);
+  // Arguments a TMA kernel cannot take go to the fallback family's variants. (The
+  // forward families' variants are forward kernels: getKernel loaded them so.)
+  if (!kernel.variants[index].kernel)
+    return makeError(ErrorCode::Internal, "kernel {0}: variant {1} is not loaded",
+                     kernel.specKey, index);
+  const auto &primary = static_cast<const tuner::ForwardKernel &>(*kernel.variants[index].kernel);
+  if (primary.geometry().tma.enabled && tuner::tmaArgumentProblem(params)) {
+    llvm::ArrayRef<tuner::Bucket> fallbacks = buckets.slice(
+        kernel.familyVariants, kernel.backwardBegin - kernel.familyVariants);
+    int fallback = tuner::nearestBucket(fallbacks, wanted);
+    if (fallback < 0)
+      return makeError(ErrorCode::NotSupported, "kernel {0} ({1}, no fallback family): {2}",
+                       kernel.specKey, kernel.family,
+                       llvm::toString(tuner::checkTmaArguments(params)));
+    index = kernel.familyVariants + fallback;
+  }
+  if (count) {
+    kernel.countLaunch(index);
+    kernel.forwardCalls.fetch_add(1, std::memory_order_relaxed);
+    if (!kernel.tunedFor(index, wanted)) {
+      kernel.forwardCallsUntuned.fetch_add(1, std::memory_order_relaxed);
+      kernel.lastUntunedBucket.store(packBucket(wanted), std::memory_order_relaxed);
+    }
+  }
+  return index;
+}
+
 // The hot path: no allocation, no lock, no synchronisation on success.
 llvm::Error forward(const fj_kernel_s *kernel, const fj_forward_args *args, void *stream) {
   if (llvm::Error error = checkKernelMagic(kernel))
@@ -301,34 +392,44 @@ llvm::Error forward(const fj_kernel_s *kernel, const fj_forward_args *args, void
     return error;
   if (noWork)
     return llvm::Error::success();
-  // tuner::nearestBucket over the family's buckets: what Tuner::dispatch decides,
-  // without the vector it builds.
-  const tuner::Bucket wanted =
-      bucketFor(params.seqlen_q, params.seqlen_k, (int64_t)params.batch * params.heads_q);
-  llvm::ArrayRef<tuner::Bucket> buckets(kernel->buckets);
-  int index = tuner::nearestBucket(buckets.take_front(kernel->familyVariants), wanted);
-  if (index < 0)
-    return makeError(ErrorCode::Internal, "kernel {0} has no variant to dispatch to",
-                     kernel->specKey);
-  const tuner::Selection *variant = &kernel->variants[index];
-  // Arguments a TMA kernel cannot take go to the fallback family's variants. (The
-  // forward families' variants are forward kernels: getKernel loaded them so.)
-  auto forwardKernel = [](const tuner::Selection &s) -> const tuner::ForwardKernel & {
-    return static_cast<const tuner::ForwardKernel &>(*s.kernel);
-  };
-  if (forwardKernel(*variant).geometry().tma.enabled && tuner::tmaArgumentProblem(params)) {
-    llvm::ArrayRef<tuner::Bucket> fallbacks = buckets.slice(
-        kernel->familyVariants, kernel->backwardBegin - kernel->familyVariants);
-    int fallback = tuner::nearestBucket(fallbacks, wanted);
-    if (fallback < 0)
-      return makeError(ErrorCode::NotSupported, "kernel {0} ({1}, no fallback family): {2}",
-                       kernel->specKey, kernel->family,
-                       llvm::toString(tuner::checkTmaArguments(params)));
-    variant = &kernel->variants[kernel->familyVariants + fallback];
-  }
+  llvm::Expected<int> index = dispatchForward(*kernel, params, /*count=*/true);
+  if (!index)
+    return index.takeError();
   if (llvm::Error error = kernel->context->device->makeCurrent())
     return error;
-  return forwardKernel(*variant).launch(params, static_cast<CUstream>(stream));
+  return static_cast<const tuner::ForwardKernel &>(*kernel->variants[*index].kernel)
+      .launch(params, static_cast<CUstream>(stream));
+}
+
+llvm::Error forwardDispatchInfo(const fj_kernel_s *kernel, const fj_forward_args *args,
+                                fj_dispatch_info *info) {
+  if (llvm::Error error = checkLiveKernel(kernel))
+    return error;
+  if (!info)
+    return makeError(ErrorCode::InvalidValue, "info is NULL");
+  if (llvm::Error error =
+          checkStructSize<fj_dispatch_info>(info->struct_size, "info", "fj_dispatch_info"))
+    return error;
+  FjForwardParams params;
+  bool noWork = false;
+  if (llvm::Error error = checkForwardArgs(kernel->desc, args, params, noWork))
+    return error;
+  fj_dispatch_info out{};
+  const tuner::Bucket wanted =
+      bucketFor(params.seqlen_q, params.seqlen_k, (int64_t)params.batch * params.heads_q);
+  out.variant = -1;
+  out.bucket_seqlen_q = wanted.seqQ;
+  out.bucket_seqlen_k = wanted.seqK;
+  out.bucket_batch_heads = wanted.batchHeads;
+  std::snprintf(out.bucket, sizeof(out.bucket), "%s", wanted.key().c_str());
+  if (!noWork) {
+    llvm::Expected<int> index = dispatchForward(*kernel, params, /*count=*/false);
+    if (!index)
+      return index.takeError();
+    out.variant = *index;
+    out.tuned = kernel->tunedFor(*index, wanted);
+  }
+  return copyOutStruct(out, info, "info", "fj_dispatch_info");
 }
 
 llvm::Error kernelInfo(const fj_kernel_s *kernel, struct fj_kernel_info *info) {
@@ -359,6 +460,11 @@ llvm::Error kernelInfo(const fj_kernel_s *kernel, struct fj_kernel_info *info) {
   out.num_backward_variants = (int32_t)(kernel->decodeBegin - kernel->backwardBegin);
   out.decode_family = kernel->decodeFamily.c_str();
   out.num_decode_variants = (int32_t)kernel->variants.size() - kernel->decodeBegin;
+  out.forward_calls = kernel->forwardCalls.load(std::memory_order_relaxed);
+  out.forward_calls_untuned = kernel->forwardCallsUntuned.load(std::memory_order_relaxed);
+  if (uint32_t last = kernel->lastUntunedBucket.load(std::memory_order_relaxed))
+    std::snprintf(out.last_untuned_bucket, sizeof(out.last_untuned_bucket), "%s",
+                  unpackBucket(last).key().c_str());
   return copyOutStruct(out, info, "info", "struct fj_kernel_info");
 }
 
@@ -386,6 +492,7 @@ llvm::Error variantInfo(const fj_kernel_s *kernel, int index, fj_variant_info *i
   out.registers = registersOf(v);
   out.shared_bytes = v.sharedBytes;
   out.tuned_us = v.tunedUs;
+  out.calls = kernel->launches(index);
   return copyOutStruct(out, info, "info", "fj_variant_info");
 }
 

@@ -297,6 +297,14 @@ llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *in) {
   out.seqQHint = d.seqlen_q_hint > 0 ? d.seqlen_q_hint : 1024;
   out.seqKHint = d.seqlen_k_hint > 0 ? d.seqlen_k_hint : out.seqQHint;
   out.batchHint = d.batch_hint > 0 ? d.batch_hint : 1;
+  out.seqHinted = d.seqlen_q_hint > 0;
+  out.batchHinted = d.batch_hint > 0;
+  if (d.tune_lengths < FJ_TUNE_LENGTHS_AUTO || d.tune_lengths > FJ_TUNE_LENGTHS_LADDER)
+    return makeError(ErrorCode::InvalidValue,
+                     "desc->tune_lengths is {0}: expected FJ_TUNE_LENGTHS_AUTO (0), "
+                     "FJ_TUNE_LENGTHS_HINTED (1) or FJ_TUNE_LENGTHS_LADDER (2)",
+                     d.tune_lengths);
+  out.tuneLengths = static_cast<fj_tune_lengths>(d.tune_lengths);
   out.backward = d.backward != 0;
   if (llvm::Error error = checkFeatures(d, out.features))
     return std::move(error);

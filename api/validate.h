@@ -57,6 +57,14 @@ struct AttentionDesc {
   int headsQ = 0, headsKV = 0;
   float scale = 0;  // resolved: never 0
   int seqQHint = 0, seqKHint = 0, batchHint = 0;  // resolved: >= 1
+  bool seqHinted = false;    // the caller gave seqlen_q_hint (else 1024 is assumed)
+  bool batchHinted = false;  // the caller gave batch_hint (else 1 is assumed here)
+  fj_tune_lengths tuneLengths = FJ_TUNE_LENGTHS_AUTO;
+  // Whether fj_kernel_get tunes the length ladder (tune_lengths, AUTO resolved).
+  bool tunesLadder() const {
+    return tuneLengths == FJ_TUNE_LENGTHS_LADDER ||
+           (tuneLengths == FJ_TUNE_LENGTHS_AUTO && !seqHinted);
+  }
   bool backward = false;  // the kernel also carries the backward pass
   bool decode = false;    // the kernel also carries the decode kernels (dec_mma)
   // Window, softcap, ALiBi and the user's code (copied), checked; all off for a

@@ -26,6 +26,9 @@ template <> constexpr size_t minStructSize<fj_forward_args>() {
 template <> constexpr size_t minStructSize<struct fj_kernel_info>() {
   return offsetof(struct fj_kernel_info, backward_family);  // 0.1
 }
+template <> constexpr size_t minStructSize<fj_variant_info>() {
+  return offsetof(fj_variant_info, calls);  // 0.1
+}
 // The version whose size minStructSize is, for messages.
 template <typename T> constexpr const char *minStructVersion() { return "0.1"; }
 template <> constexpr const char *minStructVersion<fj_forward_args>() { return "0.2"; }
@@ -36,12 +39,24 @@ template <> constexpr const char *minStructVersion<fj_forward_args>() { return "
 // zero. fj_attention_desc of 0.2 ends with `backward` and 4 bytes of padding, where
 // `window` now is.
 template <typename T> constexpr size_t fieldBytes(size_t size) { return size; }
+// A version whose fields end at `fields` had sizeof `fields` rounded up to the struct's
+// alignment: a size in (fields, that] is that version's, its tail padding.
+constexpr size_t versionFields(size_t size, size_t fields, size_t align) {
+  const size_t padded = (fields + align - 1) / align * align;
+  return size <= padded && size > fields ? fields : size;
+}
 template <> constexpr size_t fieldBytes<fj_attention_desc>(size_t size) {
+  constexpr size_t align = alignof(fj_attention_desc);
   constexpr size_t fields02 = offsetof(fj_attention_desc, backward) + sizeof(int32_t);
-  constexpr size_t sizeof02 = (fields02 + alignof(size_t) - 1) / alignof(size_t) * alignof(size_t);
   static_assert(offsetof(fj_attention_desc, window) == fields02,
                 "window is the first field after 0.2's (in its padding)");
-  return size <= sizeof02 && size > fields02 ? fields02 : size;
+  // 0.4 ends with `decode` and 4 bytes of padding (now reserved_04, never read), so
+  // its sizeof is where `tune_lengths` starts.
+  constexpr size_t fields04 = offsetof(fj_attention_desc, decode) + sizeof(int32_t);
+  static_assert(offsetof(fj_attention_desc, tune_lengths) == fields04 + sizeof(int32_t) &&
+                    offsetof(fj_attention_desc, tune_lengths) % alignof(fj_attention_desc) == 0,
+                "tune_lengths starts at 0.4's sizeof");
+  return versionFields(versionFields(size, fields02, align), fields04, align);
 }
 
 template <typename T>

@@ -56,7 +56,7 @@ extern "C" {
 #endif
 
 #define FLASHJIT_VERSION_MAJOR 0
-#define FLASHJIT_VERSION_MINOR 4
+#define FLASHJIT_VERSION_MINOR 5
 #define FLASHJIT_VERSION_PATCH 0
 
 /* ---- Status codes ------------------------------------------------------------ */
@@ -108,6 +108,19 @@ typedef enum fj_tune_mode {
   FJ_TUNE_HEURISTIC = 3,  /* compile the heuristic tile (docs/TUNING.md) without tuning */
   FJ_TUNE_EXHAUSTIVE = 4  /* tune every candidate, no budget cut */
 } fj_tune_mode;
+
+/* Which shape buckets fj_kernel_get tunes for the forward pass (desc.tune_lengths), in
+ * the modes that tune (FJ_TUNE_DEFAULT, FJ_TUNE_EXHAUSTIVE). Every bucket already tuned
+ * is loaded whatever this says, and fj_forward runs each call on its own bucket's
+ * variant, else the nearest one's (docs/TUNING.md, "One handle, every length"). */
+typedef enum fj_tune_lengths {
+  FJ_TUNE_LENGTHS_AUTO = 0,    /* the length ladder when seqlen_q_hint is 0 (the caller
+                                  does not know its lengths), else the hinted bucket */
+  FJ_TUNE_LENGTHS_HINTED = 1,  /* the hinted bucket only */
+  FJ_TUNE_LENGTHS_LADDER = 2   /* the hinted bucket and the length ladder: square
+                                  buckets N = 512, 1024, ..., 16384 at batch_hint, or
+                                  when it is 0 at a 16384-token batch (16384 / N) */
+} fj_tune_lengths;
 
 /* Where a kernel variant came from. */
 typedef enum fj_origin {
@@ -222,9 +235,10 @@ typedef struct fj_attention_desc {
   int32_t num_heads_kv;   /* >= 1, divides num_heads_q (GQA / MQA when smaller) */
   float softmax_scale;    /* finite, >= 0; 0: 1 / sqrt(head_dim) */
   /* Typical sizes, which choose the shape bucket tuned first; 0: unknown (1024 for
-   * the sequence lengths, 1 for the batch; seqlen_k defaults to seqlen_q). A kernel
-   * runs any size; other buckets use the tuning already cached for them, else the
-   * nearest one. */
+   * the sequence lengths, seqlen_k defaults to seqlen_q; the batch of a 16384-token
+   * step, 16384 / seqlen_q_hint and at least 1, for the forward and backward pass, 1
+   * for decode). A kernel runs any size; other buckets use the tuning already cached
+   * for them, else the nearest one; tune_lengths says which more fj_kernel_get tunes. */
   int32_t seqlen_q_hint;
   int32_t seqlen_k_hint;
   int32_t batch_hint;
@@ -275,6 +289,12 @@ typedef struct fj_attention_desc {
    * 0 (the default): no decode kernels. (Added in 0.4: a struct_size that ends before
    * this field is accepted and reads as 0.) */
   int32_t decode;
+  int32_t reserved_04;  /* 0.4's tail padding: never read */
+  /* An fj_tune_lengths: the shape buckets fj_kernel_get tunes for the forward pass when
+   * it tunes (0, FJ_TUNE_LENGTHS_AUTO: every length when seqlen_q_hint is 0). Not part
+   * of the kernel's identity. (Added in 0.5: a struct_size that ends before this field
+   * is accepted and reads as 0.) */
+  int32_t tune_lengths;
 } fj_attention_desc;
 
 /* Zeroes `desc` and sets its struct_size (dtype must still be chosen). */
@@ -384,6 +404,25 @@ FJ_API fj_status fj_validate_forward_args(const fj_attention_desc *desc,
  * detected on a best-effort basis only (a check of the handle's magic word). Errors
  * from the kernel itself appear later, on the stream, as with any CUDA launch. */
 FJ_API fj_status fj_forward(fj_kernel kernel, const fj_forward_args *args, void *stream);
+
+/* What fj_forward does with `args` (added in 0.5): the variant it launches and whether
+ * that variant was tuned for the call's own shape bucket, so a caller can see which of
+ * its lengths run on a nearest bucket's tile. Checks `args` as fj_forward does and
+ * launches nothing. */
+typedef struct fj_dispatch_info {
+  size_t struct_size;  /* set by the caller: sizeof(fj_dispatch_info) */
+  int32_t variant;     /* the index fj_forward launches (fj_kernel_variant_info); -1 when
+                          the call has no work (batch or seqlen_q 0) */
+  /* 1: the variant was tuned on this device for the call's bucket (its own timing
+   * decided the tile); 0: it was tuned for another bucket (the nearest), or never
+   * tuned (a default tile, FJ_TUNE_HEURISTIC). */
+  int32_t tuned;
+  int32_t bucket_seqlen_q, bucket_seqlen_k, bucket_batch_heads;  /* the call's bucket */
+  char bucket[40];     /* the call's bucket, "q2048.k2048.bh128" */
+} fj_dispatch_info;
+
+FJ_API fj_status fj_forward_dispatch_info(fj_kernel kernel, const fj_forward_args *args,
+                                          fj_dispatch_info *info);
 
 /* ---- Backward pass ----------------------------------------------------------------
  *
@@ -625,6 +664,15 @@ struct fj_kernel_info {
    * ends before them is accepted, and they are not written.) */
   const char *decode_family;
   int32_t num_decode_variants;
+  /* Forward launches since fj_kernel_get (fj_forward calls that launched), and those of
+   * them whose shape bucket had no variant tuned for it on this device (they ran on the
+   * nearest bucket's tile, or an untuned one): the gap an offline sweep
+   * (`flashjit tune --seqlens ...`) or FJ_TUNE_LENGTHS_LADDER closes. (Added in 0.5: a
+   * struct_size that ends before them is accepted, and they are not written.) */
+  int64_t forward_calls;
+  int64_t forward_calls_untuned;
+  /* The bucket of the latest such call ("" when none), e.g. "q32768.k32768.bh16". */
+  char last_untuned_bucket[40];
 };
 
 FJ_API fj_status fj_kernel_info(fj_kernel kernel, struct fj_kernel_info *info);
@@ -643,6 +691,10 @@ typedef struct fj_variant_info {
   int32_t block_m, block_n, warps, stages;
   int32_t registers, shared_bytes;
   double tuned_us;          /* 0 when never timed */
+  /* Launches this variant served since fj_kernel_get (fj_forward, fj_backward,
+   * fj_decode / fj_kv_append by its kind). (Added in 0.5: a struct_size that ends
+   * before it is accepted, and it is not written.) */
+  int64_t calls;
 } fj_variant_info;
 
 /* Variant `index` in [0, num_variants). */

@@ -7,6 +7,7 @@
 // sending what TMA cannot take (cu_seqlens, odd strides, no keys) to its fwd_mma
 // fallback, and $FLASHJIT_FAMILY.
 #include "api_harness.h"
+#include "tuner/bucket.h"
 #include "tests/scoped_env.h"
 #include "gpu_skip.h"
 
@@ -15,6 +16,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <cstdlib>
 #include <dlfcn.h>
@@ -290,7 +292,7 @@ TEST(ApiGpu, InfoAndSourceDescribeTheKernel) {
   EXPECT_EQ(v.registers, info.registers);
   EXPECT_EQ(std::string(v.tile),
             llvm::formatv("bm{0}.bn{1}.w{2}.s{3}", v.block_m, v.block_n, v.warps, v.stages).str());
-  EXPECT_EQ(std::string(v.bucket), "q1024.k1024.bh8");  // default hints, batch 1 x 8 heads
+  EXPECT_EQ(std::string(v.bucket), "q1024.k1024.bh128");  // default hints: 16k tokens, 8 heads
   EXPECT_EQ(std::string(v.binary_key).size(), 64u) << v.binary_key;
   EXPECT_NE(std::string(v.note), "");
 
@@ -839,3 +841,99 @@ TEST(ApiGpuSecondProcess, GetsHandlesFromTheCacheWithoutCompiling) {
 }
 
 } // namespace
+
+// Issue 31: a description with no length hint tunes the length ladder, so each length of
+// a 16k-token step runs on a tile timed for its own bucket. What a call runs on is
+// visible (fj_forward_dispatch_info, the launch counters), and the outputs are right on
+// and off the ladder (odd lengths, outputs poisoned, the fp32 reference's bar).
+TEST(ApiGpuTune, NoLengthHintTunesEveryLengthOfTheLadder) {
+  FLASHJIT_REQUIRE_GPU();
+  // fwd_mma alone keeps the six tunes short (its space is the smaller one).
+  ScopedEnv family("FLASHJIT_FAMILY", "fwd_mma");
+  static int run = 0;
+  Context context(FJ_TUNE_DEFAULT,
+                  scratchDir() + "/ladder-" + std::to_string(run++) + ".sqlite",
+                  /*budgetSeconds=*/1);
+  ASSERT_TRUE(context.ok()) << context.error();
+  const fj_attention_desc desc = makeDesc(FJ_DTYPE_BF16, 64, 0, true, 4, 4);
+  fj_kernel kernel = nullptr;
+  auto start = std::chrono::steady_clock::now();
+  FJ_ASSERT_OK(fj_kernel_get(context.get(), &desc, &kernel));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  struct fj_kernel_info info = kernelInfo(kernel);
+  EXPECT_EQ(std::string(info.family), "fwd_mma");
+  std::set<std::string> tuned;
+  for (int i = 0; i < info.num_variants; ++i) {
+    fj_variant_info v;
+    v.struct_size = sizeof(v);
+    FJ_ASSERT_OK(fj_kernel_variant_info(kernel, i, &v));
+    EXPECT_NE(std::string(v.tuning_key), "") << v.bucket << ": every variant is tuned";
+    tuned.insert(v.bucket);
+  }
+  for (const tuner::Bucket &b : tuner::lengthLadder(desc.num_heads_q, 0))
+    EXPECT_TRUE(tuned.count(b.key())) << b.key() << " of the ladder was not tuned";
+  fj_variant_info primary;
+  primary.struct_size = sizeof(primary);
+  FJ_ASSERT_OK(fj_kernel_variant_info(kernel, info.primary_variant, &primary));
+  EXPECT_EQ(std::string(primary.bucket), "q1024.k1024.bh64") << "16 sequences x 4 heads";
+
+  Stream stream;
+  ASSERT_NE(stream.handle, nullptr) << stream.error;
+  struct Case {
+    int batch, seqlen;
+    bool ownBucket;  // the call's bucket is one of the ladder's
+    const char *bucket;
+  } cases[] = {{8, 2047, true, "q2048.k2048.bh32"},
+               {2, 1500, false, "q2048.k2048.bh8"},
+               {32, 511, true, "q512.k512.bh128"}};
+  int64_t calls = 0, untuned = 0;
+  for (const Case &c : cases) {
+    auto problem = ApiProblem::create(desc, smallShape(c.batch, c.seqlen, c.seqlen),
+                                      31 + c.seqlen, target(), stream.handle);
+    ASSERT_TRUE((bool)problem) << llvm::toString(problem.takeError());
+    const fj_forward_args args = (*problem)->args();
+    fj_dispatch_info dispatch;
+    dispatch.struct_size = sizeof(dispatch);
+    FJ_ASSERT_OK(fj_forward_dispatch_info(kernel, &args, &dispatch));
+    EXPECT_EQ(std::string(dispatch.bucket), c.bucket);
+    EXPECT_EQ(dispatch.tuned, c.ownBucket ? 1 : 0) << c.bucket;
+    fj_variant_info chosen;
+    chosen.struct_size = sizeof(chosen);
+    FJ_ASSERT_OK(fj_kernel_variant_info(kernel, dispatch.variant, &chosen));
+    if (c.ownBucket)
+      EXPECT_EQ(std::string(chosen.bucket), c.bucket);
+    auto report = (*problem)->run(kernel, stream.handle);
+    ASSERT_TRUE((bool)report) << llvm::toString(report.takeError());
+    EXPECT_TRUE(report->passed) << c.bucket << ": " << report->summary();
+    FJ_ASSERT_OK(fj_kernel_variant_info(kernel, dispatch.variant, &chosen));
+    EXPECT_GE(chosen.calls, 1) << "the launch is counted on the variant that ran";
+    const struct fj_kernel_info after = kernelInfo(kernel);
+    const int64_t launched = after.forward_calls - calls;
+    EXPECT_GE(launched, 1);
+    EXPECT_EQ(after.forward_calls_untuned - untuned, c.ownBucket ? 0 : launched) << c.bucket;
+    calls = after.forward_calls;
+    untuned = after.forward_calls_untuned;
+  }
+  const struct fj_kernel_info last = kernelInfo(kernel);
+  EXPECT_EQ(std::string(last.last_untuned_bucket), "q2048.k2048.bh8");
+  int64_t perVariant = 0;
+  for (int i = 0; i < last.num_variants; ++i) {
+    fj_variant_info v;
+    v.struct_size = sizeof(v);
+    FJ_ASSERT_OK(fj_kernel_variant_info(kernel, i, &v));
+    perVariant += v.calls;
+  }
+  EXPECT_EQ(perVariant, last.forward_calls);
+  FJ_EXPECT_OK(fj_kernel_release(kernel));
+
+  // With a length hint (and nothing else tuned), only the hinted bucket is tuned.
+  Context hinted(FJ_TUNE_DEFAULT, "", /*budgetSeconds=*/1);
+  ASSERT_TRUE(hinted.ok()) << hinted.error();
+  fj_attention_desc one = desc;
+  one.seqlen_q_hint = 2048;
+  FJ_ASSERT_OK(fj_kernel_get(hinted.get(), &one, &kernel));
+  EXPECT_EQ(kernelInfo(kernel).num_variants, 1);
+  FJ_EXPECT_OK(fj_kernel_release(kernel));
+  std::printf("length ladder: %zu buckets tuned in %.1f s\n", tuned.size(), seconds);
+}
