@@ -19,7 +19,7 @@ from ._checks import (check_alibi_slopes, check_decode, check_features, check_in
                       check_kv_append, check_max_seqlens, check_mod_args, PLAIN)
 from . import _runtime
 
-__version__ = "0.4.0"  # the package's version (python/pyproject.toml reads it from here)
+__version__ = "0.5.0"  # the package's version (python/pyproject.toml reads it from here)
 
 __all__ = ["attention", "sdpa", "decode", "kv_append", "info", "configure", "tuning",
            "FlashJitError", "library_path", "version", "has_backward", "has_decode",
@@ -51,7 +51,7 @@ def _torch_ops():
     return ops
 
 
-def configure(tune_mode=None, cache_path=None, budget_s=None):
+def configure(tune_mode=None, cache_path=None, budget_s=None, tune_lengths=None):
     """Process-wide settings for kernels got from now on (handles already got keep
     theirs, whatever the settings). They are fj_context_options' fields:
 
@@ -64,14 +64,22 @@ def configure(tune_mode=None, cache_path=None, budget_s=None):
     ~/.cache/flashjit/cache.sqlite).
     budget_s: tuning seconds per (description, shape bucket); 0 = the library's default
     (30 s). The C API has no budget for a whole model or block.
+    tune_lengths: which forward shape buckets a new kernel is tuned for (the
+    description's tune_lengths, 0.5): 'auto' (the package hints each kernel with its
+    first call's shape, so: 'hinted'), 'hinted' (that shape's bucket only; other lengths
+    run on its tile), 'ladder' (also the length ladder of docs/TUNING.md, 512..16384 at
+    16k tokens: one kernel at its tuned speed at every length, for a model called with
+    many lengths; the first call tunes ~6 more buckets). Part of a kernel's identity:
+    kernels got under another setting are not reused.
     None leaves a setting as it is; configure() with no argument returns them."""
-    new = _runtime.checked_settings(_runtime.settings, tune_mode, cache_path, budget_s)
+    new = _runtime.checked_settings(_runtime.settings, tune_mode, cache_path, budget_s,
+                                    tune_lengths)
     _runtime.settings.update(new)
     return dict(_runtime.settings)
 
 
 @contextlib.contextmanager
-def tuning(budget_s=None, tune_mode=None, cache_path=None):
+def tuning(budget_s=None, tune_mode=None, cache_path=None, tune_lengths=None):
     """Settings for the kernels first got inside the block, on this thread, e.g.
 
         with flashjit.tuning(budget_s=5):     # each new tune: at most 5 s per bucket
@@ -82,7 +90,7 @@ def tuning(budget_s=None, tune_mode=None, cache_path=None):
     keep their kernels (warm up inside the block). Yields the settings in force."""
     saved = getattr(_runtime._local, "settings", None)
     new = _runtime.checked_settings(saved or _runtime.settings, tune_mode, cache_path,
-                                    budget_s)
+                                    budget_s, tune_lengths)
     _runtime._local.settings = new
     try:
         yield dict(new)

@@ -8,6 +8,8 @@ import os
 FJ_DTYPE_FP16, FJ_DTYPE_BF16 = 1, 2
 TUNE_MODES = {"auto": 0, "default": 1, "cached": 2, "heuristic": 3, "exhaustive": 4}
 TUNE_MODE_NAMES = {v: k for k, v in TUNE_MODES.items()}
+# fj_tune_lengths (0.5): the forward's shape buckets fj_kernel_get tunes
+TUNE_LENGTHS = {"auto": 0, "hinted": 1, "ladder": 2}
 ORIGINS = {1: "shipped cache", 2: "user cache", 3: "compiled now", 4: "tuned now",
            5: "system cache"}
 STATUS_NAMES = {0: "FJ_SUCCESS", 1: "FJ_ERROR_INVALID_VALUE", 2: "FJ_ERROR_NOT_SUPPORTED",
@@ -66,7 +68,9 @@ class AttentionDesc(C.Structure):
                 ("softcap", C.c_float), ("alibi", C.c_int32), ("score_mod", C.c_char_p),
                 ("mask_mod", C.c_char_p), ("tuning_mod_args", C.POINTER(ModArgs)),
                 # the decode kernels (0.4): fj_decode, fj_kv_append
-                ("decode", C.c_int32)]
+                ("decode", C.c_int32),
+                # one handle, every length (0.5): an fj_tune_lengths
+                ("reserved_04", C.c_int32), ("tune_lengths", C.c_int32)]
 
 
 class ForwardArgs(C.Structure):
@@ -130,7 +134,9 @@ class KernelInfo(C.Structure):
                 ("warps", C.c_int32), ("stages", C.c_int32), ("registers", C.c_int32),
                 ("shared_bytes", C.c_int32), ("tuned_us", C.c_double), ("get_ms", C.c_double),
                 ("backward_family", C.c_char_p), ("num_backward_variants", C.c_int32),
-                ("decode_family", C.c_char_p), ("num_decode_variants", C.c_int32)]  # 0.4
+                ("decode_family", C.c_char_p), ("num_decode_variants", C.c_int32),  # 0.4
+                ("forward_calls", C.c_int64), ("forward_calls_untuned", C.c_int64),
+                ("last_untuned_bucket", C.c_char * 40)]  # 0.5
 
 
 class VariantInfo(C.Structure):
@@ -141,7 +147,13 @@ class VariantInfo(C.Structure):
                 ("bucket_batch_heads", C.c_int32), ("origin", C.c_int32),
                 ("block_m", C.c_int32), ("block_n", C.c_int32), ("warps", C.c_int32),
                 ("stages", C.c_int32), ("registers", C.c_int32), ("shared_bytes", C.c_int32),
-                ("tuned_us", C.c_double)]
+                ("tuned_us", C.c_double), ("calls", C.c_int64)]  # calls: 0.5
+
+
+class DispatchInfo(C.Structure):
+    _fields_ = [("struct_size", C.c_size_t), ("variant", C.c_int32), ("tuned", C.c_int32),
+                ("bucket_seqlen_q", C.c_int32), ("bucket_seqlen_k", C.c_int32),
+                ("bucket_batch_heads", C.c_int32), ("bucket", C.c_char * 40)]
 
 
 # Every struct the package passes, with the C name (tests/python compares the layouts).
@@ -149,7 +161,8 @@ STRUCTS = {"fj_context_options": ContextOptions, "struct fj_context_info": Conte
            "fj_attention_desc": AttentionDesc, "fj_forward_args": ForwardArgs,
            "fj_backward_args": BackwardArgs, "struct fj_kernel_info": KernelInfo,
            "fj_variant_info": VariantInfo, "fj_mod_args": ModArgs,
-           "fj_decode_args": DecodeArgs, "fj_kv_append_args": KvAppendArgs}
+           "fj_decode_args": DecodeArgs, "fj_kv_append_args": KvAppendArgs,
+           "fj_dispatch_info": DispatchInfo}
 
 
 def _candidates():
@@ -181,6 +194,8 @@ _REQUIRED = {
     "fj_kernel_release": (lambda: [C.c_void_p]),
     "fj_kernel_info": (lambda: [C.c_void_p, C.POINTER(KernelInfo)]),
     "fj_kernel_variant_info": (lambda: [C.c_void_p, C.c_int32, C.POINTER(VariantInfo)]),
+    "fj_forward_dispatch_info": (lambda: [C.c_void_p, C.POINTER(ForwardArgs),
+                                          C.POINTER(DispatchInfo)]),
     "fj_kernel_source": (lambda: [C.c_void_p, C.c_int32, C.POINTER(C.c_char_p),
                                   C.POINTER(C.c_size_t)]),
     "fj_forward": (lambda: [C.c_void_p, C.POINTER(ForwardArgs), C.c_void_p]),

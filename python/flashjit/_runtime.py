@@ -21,7 +21,7 @@ _local = threading.local()
 # they hold are released (forget_decode_kernels).
 plan_caches = []
 
-DEFAULT_SETTINGS = dict(tune_mode="auto", cache_path=None, budget_s=0.0)
+DEFAULT_SETTINGS = dict(tune_mode="auto", cache_path=None, budget_s=0.0, tune_lengths="auto")
 settings = dict(DEFAULT_SETTINGS)
 
 
@@ -30,9 +30,14 @@ def current_settings():
     return getattr(_local, "settings", None) or settings
 
 
-def checked_settings(base, tune_mode=None, cache_path=None, budget_s=None):
+def checked_settings(base, tune_mode=None, cache_path=None, budget_s=None, tune_lengths=None):
     """`base` updated with the given values, checked (ValueError/TypeError)."""
     new = dict(base)
+    if tune_lengths is not None:
+        if tune_lengths not in _capi.TUNE_LENGTHS:
+            raise ValueError(f"tune_lengths is {tune_lengths!r}: expected one of "
+                             f"{', '.join(map(repr, _capi.TUNE_LENGTHS))}")
+        new["tune_lengths"] = tune_lengths
     if tune_mode is not None:
         if tune_mode not in _capi.TUNE_MODES:
             raise ValueError(f"tune_mode is {tune_mode!r}: expected one of "
@@ -103,8 +108,9 @@ def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints,
     _checks.Features; tuning_args (an _capi.ModArgs, or None) what the tuner runs the
     user code with if this call gets the kernel (not part of the key); decode: the handle
     also carries the decode kernels (desc.decode, 0.4)."""
+    lengths = current_settings().get("tune_lengths", "auto")
     key = (device, dtype, d, dv, hq, hkv, bool(causal), float(scale), bool(backward),
-           features, bool(decode))
+           features, bool(decode), lengths)
     found = _kernels.get(key)
     if found is not None:
         return found[0], found[1]
@@ -120,7 +126,8 @@ def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints,
                      else _capi.FJ_DTYPE_FP16, head_dim=d, head_dim_v=dv, causal=int(causal),
                      num_heads_q=hq, num_heads_kv=hkv, softmax_scale=scale,
                      seqlen_q_hint=_hint(hints[0]), seqlen_k_hint=_hint(hints[1]),
-                     batch_hint=_hint(hints[2]), backward=int(backward), decode=int(decode))
+                     batch_hint=_hint(hints[2]), backward=int(backward), decode=int(decode),
+                     tune_lengths=_capi.TUNE_LENGTHS[lengths])
     _set_features(desc, features, tuning_args)
     handle = C.c_void_p()
     lib.check("fj_kernel_get", lib.lib.fj_kernel_get(ctx, C.byref(desc), C.byref(handle)))
@@ -210,10 +217,10 @@ def kernels_info():
     """fj_kernel_info of every kernel handle got so far, as dicts."""
     out = []
     for key, (_, info, _) in list(_kernels.items()):
-        device, dtype, d, dv, hq, hkv, causal, scale, backward, features, decode = key
+        device, dtype, d, dv, hq, hkv, causal, scale, backward, features, decode, lengths = key
         entry = dict(device=device, dtype=dtype, head_dim=d, head_dim_v=dv, num_heads_q=hq,
                      num_heads_kv=hkv, causal=causal, softmax_scale=scale, backward=backward,
-                     decode=decode, features=features._asdict())
+                     decode=decode, tune_lengths=lengths, features=features._asdict())
         entry.update(_capi.struct_dict(info))
         entry["origin"] = _capi.ORIGINS.get(info.origin, info.origin)
         out.append(entry)

@@ -668,7 +668,9 @@ class Settings(unittest.TestCase):
     def test_configure(self):
         s = flashjit.configure(tune_mode="heuristic", cache_path="/tmp/x.sqlite", budget_s=7)
         self.assertEqual(s, dict(tune_mode="heuristic", cache_path="/tmp/x.sqlite",
-                                 budget_s=7.0))
+                                 budget_s=7.0, tune_lengths="auto"))
+        self.assertEqual(flashjit.configure(tune_lengths="ladder")["tune_lengths"], "ladder")
+        s["tune_lengths"] = "ladder"
         self.assertEqual(flashjit.info()["settings"], s)
         self.assertEqual(flashjit.info()["user_cache_path"], "/tmp/x.sqlite")
         self.assertEqual(flashjit.configure(), s)
@@ -685,6 +687,9 @@ class Settings(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, r"budget_s is inf"):
             with flashjit.tuning(budget_s=float("inf")):
                 pass
+        with self.assertRaisesRegex(ValueError, r"tune_lengths is 'all': expected one of "
+                                    r"'auto', 'hinted', 'ladder'"):
+            flashjit.configure(tune_lengths="all")
         self.assertEqual(_runtime.settings, self.saved)  # nothing half-applied
 
     def test_tuning_nests_and_restores(self):
@@ -694,7 +699,8 @@ class Settings(unittest.TestCase):
             self.assertEqual(_runtime.current_settings()["tune_mode"], "default")
             with flashjit.tuning(tune_mode="cached"):
                 self.assertEqual(_runtime.current_settings(),
-                                 dict(tune_mode="cached", cache_path=None, budget_s=5.0))
+                                 dict(tune_mode="cached", cache_path=None, budget_s=5.0,
+                                      tune_lengths="auto"))
             self.assertEqual(_runtime.current_settings()["tune_mode"], "default")
         self.assertEqual(_runtime.current_settings()["budget_s"], self.saved["budget_s"])
 
