@@ -4,6 +4,7 @@
 #include "cache/ship.h"
 #include "cache/winners.h"
 #include "tools/command.h"
+#include "tuner/bucket.h"
 
 #include "support/error.h"
 
@@ -19,7 +20,9 @@ namespace {
 cl::SubCommand
     cacheCommand("cache",
                  "Inspect and ship the kernel cache:\n"
-                 "  ls                                list tuning rows (user DB, --shipped, system)\n"
+                 "  ls [--call Q,K,BH]                list tuning rows (user DB, --shipped, system);\n"
+                 "                                    --call: the row each spec's handles run a\n"
+                 "                                    call of that shape on\n"
                  "  export --device-key K --out F     write a compact DB to ship (--format json:\n"
                  "                                    the winners alone, as text)\n"
                  "  merge A B... --out F              combine DBs, keeping the faster winner\n"
@@ -47,6 +50,11 @@ cl::list<std::string> deviceKeys("device-key",
                                  cl::desc("export: a device key to include (repeat or "
                                           "separate with commas)"),
                                  cl::value_desc("key"), cl::CommaSeparated, cl::sub(cacheCommand));
+cl::opt<std::string> callShape("call",
+                              cl::desc("ls: for a call of seqlen_q,seqlen_k,batch*heads_q, the "
+                                       "bucket each spec's handles run it on: its own "
+                                       "(tuned) or the nearest tuned one"),
+                              cl::value_desc("q,k,bh"), cl::sub(cacheCommand));
 cl::opt<std::string> outPath("out", cl::desc("export, merge: the DB to write"),
                              cl::value_desc("file"), cl::sub(cacheCommand));
 
@@ -96,6 +104,52 @@ void printTable(const std::vector<std::vector<std::string>> &rows) {
   }
 }
 
+// --call: per (spec, device) of the rows, what a handle's dispatch does with the shape
+// (tuner::nearestBucket over the tuned buckets, as fj_forward).
+int listCall(ArrayRef<flashjit::cache::Found<flashjit::cache::TuningRow>> rows) {
+  SmallVector<StringRef, 3> parts;
+  StringRef(callShape).split(parts, ',');
+  int sizes[3] = {0, 0, 0};
+  if (parts.size() != 3 || parts[0].trim().getAsInteger(10, sizes[0]) ||
+      parts[1].trim().getAsInteger(10, sizes[1]) || parts[2].trim().getAsInteger(10, sizes[2]) ||
+      sizes[0] < 1 || sizes[1] < 1 || sizes[2] < 1)
+    return usage("--call '" + callShape + "': expected seqlen_q,seqlen_k,batch*heads_q, each "
+                 ">= 1 (e.g. 2048,2048,128)");
+  const flashjit::tuner::Bucket wanted =
+      flashjit::tuner::Bucket::forShape(sizes[0], sizes[1], sizes[2]);
+  // Rows grouped by (spec, device) in the order they were listed.
+  std::vector<std::pair<std::string, std::string>> groups;
+  std::vector<std::vector<flashjit::tuner::Bucket>> buckets;
+  for (const auto &found : rows) {
+    auto bucket = flashjit::tuner::Bucket::parse(found.row.key.bucket);
+    if (!bucket) {
+      consumeError(bucket.takeError());  // not a forward/backward/decode bucket key
+      continue;
+    }
+    std::pair<std::string, std::string> group{found.row.key.spec, found.row.key.deviceKey};
+    auto it = llvm::find(groups, group);
+    if (it == groups.end()) {
+      groups.push_back(group);
+      buckets.emplace_back();
+      it = groups.end() - 1;
+    }
+    buckets[it - groups.begin()].push_back(*bucket);
+  }
+  outs() << formatv("\na call of {0}x{1} (batch*heads {2}) is bucket {3}:\n", sizes[0], sizes[1],
+                    sizes[2], wanted.key());
+  std::vector<std::vector<std::string>> table{{"SPEC", "DEVICE", "RUNS ON", "TUNED"}};
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const int index = flashjit::tuner::nearestBucket(buckets[g], wanted);
+    const flashjit::tuner::Bucket &chosen = buckets[g][index];
+    table.push_back({groups[g].first, groups[g].second, chosen.key(),
+                     chosen == wanted ? "yes"
+                                      : formatv("no (nearest of {0} tuned)", buckets[g].size())
+                                            .str()});
+  }
+  printTable(table);
+  return 0;
+}
+
 int list() {
   Expected<std::unique_ptr<flashjit::cache::Cache>> cache = openForReading();
   if (!cache)
@@ -120,6 +174,8 @@ int list() {
   }
   printTable(table);
   outs() << rows->size() << " tuning rows\n";
+  if (callShape.getNumOccurrences())
+    return listCall(*rows);
   return 0;
 }
 

@@ -3,6 +3,7 @@
 
 #include "cache/cache.h"
 #include "generator/templates.h"
+#include "tuner/measure.h"
 #include "runtime/driver.h"
 #include "runtime/nvrtc.h"
 #include "support/env.h"
@@ -18,6 +19,9 @@ int runInfo() {
   auto &out = llvm::outs();
   out << "flashjit " << flashjit::flashjitVersion() << " (generator "
       << flashjit::generator::generatorFingerprint().substr(0, 12) << ")\n";
+  // What a tuning row must carry to be used by this build (winners files, docs/CACHE.md).
+  out << "Keys:    generator " << flashjit::generator::generatorFingerprint()
+      << ", measurement protocol " << flashjit::tuner::kMeasurementProtocolVersion << "\n";
   auto nvrtc = flashjit::runtime::nvrtcVersion();
   out << "NVRTC:   " << (nvrtc ? *nvrtc : llvm::toString(nvrtc.takeError())) << "\n";
   auto driver = flashjit::runtime::driverVersion();
