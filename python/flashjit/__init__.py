@@ -69,7 +69,8 @@ def configure(tune_mode=None, cache_path=None, budget_s=None, tune_lengths=None)
     first call's shape, so: 'hinted'), 'hinted' (that shape's bucket only; other lengths
     run on its tile), 'ladder' (also the length ladder of docs/TUNING.md, 512..16384 at
     16k tokens: one kernel at its tuned speed at every length, for a model called with
-    many lengths; the first call tunes 5 more buckets). Part of a kernel's identity:
+    many lengths; the first call tunes up to 6 more buckets, and its bucket is
+    taken at 16k tokens like the rungs). Part of a kernel's identity:
     kernels got under another setting are not reused.
     None leaves a setting as it is; configure() with no argument returns them."""
     new = _runtime.checked_settings(_runtime.settings, tune_mode, cache_path, budget_s,

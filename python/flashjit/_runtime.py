@@ -126,7 +126,10 @@ def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints,
                      else _capi.FJ_DTYPE_FP16, head_dim=d, head_dim_v=dv, causal=int(causal),
                      num_heads_q=hq, num_heads_kv=hkv, softmax_scale=scale,
                      seqlen_q_hint=_hint(hints[0]), seqlen_k_hint=_hint(hints[1]),
-                     batch_hint=_hint(hints[2]), backward=int(backward), decode=int(decode),
+                     # the ladder's rungs are a 16k-token step's unless a batch is
+                     # hinted, and the first call's batch says nothing of later calls'
+                     batch_hint=0 if lengths == "ladder" else _hint(hints[2]),
+                     backward=int(backward), decode=int(decode),
                      tune_lengths=_capi.TUNE_LENGTHS[lengths])
     _set_features(desc, features, tuning_args)
     handle = C.c_void_p()
