@@ -59,6 +59,25 @@ template <> constexpr size_t fieldBytes<fj_attention_desc>(size_t size) {
   return versionFields(versionFields(size, fields02, align), fields04, align);
 }
 
+// The host pointer field (one the library dereferences) that an older version's
+// struct_size would cut: read up to `bytes`, it would be the caller's low bytes and
+// zeros, an address nobody passed. NULL when `bytes` cuts none. No version of a struct
+// ends inside a field, so such a size is a wrong one, never an old one.
+template <typename T> constexpr const char *cutHostPointer(size_t) { return nullptr; }
+template <> constexpr const char *cutHostPointer<fj_attention_desc>(size_t bytes) {
+  struct Field {
+    size_t offset;
+    const char *name;
+  };
+  constexpr Field fields[] = {{offsetof(fj_attention_desc, score_mod), "score_mod"},
+                              {offsetof(fj_attention_desc, mask_mod), "mask_mod"},
+                              {offsetof(fj_attention_desc, tuning_mod_args), "tuning_mod_args"}};
+  for (const Field &f : fields)
+    if (bytes > f.offset && bytes < f.offset + sizeof(void *))
+      return f.name;
+  return nullptr;
+}
+
 template <typename T>
 llvm::Error checkStructSize(size_t size, const char *name, const char *typeName) {
   if (size < minStructSize<T>())
@@ -89,6 +108,12 @@ llvm::Error copyInStruct(const T *in, const char *name, const char *typeName, T 
   // request the caller made.
   const unsigned char *bytes = reinterpret_cast<const unsigned char *>(in);
   if (size < sizeof(T)) {  // an older version's struct: what it lacks reads as zero
+    if (const char *field = cutHostPointer<T>(fieldBytes<T>(size)))
+      return makeError(ErrorCode::InvalidValue,
+                       "{0}->struct_size is {1}: it ends inside the pointer `{2}`, which no "
+                       "version of {3} does (this version's sizeof is {4}); set it with "
+                       "sizeof or the _init function",
+                       name, size, field, typeName, sizeof(T));
     std::memset(&out, 0, sizeof(T));
     std::memcpy(&out, in, fieldBytes<T>(size));
     return llvm::Error::success();

@@ -314,3 +314,30 @@ TEST(ApiFeatures, ForwardArgumentsOf02SizeAreAccepted) {
 }
 
 } // namespace
+
+// A struct_size that ends inside one of the description's host pointers is no version's
+// size: it would hand the validator an address made of the caller's low bytes and zeros
+// (found by fuzz_api_args: 77 cut score_mod). Refused, naming the pointer; the sizes
+// around each pointer stay accepted.
+TEST(ApiFeatures, StructSizeInsideAHostPointerIsRefused) {
+  struct Pointer {
+    size_t offset;
+    const char *name;
+  };
+  for (Pointer p : {Pointer{offsetof(fj_attention_desc, score_mod), "score_mod"},
+                    Pointer{offsetof(fj_attention_desc, mask_mod), "mask_mod"},
+                    Pointer{offsetof(fj_attention_desc, tuning_mod_args), "tuning_mod_args"}}) {
+    for (size_t cut = p.offset + 1; cut < p.offset + sizeof(void *); ++cut) {
+      fj_attention_desc desc = validDesc();
+      desc.score_mod = desc.mask_mod = "return score;";  // heap-like bytes in every pointer
+      desc.struct_size = cut;
+      const std::string size = "struct_size is " + std::to_string(cut) + ":";
+      EXPECT_TRUE(failsWith(fj_validate_attention_desc(&desc), FJ_ERROR_INVALID_VALUE,
+                            {size.c_str(), p.name}))
+          << "size " << cut;
+    }
+    fj_attention_desc whole = validDesc();
+    whole.struct_size = p.offset;  // ends before the pointer: it reads as NULL
+    EXPECT_TRUE(succeeds(fj_validate_attention_desc(&whole))) << "size " << p.offset;
+  }
+}
