@@ -153,6 +153,17 @@ std::vector<Seed> seeds() {
       {"args_size_garbage", [](I &in) {
          in.flags = flashjit::fuzz::kFlagArgsSize, in.argsSize = 0xdeadbeefcafeULL;
        }},
+      {"desc_size_0_4", [](I &in) {  // 0.5's fields read as zero: tune_lengths AUTO
+         in.flags = flashjit::fuzz::kFlagDescSize;
+         in.descSize = offsetof(fj_attention_desc, reserved_04) + sizeof(int32_t);
+       }},
+      {"desc_size_cuts_mask_mod", [](I &in) {
+         in.flags = flashjit::fuzz::kFlagDescSize;
+         in.desc.mask_mod = "return true;";
+         in.descSize = offsetof(fj_attention_desc, mask_mod) + 3;
+       }},
+      {"tune_lengths_ladder", [](I &in) { in.desc.tune_lengths = FJ_TUNE_LENGTHS_LADDER; }},
+      {"tune_lengths_unknown", [](I &in) { in.desc.tune_lengths = 7; }},
       {"desc_null", [](I &in) { in.flags = flashjit::fuzz::kFlagDescNull; }},
       {"args_null", [](I &in) { in.flags = flashjit::fuzz::kFlagArgsNull; }},
       {"dtype_unset", [](I &in) { in.desc.dtype = 0; }},
