@@ -63,9 +63,11 @@ namespace dec_mma {
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
-// How far (log2 units) a row's max may grow before O and the sum are rescaled: as in
-// fwd_mma, P stays below 2^8 and the lse uses the same reference max.
-constexpr float kRescaleSlack = 8.f;
+// How far (log2 units) a row's max may grow before O and the sum are rescaled: none,
+// unlike fwd_mma: P <= 1 rounds as the peers' does (docs/PERF.md e1), and a decode step is
+// bound by reading K and V, not by the rescale; the lse uses the
+// same reference max.
+constexpr float kRescaleSlack = 0.f;
 
 // Where token j of sequence b lives: its page (the sequence itself when the cache is
 // contiguous) and its row in the page.

@@ -155,8 +155,10 @@ namespace fwd_wgmma {
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
-// How far (in log2 units) a row's max may grow before O and the sum are rescaled (as in
-// fwd_mma: P stays below 2^8, exact in fp32 and in the 16-bit P).
+// How far (in log2 units) a row's max may grow before O and the sum are rescaled. P up
+// to 2^8 costs some precision (the output up to ~1 ulp off where cuDNN's is 0.5, within
+// DESIGN.md's bar; docs/PERF.md e1), and the fast softmax (softmax_tile) goes further,
+// P up to kFastSumBound; dec_mma uses no slack.
 constexpr float kRescaleSlack = 8.f;
 constexpr float kRescaleSlackFactor = (float)(1 << (int)kRescaleSlack);
 
