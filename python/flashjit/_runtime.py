@@ -217,9 +217,15 @@ def contexts_info():
 
 
 def kernels_info():
-    """fj_kernel_info of every kernel handle got so far, as dicts."""
+    """fj_kernel_info of every kernel handle got so far, as dicts: asked now, so that the
+    call counters (forward_calls, forward_calls_untuned, last_untuned_bucket) are
+    current."""
     out = []
-    for key, (_, info, _) in list(_kernels.items()):
+    lib = _capi.library() if _kernels else None
+    for key, (handle, info, _) in list(_kernels.items()):
+        now = _capi.new(_capi.KernelInfo)
+        if lib.lib.fj_kernel_info(handle, C.byref(now)) == 0:
+            info = now
         device, dtype, d, dv, hq, hkv, causal, scale, backward, features, decode, lengths = key
         entry = dict(device=device, dtype=dtype, head_dim=d, head_dim_v=dv, num_heads_q=hq,
                      num_heads_kv=hkv, causal=causal, softmax_scale=scale, backward=backward,

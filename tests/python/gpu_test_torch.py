@@ -130,6 +130,26 @@ def forward(dtype, d, hq, hk, sq, sk, causal, layout, dv=None):
     check_forward(o, q, k, v, causal)
 
 
+@case("tune_lengths='ladder': one kernel tuned for every length (issue 31)")
+def length_ladder():
+    # A description no other case uses (d 48), so that this kernel is got here, tuned.
+    with flashjit.tuning(tune_mode="default", budget_s=1, cache_path="",
+                         tune_lengths="ladder"):
+        shapes = [(16, 1024), (4, 4096), (1, 700)]  # two rungs (16k tokens), one between
+        for b, n in shapes:
+            q, k, v = (rand(b, n, 4, 48) for _ in range(3))
+            check_forward(flashjit.attention(q, k, v, causal=True), q, k, v, True,
+                          what=f"b {b} n {n}")
+    mine = [e for e in flashjit.info()["kernels"]
+            if e["head_dim"] == 48 and e["tune_lengths"] == "ladder"]
+    assert len(mine) == 1, mine
+    e = mine[0]
+    assert e["num_variants"] >= 6, e  # the 6 rungs (and a fallback family's)
+    assert e["forward_calls"] == 3, e
+    # the rungs' own calls ran tuned; N = 700 (batch 1) on the nearest rung's tile
+    assert e["forward_calls_untuned"] == 1 and e["last_untuned_bucket"] == "q1024.k1024.bh4", e
+
+
 @case("forward, packed qkv views (GPT-2 style) and a custom scale")
 def packed_views():
     b, n, h, d = 3, 129, 6, 64
@@ -999,6 +1019,7 @@ def main():
     bad_arguments()
     features_cases()
     decode_cases()
+    length_ladder()
     info = flashjit.info()
     print(f"{len(info['kernels'])} kernel handles; contexts: "
           f"{[(c['device_name'], c['target'], c['tune_mode']) for c in info['contexts']]}")
