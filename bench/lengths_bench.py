@@ -37,7 +37,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peers_bench import (AttentionDesc, ContextOptions, ForwardArgs, KernelInfo,  # noqa: E402
-                         median_ms)
+                         median_ms, reference_slice)
 
 TOKENS = 16384
 
@@ -103,20 +103,6 @@ class Lib:
         self.check(self.lib.fj_forward_dispatch_info(handle, C.byref(a), C.byref(info)),
                    "fj_forward_dispatch_info")
         return info
-
-
-def reference_rows(q, k, v, causal, rows):
-    """fp32 textbook attention for the last `rows` queries of batch 0, every head: a
-    slab large enough that its max error is a stable statistic (2 heads were not: one
-    shape's max fell on either side of the 2x bar with the seed)."""
-    qs, ks, vs = (t[0].float().transpose(0, 1) for t in (q, k, v))  # [h, n, d]
-    s = qs[:, -rows:] @ ks.transpose(1, 2) / math.sqrt(q.shape[-1])
-    if causal:
-        n_q, n_k = q.shape[1], k.shape[1]
-        i = torch.arange(n_q - rows, n_q, device=q.device)[:, None]
-        j = torch.arange(n_k, device=q.device)[None, :]
-        s = s.masked_fill(j > i + n_k - n_q, float("-inf"))
-    return (torch.softmax(s, dim=-1) @ vs).transpose(0, 1)  # [rows, h, d]
 
 
 def geomean(xs):
@@ -191,7 +177,9 @@ def main():
             lib.forward(ladder, q, k, v, o)
             torch.cuda.synchronize()
             n_rows = min(N, 256)
-            ref = reference_rows(q, k, v, causal, n_rows)
+            # Every head: a slab whose max error is a stable statistic (2 heads were
+            # not: one shape's max fell on either side of the 2x bar with the seed).
+            ref = reference_slice(q, k, v, causal, n_rows, heads=None)
             err = (o[0, -n_rows:].float() - ref).abs().max().item()
             # The bar of DESIGN.md: 2x the worse of PyTorch's two fused kernels' errors
             # against the same fp32 reference (as bench/peers_bench.py).

@@ -127,11 +127,12 @@ def median_ms(fn, sets, iters=40, warm=8):
     return times[len(times) // 2]
 
 
-def reference_slice(q, k, v, causal, rows):
-    """fp32 textbook attention for the last `rows` queries of batch 0, heads 0..1."""
-    qs = q[0, -rows:, :2].float().transpose(0, 1)          # [h, rows, d]
-    ks = k[0, :, :2].float().transpose(0, 1)
-    vs = v[0, :, :2].float().transpose(0, 1)
+def reference_slice(q, k, v, causal, rows, heads=2):
+    """fp32 textbook attention for the last `rows` queries of batch 0, heads 0..heads-1
+    (None: every head)."""
+    qs = q[0, -rows:, :heads].float().transpose(0, 1)      # [h, rows, d]
+    ks = k[0, :, :heads].float().transpose(0, 1)
+    vs = v[0, :, :heads].float().transpose(0, 1)
     s = qs @ ks.transpose(1, 2) / math.sqrt(q.shape[-1])
     if causal:
         n_q, n_k = q.shape[1], k.shape[1]
