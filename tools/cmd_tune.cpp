@@ -55,6 +55,12 @@ cl::list<unsigned> seqlens("seqlens",
 cl::list<unsigned> batchHeads("batch-heads",
                               cl::desc("batch x heads of the buckets (default: 32)"),
                               cl::CommaSeparated, cl::sub(sub), cl::cat(sweepCat));
+cl::list<unsigned> ladderHeads("ladder-heads",
+                               cl::desc("Also the length ladder of descriptions with these "
+                                        "query-head counts: what fj_kernel_get tunes with no "
+                                        "length hint (N 512..16384, batch 16384/N). Alone, "
+                                        "without --seqlens/--batch-heads: only the ladder"),
+                               cl::CommaSeparated, cl::sub(sub), cl::cat(sweepCat));
 cl::opt<std::string> family("family",
                             cl::desc("Kernel family: auto (what the C API loads on each "
                                      "target: fwd_wgmma and its fwd_mma fallback on sm_90a, "
@@ -117,7 +123,8 @@ int fail(llvm::Error err) {
 bool anySpecOption() {
   return headDims.getNumOccurrences() || dtypes.getNumOccurrences() ||
          causal.getNumOccurrences() || seqlens.getNumOccurrences() ||
-         batchHeads.getNumOccurrences() || featureOptions.given();
+         batchHeads.getNumOccurrences() || ladderHeads.getNumOccurrences() ||
+         featureOptions.given();
 }
 
 // The sweep: the default one, with any option given replacing its part.
@@ -155,6 +162,14 @@ llvm::Expected<SweepConfig> sweepConfig() {
     c.seqlens.assign(seqlens.begin(), seqlens.end());
   if (batchHeads.getNumOccurrences())
     c.batchHeads.assign(batchHeads.begin(), batchHeads.end());
+  if (ladderHeads.getNumOccurrences()) {
+    c.ladderHeads.assign(ladderHeads.begin(), ladderHeads.end());
+    if (!seqlens.getNumOccurrences() && !batchHeads.getNumOccurrences())
+      c.seqlens.clear(), c.batchHeads.clear();  // the ladder alone
+  }
+  for (int v : c.ladderHeads)
+    if (v < 1)
+      return makeError(ErrorCode::InvalidValue, "--ladder-heads: {0} is not a head count", v);
   for (int d : c.headDims) {
     generator::KernelSpec probe;
     probe.headDim = probe.headDimV = d;
@@ -172,8 +187,8 @@ llvm::Expected<SweepConfig> sweepConfig() {
     return makeError(ErrorCode::InvalidValue,
                      "--budget-s: {0} is not a time budget (seconds, finite and > 0)",
                      budget.getValue());
-  if (c.headDims.empty() || c.dtypes.empty() || c.causal.empty() || c.seqlens.empty() ||
-      c.batchHeads.empty())
+  if (c.headDims.empty() || c.dtypes.empty() || c.causal.empty() ||
+      ((c.seqlens.empty() || c.batchHeads.empty()) && c.ladderHeads.empty()))
     return makeError(ErrorCode::InvalidValue, "the sweep is empty");
   return c;
 }
@@ -384,9 +399,10 @@ int runCompileOnly(const SweepConfig &config, const generator::Features &feature
     llvm::errs() << "flashjit tune: no GPU (" << why << "): running the deviceless sweep: "
                  << "compiling the default tile of each spec for " << llvm::join(list, ", ")
                  << " into the cache\n";
-  if (seqlens.getNumOccurrences() || batchHeads.getNumOccurrences())
+  if (seqlens.getNumOccurrences() || batchHeads.getNumOccurrences() ||
+      ladderHeads.getNumOccurrences())
     llvm::errs() << "flashjit tune: note: --compile-only compiles one tile per spec; "
-                    "--seqlens and --batch-heads do not change it\n";
+                    "--seqlens, --batch-heads and --ladder-heads do not change it\n";
   std::vector<std::string> leftOut;
   std::vector<SweepItem> items =
       withFeatures(compileItems(config, list, &leftOut), features, &leftOut);

@@ -111,12 +111,16 @@ std::vector<SweepItem> tuneItems(const SweepConfig &config, llvm::StringRef targ
   std::vector<SweepItem> items;
   for (const generator::KernelSpec &spec : specsOf(config, {target.str()})) {
     std::vector<Bucket> buckets;
+    auto add = [&](const Bucket &b) {
+      if (!llvm::is_contained(buckets, b))
+        buckets.push_back(b);
+    };
     for (int s : unique(config.seqlens))
-      for (int bh : unique(config.batchHeads)) {
-        Bucket b = Bucket::forShape(s, s, bh);
-        if (!llvm::is_contained(buckets, b))
-          buckets.push_back(b);
-      }
+      for (int bh : unique(config.batchHeads))
+        add(Bucket::forShape(s, s, bh));
+    for (int heads : unique(config.ladderHeads))
+      for (const Bucket &b : lengthLadder(heads, 0))
+        add(b);
     for (const Bucket &b : buckets)
       items.push_back({spec, b});
   }

@@ -33,6 +33,9 @@ struct SweepConfig {
   std::vector<bool> causal;  // {false, true}: both
   std::vector<int> seqlens;  // seqlen_q = seqlen_k
   std::vector<int> batchHeads;
+  // Query-head counts whose length ladder (lengthLadder(heads, 0): what fj_kernel_get
+  // tunes for a description with no length hint) joins the buckets above.
+  std::vector<int> ladderHeads;
 };
 
 // The README's main job: head dims 64, 128 and 256, bf16 and fp16, causal and not, over
@@ -57,7 +60,7 @@ std::vector<generator::Family> sweepFamilies(const SweepConfig &config, llvm::St
 
 // Tuning items for one device target, in a stable order with the buckets of one spec
 // adjacent (they share compiled candidates): dtype, head dim, causal, family, then
-// seqlen, batch x heads. Duplicated values are dropped.
+// seqlen, batch x heads, then the ladders' buckets. Duplicated buckets are dropped.
 std::vector<SweepItem> tuneItems(const SweepConfig &config, llvm::StringRef target);
 // Compile-only items: one per (spec, target), in the same order, targets then families
 // innermost. A spec whose default tile does not fit its target has no kernel and is left

@@ -62,6 +62,23 @@ TEST(Sweep, CrossProductInAStableSpecMajorOrder) {
   EXPECT_EQ(tuner::tuneItems(tuner::defaultSweep(), "sm_90a").size(), 72u);
 }
 
+// --ladder-heads: the buckets a no-hint fj_kernel_get tunes, after the cross product's,
+// shared ones once.
+TEST(Sweep, LadderHeadsAddWhatANoHintGetTunes) {
+  SweepConfig c = smallConfig();
+  c.headDims = {64};
+  c.causal = {false};
+  c.ladderHeads = {16};
+  auto items = tuner::tuneItems(c, "sm_90a");
+  std::vector<std::string> buckets;
+  for (const SweepItem &item : items)
+    buckets.push_back(item.bucket->key());
+  EXPECT_EQ(buckets, (std::vector<std::string>{
+                         "q1024.k1024.bh32", "q8192.k8192.bh32", "q512.k512.bh512",
+                         "q1024.k1024.bh256", "q2048.k2048.bh128", "q4096.k4096.bh64",
+                         "q16384.k16384.bh16"}));  // q8192.bh32 is the cross product's
+}
+
 TEST(Sweep, AutoFamiliesAreWhatTheApiLoads) {
   SweepConfig c = smallConfig();
   c.families.clear();  // auto
