@@ -69,17 +69,18 @@ struct fj_kernel_s {
   std::string fallbackFamily;       // "" when there is none
   int compiledNow = 0;
   double getMs = 0;
-  // Per variant: whether a timing on this device chose it for its bucket (a tuning row),
-  // and the launches it served. The counters are the launch paths' only writes: relaxed
-  // atomics, no locks (fj_kernel_info, fj_variant_info, docs/TUNING.md).
-  std::vector<char> tuned;
+  // Per variant, the launches it served. The counters are the launch paths' only
+  // writes: relaxed atomics, no locks (fj_kernel_info, fj_variant_info, docs/TUNING.md).
   std::unique_ptr<std::atomic<int64_t>[]> calls;
   mutable std::atomic<int64_t> forwardCalls{0}, forwardCallsUntuned{0};
   mutable std::atomic<uint32_t> lastUntunedBucket{0};  // flashjit::api::packBucket; 0: none
 
-  // (Handles made by hand in the unit tests have neither array.)
+  // Whether variant `index` was chosen for `bucket` by a timing on this device (it has
+  // a tuning row and that bucket). (Handles made by hand in the unit tests may have
+  // fewer variants than buckets, and no counters.)
   bool tunedFor(int index, const flashjit::tuner::Bucket &bucket) const {
-    return index < (int)tuned.size() && tuned[index] && buckets[index] == bucket;
+    return index < (int)variants.size() && !variants[index].tuningKeyText.empty() &&
+           buckets[index] == bucket;
   }
   void countLaunch(int index) const {
     if (calls)

@@ -309,7 +309,6 @@ llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attentio
     if (!selection.kernel)
       return makeError(ErrorCode::Internal, "the tuner returned variant {0}/{1} unloaded",
                        selection.spec.key(), selection.bucket.key());
-    kernel->tuned.push_back(!selection.tuningKeyText.empty());
     kernel->buckets.push_back(selection.bucket);
     kernel->bucketKeys.push_back(selection.bucket.key());
     kernel->tileKeys.push_back(selection.tile.key());

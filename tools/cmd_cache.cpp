@@ -8,6 +8,10 @@
 
 #include "support/error.h"
 
+#include "llvm/ADT/MapVector.h"
+
+#include <map>
+
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -118,33 +122,26 @@ int listCall(ArrayRef<flashjit::cache::Found<flashjit::cache::TuningRow>> rows) 
   const flashjit::tuner::Bucket wanted =
       flashjit::tuner::Bucket::forShape(sizes[0], sizes[1], sizes[2]);
   // Rows grouped by (spec, device) in the order they were listed.
-  std::vector<std::pair<std::string, std::string>> groups;
-  std::vector<std::vector<flashjit::tuner::Bucket>> buckets;
+  using Group = std::pair<std::string, std::string>;
+  MapVector<Group, std::vector<flashjit::tuner::Bucket>, std::map<Group, unsigned>> groups;
   for (const auto &found : rows) {
     auto bucket = flashjit::tuner::Bucket::parse(found.row.key.bucket);
     if (!bucket) {
       consumeError(bucket.takeError());  // not a forward/backward/decode bucket key
       continue;
     }
-    std::pair<std::string, std::string> group{found.row.key.spec, found.row.key.deviceKey};
-    auto it = llvm::find(groups, group);
-    if (it == groups.end()) {
-      groups.push_back(group);
-      buckets.emplace_back();
-      it = groups.end() - 1;
-    }
-    buckets[it - groups.begin()].push_back(*bucket);
+    groups[{found.row.key.spec, found.row.key.deviceKey}].push_back(*bucket);
   }
   outs() << formatv("\na call of {0}x{1} (batch*heads {2}) is bucket {3}:\n", sizes[0], sizes[1],
                     sizes[2], wanted.key());
   std::vector<std::vector<std::string>> table{{"SPEC", "DEVICE", "RUNS ON", "TUNED"}};
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const int index = flashjit::tuner::nearestBucket(buckets[g], wanted);
-    const flashjit::tuner::Bucket &chosen = buckets[g][index];
-    table.push_back({groups[g].first, groups[g].second, chosen.key(),
-                     chosen == wanted ? "yes"
-                                      : formatv("no (nearest of {0} tuned)", buckets[g].size())
-                                            .str()});
+  for (const auto &[group, buckets] : groups) {
+    const flashjit::tuner::Bucket &chosen =
+        buckets[flashjit::tuner::nearestBucket(buckets, wanted)];
+    table.push_back({group.first, group.second, chosen.key(),
+                     chosen == wanted
+                         ? "yes"
+                         : formatv("no (nearest of {0} tuned)", buckets.size()).str()});
   }
   printTable(table);
   return 0;

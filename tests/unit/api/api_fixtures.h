@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -30,6 +31,20 @@ inline fj_attention_desc validDesc() {
   desc.num_heads_kv = 2;
   return desc;
 }
+
+// An older version's description as its caller hands it over: the first `fields` bytes
+// of `valid`, struct_size `size`, and 0x5A in the rest of the struct and in the memory
+// after it (the caller's, never a request).
+struct OldDescInBiggerBuffer {
+  fj_attention_desc desc;
+  unsigned char garbage[32];
+  OldDescInBiggerBuffer(const fj_attention_desc &valid, size_t fields, size_t size) {
+    std::memset(&desc, 0x5A, sizeof(desc));
+    std::memset(garbage, 0x5A, sizeof(garbage));
+    std::memcpy(&desc, &valid, fields);
+    desc.struct_size = size;
+  }
+};
 
 // BSHD, packed: batch 2, 128 queries, 256 keys.
 inline fj_forward_args validArgs(const fj_attention_desc &desc) {

@@ -66,15 +66,9 @@ TEST(ApiTuneLengths, DescriptionOf04SizeReadsAsAuto) {
   const size_t fields04 = offsetof(fj_attention_desc, decode) + sizeof(int32_t);
   const size_t sizeof04 = (fields04 + 7) / 8 * 8;
   for (size_t size : {fields04, sizeof04}) {
-    struct OldDescInBiggerBuffer {
-      fj_attention_desc desc;
-      unsigned char garbage[32];
-    } old;
-    std::memset(&old, 0x5A, sizeof(old));
     fj_attention_desc valid = validDesc();
     valid.decode = 1;
-    std::memcpy(&old.desc, &valid, fields04);
-    old.desc.struct_size = size;
+    OldDescInBiggerBuffer old(valid, fields04, size);
     EXPECT_TRUE(succeeds(fj_validate_attention_desc(&old.desc))) << "size " << size;
     api::AttentionDesc d = checked(old.desc);
     EXPECT_EQ(d.tuneLengths, FJ_TUNE_LENGTHS_AUTO) << "size " << size;

@@ -376,15 +376,8 @@ TEST(ValidateDecodeDesc, DecodeFlagIsReadAndRefusesFeatures) {
 // 0.3's description ends at tuning_mod_args: accepted, decode reads as 0 even when the
 // caller's memory after it holds anything.
 TEST(ValidateDecodeDesc, DescriptionOf03SizeHasNoDecode) {
-  struct OldDescInBiggerBuffer {
-    fj_attention_desc desc;
-    unsigned char garbage[32];
-  } old;
-  std::memset(&old, 0x5A, sizeof(old));
-  fj_attention_desc valid = validDesc();
   const size_t size03 = offsetof(fj_attention_desc, decode);
-  std::memcpy(&old.desc, &valid, size03);
-  old.desc.struct_size = size03;
+  OldDescInBiggerBuffer old(validDesc(), size03, size03);
   EXPECT_TRUE(succeeds(fj_validate_attention_desc(&old.desc)));
   auto checked = api::checkDesc(&old.desc);
   ASSERT_TRUE((bool)checked);

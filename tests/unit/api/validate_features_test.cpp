@@ -270,16 +270,10 @@ TEST(ApiFeatures, DescriptionOf02SizeReadsAsPlain) {
   const size_t fields02 = offsetof(fj_attention_desc, backward) + sizeof(int32_t);
   const size_t sizeof02 = (fields02 + 7) / 8 * 8;
   for (size_t size : {offsetof(fj_attention_desc, backward), fields02, sizeof02}) {
-    struct OldDescInBiggerBuffer {
-      fj_attention_desc desc;
-      unsigned char garbage[32];
-    } old;
-    std::memset(&old, 0x5A, sizeof(old));
     fj_attention_desc valid = validDesc();
     valid.backward = 1;
-    std::memcpy(&old.desc, &valid, std::min(size, fields02));
+    OldDescInBiggerBuffer old(valid, std::min(size, fields02), size);
     old.desc.score_mod = reinterpret_cast<const char *>(8);  // must never be read
-    old.desc.struct_size = size;
     EXPECT_TRUE(succeeds(fj_validate_attention_desc(&old.desc))) << "size " << size;
     api::AttentionDesc d = checked(old.desc);
     EXPECT_FALSE(d.features.any()) << "size " << size;
