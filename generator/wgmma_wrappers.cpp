@@ -21,28 +21,33 @@ std::string accumulatorConstraints(int count) {
   return out;
 }
 
+const char *typeName(DType dtype) { return dtype == DType::BF16 ? "bf16" : "f16"; }
+
 } // namespace
 
-std::string emitWgmmaWrappers(DType dtype, int nQk, int nPv) {
-  const char *type = dtype == DType::BF16 ? "bf16" : "f16";
-  const int qkRegs = nQk / 2, pvRegs = nPv / 2;
-  std::string out = "// ---- generated: wgmma wrappers ----\nnamespace fj {\n";
-  // S = Q K^T: both descriptors K-major (no transpose); scale-d predicate from `accumulate`.
-  out += llvm::formatv(
-             "__device__ __forceinline__ void wgmma_qk(float (&d)[{0}], u64 a, u64 b, "
+std::string emitWgmmaSmemSmem(llvm::StringRef name, DType dtype, int n, bool transA,
+                              bool transB) {
+  const int regs = n / 2;
+  // The scale-d predicate comes from `accumulate` (0: d = A B, else d += A B).
+  return llvm::formatv(
+             "__device__ __forceinline__ void {8}(float (&d)[{0}], u64 a, u64 b, "
              "int accumulate) {{\n"
              "  asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{1}, 0;\\n\"\n"
              "               \"wgmma.mma_async.sync.aligned.m64n{2}k16.f32.{3}.{3} \"\n"
-             "               \"{{{4}}, %{5}, %{6}, p, 1, 1, 0, 0;\\n}\\n\"\n"
+             "               \"{{{4}}, %{5}, %{6}, p, 1, 1, {9}, {10};\\n}\\n\"\n"
              "               : {7}\n"
              "               : \"r\"(accumulate), \"l\"(a), \"l\"(b));\n"
              "}\n",
-             qkRegs, qkRegs, nQk, type, operandList(0, qkRegs), qkRegs + 1, qkRegs + 2,
-             accumulatorConstraints(qkRegs))
-             .str();
-  // O += P V: A (P) from four registers, B N-major (transposed, imm-trans-b = 1).
-  out += llvm::formatv(
-             "__device__ __forceinline__ void wgmma_pv(float (&d)[{0}], const u32 (&a)[4], "
+             regs, regs, n, typeName(dtype), operandList(0, regs), regs + 1, regs + 2,
+             accumulatorConstraints(regs), name, transA ? 1 : 0, transB ? 1 : 0)
+      .str();
+}
+
+std::string emitWgmmaRegSmem(llvm::StringRef name, DType dtype, int n) {
+  const int regs = n / 2;
+  // imm-trans-b = 1: B is N-major.
+  return llvm::formatv(
+             "__device__ __forceinline__ void {8}(float (&d)[{0}], const u32 (&a)[4], "
              "u64 b) {{\n"
              "  asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{7}, 0;\\n\"\n"
              "               \"wgmma.mma_async.sync.aligned.m64n{1}k16.f32.{2}.{2} \"\n"
@@ -51,9 +56,17 @@ std::string emitWgmmaWrappers(DType dtype, int nQk, int nPv) {
              "               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(b), "
              "\"r\"(1));\n"
              "}\n",
-             pvRegs, nPv, type, operandList(0, pvRegs), operandList(pvRegs, 4), pvRegs + 4,
-             accumulatorConstraints(pvRegs), pvRegs + 5)
-             .str();
+             regs, n, typeName(dtype), operandList(0, regs), operandList(regs, 4), regs + 4,
+             accumulatorConstraints(regs), regs + 5, name)
+      .str();
+}
+
+std::string emitWgmmaWrappers(DType dtype, int nQk, int nPv) {
+  std::string out = "// ---- generated: wgmma wrappers ----\nnamespace fj {\n";
+  // S = Q K^T: both descriptors K-major.
+  out += emitWgmmaSmemSmem("wgmma_qk", dtype, nQk, false, false);
+  // O += P V: P from registers, V N-major.
+  out += emitWgmmaRegSmem("wgmma_pv", dtype, nPv);
   out += "}  // namespace fj\n";
   return out;
 }

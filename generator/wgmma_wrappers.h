@@ -5,9 +5,21 @@
 
 #include "generator/spec.h"
 
+#include "llvm/ADT/StringRef.h"
+
 #include <string>
 
 namespace flashjit::generator {
+
+// One device function in namespace fj's scope (the caller wraps it):
+//   name(float (&d)[n/2], u64 a_desc, u64 b_desc, int accumulate): m64 x n x k16, both
+//   operands in shared memory; transA / transB: the operand is MN-major (transposed)
+//   instead of K-major.
+std::string emitWgmmaSmemSmem(llvm::StringRef name, DType dtype, int n, bool transA,
+                              bool transB);
+//   name(float (&d)[n/2], const u32 (&a)[4], u64 b_desc): m64 x n x k16, A from
+//   registers, B MN-major (N contiguous) in shared memory, always accumulating.
+std::string emitWgmmaRegSmem(llvm::StringRef name, DType dtype, int n);
 
 // Device functions in namespace fj for fwd_wgmma (templates/fwd_wgmma.cuh calls them):
 //   wgmma_qk(float (&d)[n/2], u64 a_desc, u64 b_desc, int accumulate): m64 x nQk x k16,

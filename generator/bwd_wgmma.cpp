@@ -1,0 +1,170 @@
+#include "generator/bwd_wgmma.h"
+
+#include "generator/bwd_mma.h"
+#include "generator/emit_common.h"
+#include "generator/wgmma_wrappers.h"
+#include "support/error.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+
+namespace flashjit::generator {
+namespace {
+
+constexpr int kKeysPerCta = 128;  // two consumer warpgroups of 64 keys
+constexpr int kWarps = 8;
+constexpr int kMaxRegisters = 255;
+// Registers a thread needs beyond the estimate's arrays (addresses, loop state).
+constexpr int kOverheadRegisters = 24;
+
+// The columns of the head dim one warpgroup's dQ product covers (BwdWgmmaConfig::kDqCols):
+// the two warpgroups split the step's rows into 64-row slices, then the head dim.
+int dqColumns(const KernelSpec &spec, const TileConfig &tile) {
+  const int rowSlices = tile.blockM / 64;
+  return rowSlices > 0 && 2 % rowSlices == 0 ? spec.headDim / (2 / rowSlices) : 0;
+}
+
+// Registers per thread at the step's peak: dK and dV (64 keys x head dim over 128
+// threads, each), S^T/P^T and dP^T (64 keys x block_m), and P^T's A fragments.
+int registerEstimate(const KernelSpec &spec, const TileConfig &tile) {
+  return spec.headDim + tile.blockM + tile.blockM / 4 + kOverheadRegisters;
+}
+
+// The deterministic dq kernel is bwd_mma's (templates/bwd_mma.cuh, run_dq), on the tile
+// bwd_mma would take for the spec: its 8 warps are the main kernel's 256 threads, which
+// the host launches it with.
+KernelSpec mmaSpec(const KernelSpec &spec) {
+  KernelSpec mma = spec;
+  mma.family = Family::BwdMma;
+  return mma;
+}
+TileConfig dqTile(const KernelSpec &spec) { return bwdMmaDefaultTile(mmaSpec(spec)); }
+
+} // namespace
+
+bool bwdWgmmaSupportsHeadDims(const KernelSpec &spec) {
+  return spec.headDim == spec.headDimV && (spec.headDim == 64 || spec.headDim == 128);
+}
+
+int bwdWgmmaMainSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
+  const int d = spec.headDim;
+  return 1024 + 2 * tile.blockN * d * 2 + 2 * tile.stages * tile.blockM * d * 2 +
+         tile.blockN * tile.blockM * 2 + tile.stages * 2 * tile.blockM * 4;
+}
+
+int bwdWgmmaSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
+  return std::max(bwdWgmmaMainSharedBytes(spec, tile),
+                  bwdMmaDqSharedBytes(mmaSpec(spec), dqTile(spec)));
+}
+
+llvm::Error validateBwdWgmmaTile(const KernelSpec &spec, const TileConfig &tile) {
+  if (tile.warps != kWarps || tile.blockN != kKeysPerCta)
+    return makeError(ErrorCode::InvalidValue,
+                     "tile {0}: bwd_wgmma takes block_n = {1} keys on {2} warps (two "
+                     "warpgroups of 64 keys)",
+                     tile.key(), kKeysPerCta, kWarps);
+  if (tile.blockM != 64 && tile.blockM != 128)
+    return makeError(ErrorCode::InvalidValue,
+                     "tile {0}: bwd_wgmma block_m (queries per step) must be 64 or 128",
+                     tile.key());
+  if (tile.stages > 3)
+    return makeError(ErrorCode::InvalidValue, "tile {0}: bwd_wgmma takes 2 or 3 stages",
+                     tile.key());
+  const int cols = dqColumns(spec, tile);
+  if (cols == 0 || cols % 64 != 0)
+    return makeError(ErrorCode::InvalidValue,
+                     "tile {0}: {1}'s dQ product would split the head dim into slices of {2} "
+                     "columns; it needs whole 64-column panels (block_m 128 at head dim 64)",
+                     tile.key(), spec.key(), cols);
+  const int regs = registerEstimate(spec, tile);
+  if (regs > kMaxRegisters)
+    return makeError(ErrorCode::InvalidValue,
+                     "tile {0}: needs about {1} registers per thread for {2} (at most {3})",
+                     tile.key(), regs, spec.key(), kMaxRegisters);
+  return llvm::Error::success();
+}
+
+TileConfig bwdWgmmaDefaultTile(const KernelSpec &spec) {
+  // The one query step each head dim admits (dQ in whole panels, registers): 128 rows at
+  // head dim 64, 64 at 128.
+  return spec.headDim <= 64 ? TileConfig{128, kKeysPerCta, kWarps, 2}
+                            : TileConfig{64, kKeysPerCta, kWarps, 2};
+}
+
+std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
+  const TileConfig dq = dqTile(spec);
+  return llvm::formatv(
+             "// ---- configuration: {0} / {1} ----\n"
+             "typedef fj::BwdWgmmaConfig<{2}, {3}, {4}, {5}, {6}> FjConfig;\n"
+             "typedef fj::BwdMmaConfig<{2}, {3}, {3}, {7}, {8}, {9}, {10}, {6}> FjDqConfig;\n"
+             "static_assert(FjConfig::kSmemBytes == {11}, \"host and device disagree on shared "
+             "memory\");\n"
+             "static_assert(FjDqConfig::kDqSmemBytes == {12}, \"host and device disagree on the "
+             "dq kernel's shared memory\");\n"
+             "static_assert(FjDqConfig::kThreads == FjConfig::kThreads, \"the host launches dq "
+             "with the main kernel's threads\");\n\n"
+             "extern \"C\" __global__ void __launch_bounds__(256)\n"
+             "flashjit_bwd_prep(const FjBackwardParams params) {{\n"
+             "  fj::bwd_mma::run_prep<{2}, {3}, {3}>(params);\n"
+             "}\n"
+             "extern \"C\" __global__ void __launch_bounds__(256)\n"
+             "flashjit_bwd_convert_dq(const FjBackwardParams params) {{\n"
+             "  fj::bwd_mma::run_convert<{2}, {3}>(params);\n"
+             "}\n"
+             "extern \"C\" __global__ void __launch_bounds__(FjDqConfig::kThreads, 1)\n"
+             "flashjit_bwd_dq(const FjBackwardParams params) {{\n"
+             "  extern __shared__ __align__(128) unsigned char fj_smem[];\n"
+             "  fj::bwd_mma::run_dq<FjDqConfig>(params, fj_smem);\n"
+             "}\n"
+             "extern \"C\" __global__ void __launch_bounds__(FjConfig::kThreads, 1)\n"
+             "flashjit_bwd_main(const FjBackwardParams params) {{\n"
+             "  extern __shared__ __align__(128) unsigned char fj_smem[];\n"
+             "  fj::bwd_wgmma::run_main<FjConfig>(params, fj_smem);\n"
+             "}\n",
+             spec.key(), tile.key(), elementTypeName(spec.dtype), spec.headDim, tile.blockM,
+             tile.stages, spec.causal ? "true" : "false", dq.blockM, dq.blockN, dq.warps,
+             dq.stages, bwdWgmmaMainSharedBytes(spec, tile),
+             bwdMmaDqSharedBytes(mmaSpec(spec), dq))
+      .str();
+}
+
+llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileConfig &tile) {
+  auto common = inlineTemplates({"fj_params.h", "fj_bwd_params.h", "fj_common.cuh",
+                                 "fj_smem.cuh", "fj_hopper.cuh", "bwd_mma.cuh"});
+  if (!common)
+    return common.takeError();
+  auto schedule = inlineTemplates({"bwd_wgmma.cuh"});
+  if (!schedule)
+    return schedule.takeError();
+  // The products' shapes: S^T and dP^T (64 keys x block_m), dK and dV (64 keys x head
+  // dim, A from registers), dQ (64 queries x a slice of the head dim, dS^T and K read
+  // MN-major).
+  std::string wrappers = "// ---- generated: wgmma wrappers ----\nnamespace fj {\n" +
+                         emitWgmmaSmemSmem("wgmma_bwd_st", spec.dtype, tile.blockM, false, false) +
+                         emitWgmmaRegSmem("wgmma_bwd_dkdv", spec.dtype, spec.headDim) +
+                         emitWgmmaSmemSmem("wgmma_bwd_dq", spec.dtype, dqColumns(spec, tile),
+                                           true, true) +
+                         "}  // namespace fj\n";
+  EmittedKernel kernel;
+  kernel.source = generatedHeader(spec.key() + " / " + tile.key()) + *common + wrappers +
+                  *schedule + bwdWgmmaConfigBlock(spec, tile);
+  BackwardEntries &e = kernel.backward;
+  e.enabled = true;
+  e.prep = "flashjit_bwd_prep";
+  e.convert = "flashjit_bwd_convert_dq";
+  e.dq = "flashjit_bwd_dq";
+  e.passes = {"flashjit_bwd_main"};
+  e.keysPerCta = tile.blockN;
+  const TileConfig dq = dqTile(spec);
+  e.dqRowsPerCta = dq.blockN;
+  e.dqSharedBytes = bwdMmaDqSharedBytes(mmaSpec(spec), dq);
+  kernel.entryName = e.passes.front();
+  kernel.options = compileOptions();
+  kernel.threads = tile.warps * 32;
+  kernel.sharedBytes = bwdWgmmaMainSharedBytes(spec, tile);
+  kernel.blockM = tile.blockM;
+  return kernel;
+}
+
+} // namespace flashjit::generator

@@ -1,0 +1,34 @@
+// Family bwd_wgmma on the host: the tile rules that mirror templates/bwd_wgmma.cuh
+// (BwdWgmmaConfig) and the emitter. generator/spec.cpp and emit.cpp dispatch here.
+//
+// A bwd_wgmma tile: block_m query rows per step (64 or 128), block_n = 64 keys per
+// consumer warpgroup (128: two warpgroups, warps = 8), 2 or 3 stages of Q and dO.
+#pragma once
+
+#include "generator/emit.h"
+#include "generator/spec.h"
+
+#include "llvm/Support/Error.h"
+
+namespace flashjit::generator {
+
+// Whether the family takes the spec's head dims (the target is validateSpec's): head_dim
+// = head_dim_v, a whole number of 128-byte swizzle panels whose dK and dV accumulators
+// fit two warpgroups' registers: 64 or 128. Other head dims run bwd_mma.
+bool bwdWgmmaSupportsHeadDims(const KernelSpec &spec);
+
+// Dynamic shared memory of the main kernel (BwdWgmmaConfig::kSmemBytes), and the larger
+// of it and the deterministic dq kernel's (bwd_mma's, which the module reuses).
+int bwdWgmmaMainSharedBytes(const KernelSpec &spec, const TileConfig &tile);
+int bwdWgmmaSharedBytes(const KernelSpec &spec, const TileConfig &tile);
+
+llvm::Error validateBwdWgmmaTile(const KernelSpec &spec, const TileConfig &tile);
+TileConfig bwdWgmmaDefaultTile(const KernelSpec &spec);
+
+// The generated configuration block and entry points (`flashjit gen --config-only`).
+std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile);
+// The module: templates inlined, the wgmma wrappers, then the configuration block.
+// Expects a valid spec and tile.
+llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileConfig &tile);
+
+} // namespace flashjit::generator
