@@ -26,9 +26,9 @@ int dqColumns(const KernelSpec &spec, const TileConfig &tile) {
 }
 
 // Registers per thread at the step's peak: dK and dV (64 keys x head dim over 128
-// threads, each), S^T/P^T and dP^T (64 keys x block_m), and P^T's A fragments.
+// threads, each), S^T/P^T and dP^T (64 keys x block_m).
 int registerEstimate(const KernelSpec &spec, const TileConfig &tile) {
-  return spec.headDim + tile.blockM + tile.blockM / 4 + kOverheadRegisters;
+  return spec.headDim + tile.blockM + kOverheadRegisters;
 }
 
 // The deterministic dq kernel is bwd_mma's (templates/bwd_mma.cuh, run_dq), on the tile

@@ -303,15 +303,10 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
         acc_s[4 * j + e] = fast_exp2(acc_s[4 * j + e] * p.scale_log2 - ((e & 1) ? l1 : l0));
     }
 
-    // dV += P^T dO.
-    u32 p_frag[BM / 16][4];
-    pack_fragments<Cfg>(p_frag, acc_s);
-    wgmma_fence();
-    product_over_queries<Cfg>(acc_dv, p_frag, s_do);
-    wgmma_commit();
-
-    // dS^T = P^T (dP^T - D).
-    wgmma_wait<1>();
+    // dS^T = P^T (dP^T - D). dV's product waits for it, to be issued with dK's: issued
+    // under dP^T's, its P^T fragments would be live next to S^T and dP^T (ptxas spilled
+    // at head dim 64, block_m 128; at 128 it was no faster, docs/PERF.md bw1).
+    wgmma_wait<0>();
     pin_registers(acc_dp);
 #pragma unroll
     for (int j = 0; j < BM / 8; ++j) {
@@ -322,7 +317,8 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
       for (int e = 0; e < 4; ++e)
         acc_dp[4 * j + e] = acc_s[4 * j + e] * (acc_dp[4 * j + e] - ((e & 1) ? d1 : d0));
     }
-    u32 ds_frag[BM / 16][4];
+    u32 p_frag[BM / 16][4], ds_frag[BM / 16][4];
+    pack_fragments<Cfg>(p_frag, acc_s);
     pack_fragments<Cfg>(ds_frag, acc_dp);
     if (with_dq) {
       // dS^T to shared memory, [key][query] in panels of 64 queries: the A operand of dQ.
@@ -334,8 +330,9 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
           st_shared_u32(s_ds + panel_offset<BN>(r, j) + t * 4, ds_frag[j / 2][(j & 1) * 2 + hf]);
         }
     }
-    // dK += dS^T Q.
+    // dV += P^T dO and dK += dS^T Q.
     wgmma_fence();
+    product_over_queries<Cfg>(acc_dv, p_frag, s_do);
     product_over_queries<Cfg>(acc_dk, ds_frag, s_q);
     wgmma_commit();
 
