@@ -134,6 +134,9 @@ llvm::Expected<fj_context_s *> createContext(const fj_context_options *in) {
   context->families = *families;
   if (families->forced)
     context->log(FJ_LOG_INFO, "kernel families from $FLASHJIT_FAMILY: " + families->describe());
+  if (families->backwardForced)
+    context->log(FJ_LOG_INFO, "backward family from $FLASHJIT_BACKWARD_FAMILY: " +
+                                  generator::familyName(families->backward).str());
 
   auto cache = cache::Cache::open(std::move(*cacheOptions));
   if (!cache)

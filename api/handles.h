@@ -105,6 +105,13 @@ llvm::Error checkLiveKernel(const fj_kernel_s *kernel);
 std::vector<generator::KernelSpec> kernelSpecsFor(const AttentionDesc &desc,
                                                   llvm::StringRef target,
                                                   const tuner::FamilyPlan &plan);
+// The spec of the backward pass a kernel for `desc` loads on `target` under `plan`: the
+// family tuner::backwardFamilyFor picks for its head dims (bwd_wgmma on sm_90a for 64 and
+// 128, else bwd_mma), validated. Errors: a forced family that cannot take the head dims,
+// a spec the generator refuses (features). Pure, like kernelSpecsFor.
+llvm::Expected<generator::KernelSpec> backwardSpecFor(const AttentionDesc &desc,
+                                                      llvm::StringRef target,
+                                                      const tuner::FamilyPlan &plan);
 
 // A bucket in 32 bits (log2 of each size, 5 bits each, and a bit saying it is one), so
 // the launch path can record it with one atomic store; unpackBucket inverts it.

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
 namespace flashjit::api {
 namespace {
@@ -126,6 +127,19 @@ std::vector<generator::KernelSpec> kernelSpecsFor(const AttentionDesc &desc,
   return specs;
 }
 
+llvm::Expected<generator::KernelSpec> backwardSpecFor(const AttentionDesc &desc,
+                                                      llvm::StringRef target,
+                                                      const tuner::FamilyPlan &plan) {
+  generator::KernelSpec spec = specFor(desc, target, plan.backward);
+  llvm::Expected<generator::Family> family = tuner::backwardFamilyFor(plan, spec);
+  if (!family)
+    return family.takeError();
+  spec.family = *family;
+  if (llvm::Error error = generator::validateSpec(spec))
+    return std::move(error);
+  return spec;
+}
+
 llvm::Error checkLiveKernel(const fj_kernel_s *kernel) {
   if (!kernel)
     return makeError(ErrorCode::InvalidValue, "kernel is NULL");
@@ -203,6 +217,16 @@ llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attentio
   for (const generator::KernelSpec &spec : specs)
     if (llvm::Error error = generator::validateSpec(spec))
       return std::move(error);
+  // Checked before anything is compiled, so that a backward family forced where it
+  // cannot run fails the call at once.
+  std::optional<generator::KernelSpec> bwd;
+  if (desc->backward) {
+    llvm::Expected<generator::KernelSpec> spec =
+        backwardSpecFor(*desc, context->target, context->families);
+    if (!spec)
+      return spec.takeError();
+    bwd = std::move(*spec);
+  }
   if (llvm::Error error = context->device->makeCurrent())
     return std::move(error);
 
@@ -265,19 +289,17 @@ llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attentio
     }
   }
   kernel->backwardBegin = (int)kernel->variants.size();
-  if (desc->backward) {
-    // The backward pass: its own family (bwd_mma on every target), tuned and cached
-    // like the forward; chosen now for the same reason as the fallback.
-    generator::KernelSpec bwd = specFor(*desc, context->target, context->families.backward);
-    if (llvm::Error error = generator::validateSpec(bwd))
-      return std::move(error);
-    auto backward = selectVariants(*context, bwd, hinted);
+  if (bwd) {
+    // The backward pass: its own family (bwd_wgmma on sm_90a for the head dims it
+    // takes, else bwd_mma), tuned and cached like the forward; chosen now for the same
+    // reason as the fallback.
+    auto backward = selectVariants(*context, *bwd, hinted);
     if (!backward) {
       ErrorReport failed = takeErrorReport(backward.takeError());
       return makeError(failed.code, "{0} is ready, but not its backward pass {1}: {2}",
-                       spec.key(), bwd.key(), failed.message);
+                       spec.key(), bwd->key(), failed.message);
     }
-    kernel->backwardFamily = generator::familyName(bwd.family).str();
+    kernel->backwardFamily = generator::familyName(bwd->family).str();
     for (tuner::Selection &selection : *backward)
       kernel->variants.push_back(std::move(selection));
   }

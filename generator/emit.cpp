@@ -1,6 +1,7 @@
 #include "generator/emit.h"
 
 #include "generator/bwd_mma.h"
+#include "generator/bwd_wgmma.h"
 #include "generator/dec_mma.h"
 #include "generator/emit_common.h"
 #include "generator/templates.h"
@@ -188,6 +189,8 @@ llvm::Expected<std::string> configBlock(const KernelSpec &spec, const TileConfig
     return wgmmaConfigBlock(spec, tile);
   if (spec.family == Family::BwdMma)
     return bwdMmaConfigBlock(spec, tile);
+  if (spec.family == Family::BwdWgmma)
+    return bwdWgmmaConfigBlock(spec, tile);
   if (spec.family == Family::DecMma)
     return decMmaConfigBlock(spec, tile);
   return llvm::formatv(
@@ -216,7 +219,7 @@ llvm::Expected<EmittedKernel> emitKernel(const KernelSpec &spec, const TileConfi
       return std::move(err);
     if (auto err = validateTile(spec, tile))
       return std::move(err);
-    return emitBwdMma(spec, tile);
+    return spec.family == Family::BwdWgmma ? emitBwdWgmma(spec, tile) : emitBwdMma(spec, tile);
   }
   if (operationOf(spec.family) == Operation::Decode) {
     if (auto err = validateSpec(spec))

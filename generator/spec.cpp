@@ -1,6 +1,7 @@
 #include "generator/spec.h"
 
 #include "generator/bwd_mma.h"
+#include "generator/bwd_wgmma.h"
 #include "generator/dec_mma.h"
 #include "generator/smem_layout.h"
 #include "support/error.h"
@@ -23,6 +24,7 @@ llvm::StringRef familyName(Family family) {
   case Family::FwdMma: return "fwd_mma";
   case Family::FwdWgmma: return "fwd_wgmma";
   case Family::BwdMma: return "bwd_mma";
+  case Family::BwdWgmma: return "bwd_wgmma";
   case Family::DecMma: return "dec_mma";
   }
   return "unknown";
@@ -39,7 +41,8 @@ llvm::StringRef operationName(Operation op) {
 
 Operation operationOf(Family family) {
   switch (family) {
-  case Family::BwdMma: return Operation::Backward;
+  case Family::BwdMma:
+  case Family::BwdWgmma: return Operation::Backward;
   case Family::DecMma: return Operation::Decode;
   default: return Operation::Forward;
   }
@@ -62,11 +65,13 @@ llvm::Expected<Family> parseFamily(llvm::StringRef name) {
     return Family::FwdWgmma;
   if (name == "bwd_mma")
     return Family::BwdMma;
+  if (name == "bwd_wgmma")
+    return Family::BwdWgmma;
   if (name == "dec_mma")
     return Family::DecMma;
   return makeError(ErrorCode::NotSupported,
                    "unknown kernel family '{0}' (available: fwd_mma, fwd_wgmma, bwd_mma, "
-                   "dec_mma)",
+                   "bwd_wgmma, dec_mma)",
                    name);
 }
 
@@ -245,11 +250,24 @@ llvm::Error validateSpec(const KernelSpec &spec) {
   auto info = targetInfo(spec.target);
   if (!info)
     return info.takeError();
-  if (spec.family == Family::FwdWgmma && !(info->smVersion == 90 && info->archSpecific))
+  const bool hopper = info->smVersion == 90 && info->archSpecific;
+  if (spec.family == Family::FwdWgmma && !hopper)
     return makeError(ErrorCode::NotSupported,
                      "fwd_wgmma needs target sm_90a (wgmma, TMA and setmaxnreg), not '{0}'; "
                      "use fwd_mma there",
                      spec.target);
+  if (spec.family == Family::BwdWgmma) {
+    if (!hopper)
+      return makeError(ErrorCode::NotSupported,
+                       "bwd_wgmma needs target sm_90a (wgmma, TMA and setmaxnreg), not '{0}'; "
+                       "use bwd_mma there",
+                       spec.target);
+    if (!bwdWgmmaSupportsHeadDims(spec))
+      return makeError(ErrorCode::NotSupported,
+                       "bwd_wgmma does not take head_dim {0} / head_dim_v {1}: it takes "
+                       "head_dim = head_dim_v = 64 or 128; bwd_mma runs the others",
+                       spec.headDim, spec.headDimV);
+  }
   return validateFeatures(spec);
 }
 
@@ -355,6 +373,8 @@ int sharedBytes(const KernelSpec &spec, const TileConfig &tile) {
     return wgmmaSharedBytes(spec, tile);
   if (spec.family == Family::BwdMma)
     return bwdMmaSharedBytes(spec, tile);
+  if (spec.family == Family::BwdWgmma)
+    return bwdWgmmaSharedBytes(spec, tile);
   if (spec.family == Family::DecMma)
     return decMmaSharedBytes(spec, tile);
   int q = std::max(smemTileBytes(tile.blockM, spec.headDim),
@@ -371,6 +391,9 @@ llvm::Error validateTile(const KernelSpec &spec, const TileConfig &tile) {
       return err;
   } else if (spec.family == Family::BwdMma) {
     if (auto err = validateBwdMmaTile(spec, tile))
+      return err;
+  } else if (spec.family == Family::BwdWgmma) {
+    if (auto err = validateBwdWgmmaTile(spec, tile))
       return err;
   } else if (spec.family == Family::DecMma) {
     if (auto err = validateDecMmaTile(spec, tile))
@@ -403,6 +426,8 @@ TileConfig defaultTile(const KernelSpec &spec) {
   TileConfig tile;
   if (spec.family == Family::BwdMma)
     return bwdMmaDefaultTile(spec);
+  if (spec.family == Family::BwdWgmma)
+    return bwdWgmmaDefaultTile(spec);
   if (spec.family == Family::DecMma)
     return decMmaDefaultTile(spec);
   if (spec.family == Family::FwdWgmma) {

@@ -13,11 +13,12 @@ namespace flashjit::generator {
 
 enum class DType { FP16, BF16 };
 // A kernel family is one schedule of one operation (DESIGN.md, "Adding an operation").
-enum class Family { FwdMma, FwdWgmma, BwdMma, DecMma };
+enum class Family { FwdMma, FwdWgmma, BwdMma, BwdWgmma, DecMma };
 enum class Operation { Forward, Backward, Decode };
 
 llvm::StringRef dtypeName(DType dtype);        // "fp16", "bf16"
-llvm::StringRef familyName(Family family);     // "fwd_mma", "fwd_wgmma", "bwd_mma", "dec_mma"
+llvm::StringRef familyName(Family family);     // "fwd_mma", "fwd_wgmma", "bwd_mma",
+                                               // "bwd_wgmma", "dec_mma"
 llvm::StringRef operationName(Operation op);   // "forward", "backward", "decode"
 Operation operationOf(Family family);
 llvm::Expected<DType> parseDType(llvm::StringRef name);
@@ -109,8 +110,9 @@ struct TargetInfo {
 llvm::Expected<TargetInfo> targetInfo(llvm::StringRef target);
 
 // Checks the spec: head dims multiples of 8 in [8, 256], a supported target, a
-// target the family runs on (fwd_wgmma: sm_90a only; fwd_mma and bwd_mma: sm_80+), and
-// its features (forward families only; window sides >= -1 with one bounded; softcap
+// target the family runs on (fwd_wgmma and bwd_wgmma: sm_90a only; fwd_mma and bwd_mma:
+// sm_80+), head dims the family takes (bwd_wgmma: bwdWgmmaSupportsHeadDims), and its
+// features (forward families only; window sides >= -1 with one bounded; softcap
 // finite and >= 0; user code at most kMaxUserCodeBytes, no NUL).
 constexpr size_t kMaxUserCodeBytes = 64 * 1024;
 llvm::Error validateSpec(const KernelSpec &spec);
@@ -128,7 +130,8 @@ bool wgmmaStoresOByTma(const KernelSpec &spec, const TileConfig &tile);
 // Checks a tile against the spec and the target: divisibility, threads, shared memory
 // (and for fwd_wgmma: block_m = 64 per consumer warpgroup, warps = 4 per warpgroup
 // including the producer's, and an accumulator estimate within the register budget;
-// for bwd_mma: 16 or 32 key rows per warp and its accumulator estimate).
+// for bwd_mma: 16 or 32 key rows per warp and its accumulator estimate; for bwd_wgmma:
+// validateBwdWgmmaTile).
 // A backward tile's block_m is the query rows per step and block_n the keys per CTA.
 llvm::Error validateTile(const KernelSpec &spec, const TileConfig &tile);
 

@@ -34,7 +34,9 @@ cl::SubCommand benchCommand("bench",
                             "Time a kernel family on the peers' shapes over hand-picked tiles");
 // --window, --softcap, --alibi, --score-mod, --mask-mod (after benchCommand: it needs it).
 flashjit::tools::FeatureOptions featureOptions(benchCommand);
-cl::opt<std::string> familyOpt("family", cl::desc("fwd_mma, fwd_wgmma (sm_90a) or bwd_mma"),
+cl::opt<std::string> familyOpt("family",
+                               cl::desc("fwd_mma, fwd_wgmma (sm_90a), bwd_mma or bwd_wgmma "
+                                        "(sm_90a, head dims 64 and 128)"),
                                cl::init("fwd_mma"), cl::sub(benchCommand));
 cl::list<int> headDims("head-dims", cl::desc("Head dims"), cl::CommaSeparated,
                        cl::sub(benchCommand));
@@ -75,6 +77,9 @@ const char *kDefaultBwdMmaTiles[] = {
     "bm16.bn64.w4.s2",  "bm32.bn64.w4.s2",  "bm64.bn64.w4.s2",  "bm32.bn128.w8.s2",
     "bm64.bn128.w8.s2", "bm32.bn128.w4.s2", "bm64.bn128.w4.s2", "bm16.bn128.w8.s2",
     "bm32.bn64.w4.s3",  "bm64.bn128.w8.s3", "bm128.bn128.w8.s2", "bm32.bn256.w8.s2"};
+// bwd_wgmma: its whole space (tuner/space.h); each head dim takes one query step.
+const char *kDefaultBwdWgmmaTiles[] = {"bm64.bn128.w8.s2", "bm64.bn128.w8.s3",
+                                       "bm128.bn128.w8.s2", "bm128.bn128.w8.s3"};
 
 int fail(llvm::Error error) {
   llvm::errs() << "flashjit bench: " << llvm::toString(std::move(error)) << "\n";
@@ -137,6 +142,8 @@ int runBench() {
       tileKeys.assign(std::begin(kDefaultWgmmaTiles), std::end(kDefaultWgmmaTiles));
     else if (*family == generator::Family::BwdMma)
       tileKeys.assign(std::begin(kDefaultBwdMmaTiles), std::end(kDefaultBwdMmaTiles));
+    else if (*family == generator::Family::BwdWgmma)
+      tileKeys.assign(std::begin(kDefaultBwdWgmmaTiles), std::end(kDefaultBwdWgmmaTiles));
     else
       tileKeys.assign(std::begin(kDefaultMmaTiles), std::end(kDefaultMmaTiles));
   }

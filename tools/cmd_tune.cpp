@@ -64,12 +64,14 @@ cl::list<unsigned> ladderHeads("ladder-heads",
 cl::opt<std::string> family("family",
                             cl::desc("Kernel family: auto (what the C API loads on each "
                                      "target: fwd_wgmma and its fwd_mma fallback on sm_90a, "
-                                     "fwd_mma elsewhere), fwd_mma, fwd_wgmma or bwd_mma "
-                                     "(the backward pass)"),
+                                     "fwd_mma elsewhere), fwd_mma, fwd_wgmma, or the "
+                                     "backward pass's bwd_mma or bwd_wgmma (sm_90a, head "
+                                     "dims 64 and 128)"),
                             cl::init("auto"), cl::sub(sub), cl::cat(sweepCat));
 cl::opt<bool> backwardFlag("backward",
-                           cl::desc("With --family auto: also the backward pass (bwd_mma), "
-                                    "what fj_kernel_get loads for desc.backward"),
+                           cl::desc("With --family auto: also the backward pass (bwd_wgmma "
+                                    "on sm_90a for head dims 64 and 128, else bwd_mma), what "
+                                    "fj_kernel_get loads for desc.backward"),
                            cl::sub(sub), cl::cat(sweepCat));
 cl::opt<bool> defaultSweepFlag("default-sweep",
                                cl::desc("The default sweep (what plain `flashjit tune` runs)"),
@@ -135,7 +137,8 @@ llvm::Expected<SweepConfig> sweepConfig() {
     if (!fam) {
       llvm::consumeError(fam.takeError());
       return makeError(ErrorCode::InvalidValue,
-                       "--family '{0}': expected auto, fwd_mma, fwd_wgmma or bwd_mma",
+                       "--family '{0}': expected auto, fwd_mma, fwd_wgmma, bwd_mma or "
+                       "bwd_wgmma",
                        family);
     }
     c.families = {*fam};
@@ -407,7 +410,7 @@ int runCompileOnly(const SweepConfig &config, const generator::Features &feature
   std::vector<SweepItem> items =
       withFeatures(compileItems(config, list, &leftOut), features, &leftOut);
   for (const std::string &line : leftOut)
-    llvm::errs() << "flashjit tune: note: left out, no tile fits: " << line << "\n";
+    llvm::errs() << "flashjit tune: note: left out: " << line << "\n";
   for (const std::string &t : list)
     if (sweepFamilies(config, t).empty())
       llvm::errs() << "flashjit tune: note: " << t << " is left out: "
@@ -457,8 +460,11 @@ int runTuneSweep(const SweepConfig &config, const generator::Features &features)
     return fail(first.takeError());
   const runtime::DeviceProperties props = (*first)->properties();
   GpuSpec gpu = gpuSpecFromDevice(props);
+  std::vector<std::string> leftOut;
   std::vector<SweepItem> items =
-      withFeatures(tuneItems(config, props.target()), features, nullptr);
+      withFeatures(tuneItems(config, props.target(), &leftOut), features, nullptr);
+  for (const std::string &line : leftOut)
+    llvm::errs() << "flashjit tune: note: left out: " << line << "\n";
   // What the tuner can do with the user's code: the CLI gives it no `args`.
   if (features.needsTuningArgs())
     llvm::errs() << "flashjit tune: note: the user code reads args.tensor and the CLI has no "

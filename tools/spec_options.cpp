@@ -98,7 +98,7 @@ llvm::Error checkFamilyTakesFeatures(generator::Family family,
   generator::KernelSpec probe;
   probe.family = family;
   probe.features = features;
-  if (family == generator::Family::FwdWgmma)
+  if (family == generator::Family::FwdWgmma || family == generator::Family::BwdWgmma)
     probe.target = "sm_90a";
   if (llvm::Error err = generator::validateFeatures(probe)) {
     ErrorReport report = takeErrorReport(std::move(err));

@@ -1,4 +1,4 @@
-// The backward pass as the tuner sees it (tuner/operation.h): bwd_mma.
+// The backward pass as the tuner sees it (tuner/operation.h): bwd_mma and bwd_wgmma.
 #include "support/error.h"
 #include "tuner/backward_checker.h"
 #include "tuner/backward_kernel.h"

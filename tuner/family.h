@@ -21,8 +21,11 @@ struct FamilyPlan {
   // K/V (tuner::tmaArgumentProblem); fwd_mma takes everything the API accepts.
   std::optional<generator::Family> fallback;
   bool forced = false;  // chosen by $FLASHJIT_FAMILY rather than by the target
-  // The backward pass's family (desc.backward): bwd_mma, which runs on every target.
+  // The backward pass's family (desc.backward) where the spec's head dims allow it:
+  // bwd_wgmma on sm_90a, bwd_mma (every target, every head dim) elsewhere. Which one a
+  // spec gets is backwardFamilyFor's.
   generator::Family backward = generator::Family::BwdMma;
+  bool backwardForced = false;  // chosen by $FLASHJIT_BACKWARD_FAMILY
   // The decode kernels' family (desc.decode): dec_mma, which runs on every target.
   generator::Family decode = generator::Family::DecMma;
 
@@ -34,11 +37,25 @@ struct FamilyPlan {
 
 // The plan for `target`. `forced` is "" or "auto" (the default: fwd_wgmma with an
 // fwd_mma fallback where the generator accepts fwd_wgmma, i.e. sm_90a; fwd_mma alone
-// elsewhere), or a family name: "fwd_mma" alone, or "fwd_wgmma" with its fwd_mma
-// fallback (an error on a target it cannot run on). Pure: no device, no environment.
-llvm::Expected<FamilyPlan> familyPlan(llvm::StringRef target, llvm::StringRef forced = "");
+// elsewhere), or a forward family's name: "fwd_mma" alone, or "fwd_wgmma" with its
+// fwd_mma fallback (an error on a target it cannot run on). `forcedBackward` likewise
+// for the backward pass: "" or "auto" (bwd_wgmma where the generator accepts it, i.e.
+// sm_90a, else bwd_mma), "bwd_mma", or "bwd_wgmma" (an error on a target it cannot run
+// on). Pure: no device, no environment.
+llvm::Expected<FamilyPlan> familyPlan(llvm::StringRef target, llvm::StringRef forced = "",
+                                      llvm::StringRef forcedBackward = "");
 
-// familyPlan(target, $FLASHJIT_FAMILY); errors name the variable.
+// familyPlan(target, $FLASHJIT_FAMILY, $FLASHJIT_BACKWARD_FAMILY); errors name the
+// variable.
 llvm::Expected<FamilyPlan> familyPlanFromEnv(llvm::StringRef target);
+
+// The backward family of a spec (its head dims and features; its family is ignored)
+// under `plan`: plan.backward where that family takes the spec's head dims, else bwd_mma,
+// which takes every head dim. A forced bwd_wgmma that cannot take them is an error
+// (NotSupported, naming $FLASHJIT_BACKWARD_FAMILY) rather than a silent bwd_mma. One
+// rule for fj_kernel_get and for `flashjit tune --backward`, so that a swept cache holds
+// what the API asks for.
+llvm::Expected<generator::Family> backwardFamilyFor(const FamilyPlan &plan,
+                                                    const generator::KernelSpec &spec);
 
 } // namespace flashjit::tuner

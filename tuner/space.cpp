@@ -51,6 +51,9 @@ bool isWgmma(const generator::KernelSpec &spec) {
 bool isBackward(const generator::KernelSpec &spec) {
   return generator::operationOf(spec.family) == generator::Operation::Backward;
 }
+bool isBwdWgmma(const generator::KernelSpec &spec) {
+  return spec.family == generator::Family::BwdWgmma;
+}
 bool isDecode(const generator::KernelSpec &spec) {
   return generator::operationOf(spec.family) == generator::Operation::Decode;
 }
@@ -169,6 +172,14 @@ TileEstimate estimateTile(const generator::KernelSpec &spec, const generator::Ti
     launchRegisters = roundUp(
         ceilDiv(kWgmmaProducerRegisters + (long long)consumers * e.registers, consumers + 1),
         8);
+  } else if (isBwdWgmma(spec)) {
+    // Per consumer thread (a warpgroup of 128 owns 64 keys): dK and dV (64 x d and
+    // 64 x dv), S^T and dP^T of one query step (64 x block_m each). Whether they fit is
+    // validateTile's register rule.
+    e.accumulatorRegisters = (spec.headDim + spec.headDimV) / 2 + tile.blockM;
+    e.registers = std::min(kMaxRegistersPerThread,
+                           e.accumulatorRegisters + kTypicalOverheadRegisters);
+    launchRegisters = e.registers;
   } else if (isBackward(spec)) {
     // Per thread of the main kernel (its larger pass): dK and/or dV of the warp's key
     // rows, plus P^T and dS^T of one query step (validateTile holds it to 255).
@@ -249,6 +260,14 @@ TileEstimate estimateTile(const generator::KernelSpec &spec, const generator::Ti
 
 std::vector<generator::TileConfig> enumerateTiles(const generator::KernelSpec &spec) {
   std::vector<generator::TileConfig> tiles;
+  if (spec.family == generator::Family::BwdWgmma) {
+    // bwd_wgmma: the query step x two consumer warpgroups of 64 keys x stages of Q and
+    // dO; validateTile drops the query steps a head dim's registers cannot take.
+    for (int blockM : {64, 128})
+      for (int stages : {2, 3})
+        tiles.push_back({blockM, 128, 8, stages});
+    return tiles;
+  }
   if (isBackward(spec)) {
     // bwd_mma: the query step x (keys per CTA, warps) with 16 or 32 key rows per warp.
     for (int blockM : {16, 32, 64, 128})
@@ -311,10 +330,11 @@ std::vector<SpaceEntry> buildSpace(const generator::KernelSpec &spec, const Buck
       continue;
     }
     entry.estimate = estimateTile(spec, tile, bucket, device);
-    // fwd_wgmma's accumulators were held to the setmaxnreg budget by validateTile.
-    bool spills = !isWgmma(spec) && entry.estimate.accumulatorRegisters +
-                                            kMinimalOverheadRegisters >
-                                        kMaxRegistersPerThread;
+    // fwd_wgmma's and bwd_wgmma's accumulators were held to their register budgets by
+    // validateTile.
+    bool spills = !isWgmma(spec) && !isBwdWgmma(spec) &&
+                  entry.estimate.accumulatorRegisters + kMinimalOverheadRegisters >
+                      kMaxRegistersPerThread;
     if (!rowsPerWarpAllowed(spec, tile)) {
       entry.verdict = Verdict::PrunedFit;
       entry.reason = "rows per warp must be 16 or 32";
@@ -380,7 +400,8 @@ const SpaceEntry *heuristicChoice(llvm::ArrayRef<SpaceEntry> space,
   // its default tiles are measured picks. The model put bm128.bn256 first for d64
   // N = 512 on an H200, 10 % slower than the default bm192.bn128, and a cold 5 s tune had
   // time to screen only the first tile (docs/TUNING.md).
-  // bwd_mma's default tiles are likewise the measured register survey's picks.
+  // bwd_mma's default tiles are likewise the measured register survey's picks, and
+  // bwd_wgmma's the one configuration per head dim its template is written for.
   double limit = isWgmma(spec) || isBackward(spec) ? std::numeric_limits<double>::infinity()
                                : space.front().estimate.modelSeconds * 1.01;
   for (const SpaceEntry &e : space) {

@@ -77,7 +77,9 @@ TileEstimate estimateTile(const generator::KernelSpec &spec, const generator::Ti
 //              warpgroups and the producer) x blockN {64, 80, ..., 192 in steps of 16,
 //              224, 256} x stages {2, 3} (66 tiles);
 //   bwd_mma:   blockM (queries per step) {16, 32, 64, 128} x (blockN, warps) {(64, 4),
-//              (128, 4), (128, 8), (256, 8)} x stages 2 (16 tiles).
+//              (128, 4), (128, 8), (256, 8)} x stages 2 (16 tiles);
+//   bwd_wgmma: blockM (queries per step) {64, 128} x (blockN, warps) (128, 8) (two
+//              consumer warpgroups of 64 keys) x stages {2, 3} (4 tiles).
 std::vector<generator::TileConfig> enumerateTiles(const generator::KernelSpec &spec);
 
 enum class Verdict { Candidate, PrunedFit, PrunedModel };

@@ -86,9 +86,34 @@ std::vector<generator::Family> sweepFamilies(const SweepConfig &config, llvm::St
 }
 
 namespace {
-// Specs of the cross product, in the documented order, for each target.
+// The family a spec of the sweep gets from sweepFamilies' `family`: with --family auto,
+// the backward pass's is the API's choice for the spec's head dims (backwardFamilyFor),
+// so the cache holds what fj_kernel_get asks for.
+generator::Family sweptFamily(const SweepConfig &c, generator::Family family,
+                              const generator::KernelSpec &spec) {
+  if (!c.families.empty() || generator::operationOf(family) != generator::Operation::Backward)
+    return family;
+  // The auto plan forces nothing, so neither fails for a target the generator knows
+  // (and validateSpec says why for one it does not).
+  llvm::Expected<FamilyPlan> plan = familyPlan(spec.target);
+  if (!plan) {
+    llvm::consumeError(plan.takeError());
+    return family;
+  }
+  llvm::Expected<generator::Family> chosen = backwardFamilyFor(*plan, spec);
+  if (!chosen) {
+    llvm::consumeError(chosen.takeError());
+    return family;
+  }
+  return *chosen;
+}
+
+// Specs of the cross product, in the documented order, for each target. A spec the
+// family cannot take (bwd_wgmma at a head dim it has no kernel for) is left out,
+// described in `leftOut` when given.
 std::vector<generator::KernelSpec> specsOf(const SweepConfig &c,
-                                           llvm::ArrayRef<std::string> targets) {
+                                           llvm::ArrayRef<std::string> targets,
+                                           std::vector<std::string> *leftOut) {
   std::vector<generator::KernelSpec> specs;
   for (generator::DType dtype : unique(c.dtypes))
     for (int d : unique(c.headDims))
@@ -96,20 +121,27 @@ std::vector<generator::KernelSpec> specsOf(const SweepConfig &c,
         for (const std::string &target : unique(targets.vec()))
           for (generator::Family family : sweepFamilies(c, target)) {
             generator::KernelSpec spec;
-            spec.family = family;
             spec.dtype = dtype;
             spec.headDim = spec.headDimV = d;
             spec.causal = causal;
             spec.target = target;
+            spec.family = sweptFamily(c, family, spec);
+            if (llvm::Error err = generator::validateSpec(spec)) {
+              std::string why = llvm::toString(std::move(err));
+              if (leftOut)
+                leftOut->push_back(spec.key() + ": " + why);
+              continue;
+            }
             specs.push_back(spec);
           }
   return specs;
 }
 } // namespace
 
-std::vector<SweepItem> tuneItems(const SweepConfig &config, llvm::StringRef target) {
+std::vector<SweepItem> tuneItems(const SweepConfig &config, llvm::StringRef target,
+                                 std::vector<std::string> *leftOut) {
   std::vector<SweepItem> items;
-  for (const generator::KernelSpec &spec : specsOf(config, {target.str()})) {
+  for (const generator::KernelSpec &spec : specsOf(config, {target.str()}, leftOut)) {
     std::vector<Bucket> buckets;
     auto add = [&](const Bucket &b) {
       if (!llvm::is_contained(buckets, b))
@@ -131,9 +163,11 @@ std::vector<SweepItem> compileItems(const SweepConfig &config,
                                     llvm::ArrayRef<std::string> targets,
                                     std::vector<std::string> *leftOut) {
   std::vector<SweepItem> items;
-  for (const generator::KernelSpec &spec : specsOf(config, targets)) {
+  for (const generator::KernelSpec &spec : specsOf(config, targets, leftOut)) {
     // A spec with no tile that fits its target (bwd_mma at d256 on sm_86/sm_89, whose
     // shared memory is 256 bytes short) has no kernel to prepare: left out, not failed.
+    // (bwd_wgmma is never swept where it has no tile: specsOf keeps it to the head dims
+    // it takes, on sm_90a.)
     if (llvm::Error err = generator::validateTile(spec, generator::defaultTile(spec))) {
       std::string why = llvm::toString(std::move(err));
       if (leftOut)

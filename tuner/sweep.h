@@ -26,7 +26,8 @@ struct SweepConfig {
   // is left out on targets it cannot run on (sweepFamilies).
   std::vector<generator::Family> families;
   // With `families` empty: also the backward pass's family (what fj_kernel_get loads
-  // for desc.backward), after the forward's.
+  // for desc.backward: bwd_wgmma on sm_90a for the head dims it takes, else bwd_mma),
+  // after the forward's.
   bool backward = false;
   std::vector<int> headDims;
   std::vector<generator::DType> dtypes;
@@ -55,16 +56,20 @@ struct SweepItem {
 };
 
 // The families the sweep covers on `target`, in order (the API's primary first): the
-// configured ones that run there, or the API's plan for it.
+// configured ones that run there, or the API's plan for it (whose backward family a
+// spec of the sweep gets where it takes the spec's head dims, bwd_mma where not).
 std::vector<generator::Family> sweepFamilies(const SweepConfig &config, llvm::StringRef target);
 
 // Tuning items for one device target, in a stable order with the buckets of one spec
 // adjacent (they share compiled candidates): dtype, head dim, causal, family, then
-// seqlen, batch x heads, then the ladders' buckets. Duplicated buckets are dropped.
-std::vector<SweepItem> tuneItems(const SweepConfig &config, llvm::StringRef target);
+// seqlen, batch x heads, then the ladders' buckets. Duplicated buckets are dropped. A
+// spec its family cannot take (--family bwd_wgmma at head dim 256) is left out,
+// described in `leftOut` when given.
+std::vector<SweepItem> tuneItems(const SweepConfig &config, llvm::StringRef target,
+                                 std::vector<std::string> *leftOut = nullptr);
 // Compile-only items: one per (spec, target), in the same order, targets then families
-// innermost. A spec whose default tile does not fit its target has no kernel and is left
-// out, described in `leftOut` when given.
+// innermost. A spec its family cannot take, or whose default tile does not fit its
+// target, has no kernel and is left out, described in `leftOut` when given.
 std::vector<SweepItem> compileItems(const SweepConfig &config,
                                     llvm::ArrayRef<std::string> targets,
                                     std::vector<std::string> *leftOut = nullptr);

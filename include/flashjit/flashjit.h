@@ -320,7 +320,9 @@ FJ_API fj_status fj_validate_attention_desc(const fj_attention_desc *desc);
  * be available (e.g. FJ_TUNE_CACHED with a cache prepared without one), fwd_mma alone
  * serves the handle. Elsewhere the kernel is fwd_mma. $FLASHJIT_FAMILY (auto, fwd_mma,
  * fwd_wgmma), read by fj_context_create, overrides the choice; fj_kernel_info says
- * which family a handle uses. */
+ * which family a handle uses. The backward pass (desc.backward) is bwd_wgmma on sm_90a
+ * for head_dim = head_dim_v in {64, 128}, else bwd_mma; $FLASHJIT_BACKWARD_FAMILY (auto,
+ * bwd_mma, bwd_wgmma) overrides it. */
 FJ_API fj_status fj_kernel_get(fj_context context, const fj_attention_desc *desc,
                                fj_kernel *kernel);
 
@@ -652,9 +654,10 @@ struct fj_kernel_info {
   int32_t shared_bytes;     /* dynamic shared memory per block */
   double tuned_us;          /* median time when it was tuned; 0 when never timed */
   double get_ms;            /* how long fj_kernel_get took for this handle */
-  /* The backward pass (desc.backward): its family ("bwd_mma"; "" when the kernel has
-   * none) and how many variants it has; they follow the forward families' variants
-   * (fj_kernel_variant_info), before the decode kernels'. num_variants counts them too.
+  /* The backward pass (desc.backward): its family ("bwd_wgmma" or "bwd_mma"; "" when
+   * the kernel has none) and how many variants it has; they follow the forward
+   * families' variants (fj_kernel_variant_info), before the decode kernels'.
+   * num_variants counts them too.
    * (Added in 0.2: a struct_size that ends before them is accepted.) */
   const char *backward_family;
   int32_t num_backward_variants;

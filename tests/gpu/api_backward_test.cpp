@@ -1,17 +1,22 @@
 // fj_backward on a GPU, through the C API only (the harness computes the reference):
 // gradients of kernels got with desc.backward = 1 against the backward reference over
-// dtypes, head dims, causal, MHA/GQA/MQA, varlen and deterministic mode; and the
-// calls it must refuse without writing anything (no backward pass in the handle, no or
-// too small a workspace, no lse).
+// dtypes, head dims, causal, MHA/GQA/MQA, varlen and deterministic mode, with the
+// backward family fj_kernel_get picks (bwd_wgmma on sm_90a for d 64/128) and with
+// $FLASHJIT_BACKWARD_FAMILY=bwd_mma; a forced bwd_wgmma refused where it cannot run; and
+// the calls it must refuse without writing anything (no backward pass in the handle, no
+// or too small a workspace, no lse).
 #include "api_context.h"
 #include "gpu_skip.h"
 
 #include "flashjit/flashjit.h"
+#include "tests/scoped_env.h"
 #include "tuner/backward_checker.h"
 
 #include <cstring>
+#include <string>
 
 using namespace flashjit;
+using flashjit::testing::ScopedEnv;
 
 namespace {
 
@@ -53,9 +58,21 @@ tuner::ForwardShape shapeOf(const Case &c) {
   return s;
 }
 
-generator::KernelSpec specOf(const Case &c) {
+bool hopper() {
+  return flashjit::testing::openTestDevice()->properties().target() == "sm_90a";
+}
+
+// The backward family fj_kernel_get gives a case under $FLASHJIT_BACKWARD_FAMILY =
+// `forced` ("" for auto): bwd_wgmma on sm_90a for head_dim = head_dim_v in {64, 128}.
+generator::Family expectedFamily(const Case &c, const std::string &forced) {
+  const bool wgmmaTakes = c.d == c.dv && (c.d == 64 || c.d == 128);
+  return forced != "bwd_mma" && hopper() && wgmmaTakes ? generator::Family::BwdWgmma
+                                                       : generator::Family::BwdMma;
+}
+
+generator::KernelSpec specOf(const Case &c, const std::string &forced = "") {
   generator::KernelSpec spec;
-  spec.family = generator::Family::BwdMma;
+  spec.family = expectedFamily(c, forced);
   spec.dtype = c.dtype == FJ_DTYPE_FP16 ? generator::DType::FP16 : generator::DType::BF16;
   spec.headDim = c.d;
   spec.headDimV = c.dv;
@@ -104,8 +121,15 @@ llvm::Error statusError(const char *call, fj_status status) {
                                  fj_status_string(status), fj_last_error_message());
 }
 
-TEST(ApiBackwardGpu, GradientsPassTheBar) {
+// The parameter: $FLASHJIT_BACKWARD_FAMILY for the context ("": unset, the default).
+class ApiBackwardFamilies : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ApiBackwardFamilies, GradientsPassTheBar) {
   FLASHJIT_REQUIRE_GPU();
+  const std::string forced = GetParam();
+  if (!forced.empty() && !hopper())
+    GTEST_SKIP() << "bwd_mma is the default backward family off sm_90a: nothing more to test";
+  ScopedEnv env("FLASHJIT_BACKWARD_FAMILY", forced.empty() ? nullptr : forced.c_str());
   ApiContext context;
   ASSERT_NE(context.handle, nullptr);
   const Case cases[] = {
@@ -117,7 +141,7 @@ TEST(ApiBackwardGpu, GradientsPassTheBar) {
       {FJ_DTYPE_BF16, 64, 64, 4, 2, true, true, true, 333, 444},
   };
   for (const Case &c : cases) {
-    SCOPED_TRACE(specOf(c).key() + (c.varlen ? " varlen" : "") +
+    SCOPED_TRACE(specOf(c, forced).key() + (c.varlen ? " varlen" : "") +
                  (c.deterministic ? " deterministic" : ""));
     fj_attention_desc desc = descOf(c, true);
     fj_kernel kernel = nullptr;
@@ -126,11 +150,12 @@ TEST(ApiBackwardGpu, GradientsPassTheBar) {
     struct fj_kernel_info info;
     info.struct_size = sizeof(info);
     ASSERT_EQ(fj_kernel_info(kernel, &info), FJ_SUCCESS);
-    EXPECT_STREQ(info.backward_family, "bwd_mma");
+    EXPECT_EQ(std::string(info.backward_family),
+              generator::familyName(expectedFamily(c, forced)).str());
     EXPECT_GE(info.num_backward_variants, 1);
     tuner::ForwardShape shape = shapeOf(c);
-    auto checker =
-        tuner::BackwardChecker::create(specOf(c), shape, 77 + c.d, nullptr, c.deterministic);
+    auto checker = tuner::BackwardChecker::create(specOf(c, forced), shape, 77 + c.d, nullptr,
+                                                  c.deterministic);
     ASSERT_TRUE((bool)checker) << llvm::toString(checker.takeError());
     const runtime::DeviceBuffer &workspace = (*checker)->workspace();
     auto report = (*checker)->checkWith(
@@ -152,6 +177,53 @@ TEST(ApiBackwardGpu, GradientsPassTheBar) {
     EXPECT_TRUE(report->passed) << report->summary();
     EXPECT_EQ(fj_kernel_release(kernel), FJ_SUCCESS);
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(BackwardFamily, ApiBackwardFamilies,
+                         ::testing::Values(std::string(), std::string("bwd_mma")),
+                         [](const ::testing::TestParamInfo<std::string> &info) {
+                           return info.param.empty() ? std::string("auto") : info.param;
+                         });
+
+// $FLASHJIT_BACKWARD_FAMILY=bwd_wgmma: fj_context_create refuses it off sm_90a, and on
+// sm_90a fj_kernel_get refuses a description whose head dims it does not take (rather
+// than a silent bwd_mma); both name the variable.
+TEST(ApiBackwardGpu, ForcedBwdWgmmaIsRefusedWhereItCannotRun) {
+  FLASHJIT_REQUIRE_GPU();
+  ScopedEnv env("FLASHJIT_BACKWARD_FAMILY", "bwd_wgmma");
+  fj_context_options options;
+  fj_context_options_init(&options);
+  options.tune_mode = FJ_TUNE_HEURISTIC;
+  options.user_cache_path = "";
+  fj_context context = nullptr;
+  fj_status status = fj_context_create(&options, &context);
+  if (!hopper()) {
+    EXPECT_EQ(status, FJ_ERROR_NOT_SUPPORTED);
+    EXPECT_EQ(context, nullptr);
+    EXPECT_NE(std::string(fj_last_error_message()).find("$FLASHJIT_BACKWARD_FAMILY"),
+              std::string::npos)
+        << fj_last_error_message();
+    return;
+  }
+  ASSERT_EQ(status, FJ_SUCCESS) << fj_last_error_message();
+  const Case d96{FJ_DTYPE_BF16, 96, 96, 4, 2, true, false, false, 100, 120};
+  fj_attention_desc desc = descOf(d96, true);
+  fj_kernel kernel = nullptr;
+  EXPECT_EQ(fj_kernel_get(context, &desc, &kernel), FJ_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(kernel, nullptr);
+  EXPECT_NE(std::string(fj_last_error_message()).find("$FLASHJIT_BACKWARD_FAMILY"),
+            std::string::npos)
+      << fj_last_error_message();
+  // The head dims it takes get it.
+  const Case d64{FJ_DTYPE_BF16, 64, 64, 4, 2, true, false, false, 100, 120};
+  desc = descOf(d64, true);
+  ASSERT_EQ(fj_kernel_get(context, &desc, &kernel), FJ_SUCCESS) << fj_last_error_message();
+  struct fj_kernel_info info;
+  info.struct_size = sizeof(info);
+  ASSERT_EQ(fj_kernel_info(kernel, &info), FJ_SUCCESS);
+  EXPECT_STREQ(info.backward_family, "bwd_wgmma");
+  EXPECT_EQ(fj_kernel_release(kernel), FJ_SUCCESS);
+  EXPECT_EQ(fj_context_destroy(context), FJ_SUCCESS);
 }
 
 TEST(ApiBackwardGpu, RefusedCallsWriteNothing) {

@@ -1,23 +1,56 @@
-// bwd_mma against the backward reference on the GPU (DESIGN.md's correctness bar):
-// dQ, dK and dV of every head dim of the grid x fp16/bf16 x causal, over sequence pairs
-// that are not multiples of the tiles, MHA/GQA/MQA; variable-length batches, strided
-// layouts, head_dim_v != head_dim, every tile of the tuner's space on one shape, and
+// The backward families against the backward reference on the GPU (DESIGN.md's
+// correctness bar), each over the head dims it takes: bwd_mma (every target, the whole
+// grid) and bwd_wgmma (sm_90a only, head dims 64 and 128; skipped elsewhere). dQ, dK
+// and dV of every head dim x fp16/bf16 x causal, over sequence pairs that are not
+// multiples of the tiles, MHA/GQA/MQA, with poisoned outputs; variable-length batches,
+// strided layouts, softmax scales, every tile of the tuner's space on one shape, and
 // deterministic mode (its gradients checked, and bitwise-identical over 100 reruns of a
-// 4000 x 4000 problem).
+// 4000 x 4000 problem); bwd_mma also with head_dim_v != head_dim.
 #include "kernel_pool.h"
 
 #include "tuner/backward_checker.h"
 #include "tuner/space.h"
 
+#include "llvm/ADT/STLExtras.h"
+
 #include <tuple>
 
 using namespace flashjit;
 using namespace flashjit::testing;
+using generator::Family;
 
 namespace {
 
-KernelSpec bwdSpec(int d, int dv, DType dtype, bool causal) {
-  return specFor(d, dv, dtype, causal, generator::Family::BwdMma);
+KernelSpec bwdSpec(int d, int dv, DType dtype, bool causal, Family family = Family::BwdMma) {
+  return specFor(d, dv, dtype, causal, family);
+}
+
+// Whether the test device runs `family` (bwd_wgmma: sm_90a only).
+bool deviceRuns(Family family) {
+  return family != Family::BwdWgmma || openTestDevice()->properties().target() == "sm_90a";
+}
+
+// Skips a test of a family the device cannot run, with the reason.
+#define FLASHJIT_REQUIRE_FAMILY(family)                                                            \
+  do {                                                                                             \
+    FLASHJIT_REQUIRE_GPU();                                                                        \
+    if (!deviceRuns(family))                                                                       \
+      GTEST_SKIP() << generator::familyName(family).str() << " needs an sm_90a device, this one "  \
+                   << "is " << openTestDevice()->properties().target();                            \
+  } while (0)
+
+// The head dims of `wanted` that `family` takes (bwd_wgmma: head_dim = head_dim_v in
+// {64, 128}; bwd_mma: all).
+std::vector<int> headDimsOf(Family family, std::vector<int> wanted) {
+  if (family != Family::BwdWgmma)
+    return wanted;
+  llvm::erase_if(wanted, [](int d) { return d != 64 && d != 128; });
+  return wanted;
+}
+
+// Test names of the family parameter: "bwd_mma".
+std::string familyParamName(const ::testing::TestParamInfo<Family> &info) {
+  return generator::familyName(info.param).str();
 }
 
 tuner::ForwardShape shapeOf(int batch, int hq, int hkv, int sq, int sk, int d, int dv) {
@@ -49,18 +82,33 @@ std::string checkBackward(const KernelSpec &spec, const TileConfig &tile,
 const std::pair<int, int> kBwdSeqPairs[] = {{1, 1},     {1, 147},     {113, 203},
                                             {128, 128}, {1023, 1024}, {300, 77}};
 
-class BwdMmaGrid : public ::testing::TestWithParam<std::tuple<int, DType, bool>> {
+// Every spec of the grid a family takes, with its default tile.
+std::vector<std::pair<KernelSpec, TileConfig>> bwdGridKernels(Family family) {
+  std::vector<std::pair<KernelSpec, TileConfig>> all;
+  for (int d : headDimsOf(family, {std::begin(kHeadDims), std::end(kHeadDims)}))
+    for (DType dtype : {DType::FP16, DType::BF16})
+      for (bool causal : {false, true}) {
+        KernelSpec spec = bwdSpec(d, d, dtype, causal, family);
+        all.emplace_back(spec, generator::defaultTile(spec));
+      }
+  return all;
+}
+
+class BwdGrid : public ::testing::TestWithParam<std::tuple<Family, int, DType, bool>> {
 protected:
   static void SetUpTestSuite() {
-    if (openTestDevice())
-      KernelPool::get().prepare(gridKernels(generator::Family::BwdMma));
+    if (!openTestDevice())
+      return;
+    for (Family family : {Family::BwdMma, Family::BwdWgmma})
+      if (deviceRuns(family))
+        KernelPool::get().prepare(bwdGridKernels(family));
   }
 };
 
-TEST_P(BwdMmaGrid, MatchesReference) {
-  FLASHJIT_REQUIRE_GPU();
-  auto [d, dtype, causal] = GetParam();
-  KernelSpec spec = bwdSpec(d, d, dtype, causal);
+TEST_P(BwdGrid, MatchesReference) {
+  auto [family, d, dtype, causal] = GetParam();
+  FLASHJIT_REQUIRE_FAMILY(family);
+  KernelSpec spec = bwdSpec(d, d, dtype, causal, family);
   TileConfig tile = generator::defaultTile(spec);
   int checked = 0;
   for (auto [sq, sk] : kBwdSeqPairs)
@@ -74,18 +122,38 @@ TEST_P(BwdMmaGrid, MatchesReference) {
   EXPECT_EQ(checked, 18);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllHeadDims, BwdMmaGrid,
-                         ::testing::Combine(::testing::ValuesIn(kHeadDims),
+// "bwd_mma_d128_bf16_causal".
+std::string bwdGridParamName(
+    const ::testing::TestParamInfo<std::tuple<Family, int, DType, bool>> &info) {
+  auto [family, d, dtype, causal] = info.param;
+  return generator::familyName(family).str() + "_" +
+         gridParamName(::testing::TestParamInfo<std::tuple<int, DType, bool>>(
+             std::make_tuple(d, dtype, causal), info.index));
+}
+
+INSTANTIATE_TEST_SUITE_P(BwdMma, BwdGrid,
+                         ::testing::Combine(::testing::Values(Family::BwdMma),
+                                            ::testing::ValuesIn(kHeadDims),
                                             ::testing::Values(DType::FP16, DType::BF16),
                                             ::testing::Bool()),
-                         gridParamName);
+                         bwdGridParamName);
+INSTANTIATE_TEST_SUITE_P(BwdWgmma, BwdGrid,
+                         ::testing::Combine(::testing::Values(Family::BwdWgmma),
+                                            ::testing::Values(64, 128),
+                                            ::testing::Values(DType::FP16, DType::BF16),
+                                            ::testing::Bool()),
+                         bwdGridParamName);
 
-TEST(BwdMma, VariableLengthBatch) {
-  FLASHJIT_REQUIRE_GPU();
+// The checks below, for each backward family.
+class Bwd : public ::testing::TestWithParam<Family> {};
+
+TEST_P(Bwd, VariableLengthBatch) {
+  const Family family = GetParam();
+  FLASHJIT_REQUIRE_FAMILY(family);
   for (bool deterministic : {false, true})
     for (bool causal : {false, true})
-      for (int d : {64, 72, 128, 256}) {
-        KernelSpec spec = bwdSpec(d, d, DType::BF16, causal);
+      for (int d : headDimsOf(family, {64, 72, 128, 256})) {
+        KernelSpec spec = bwdSpec(d, d, DType::BF16, causal, family);
         tuner::ForwardShape shape = shapeOf(4, 6, 2, 700, 699, d, d);
         shape.seqlensQ = {1, 300, 77, 700};
         shape.seqlensK = {17, 300, 513, 699};
@@ -94,21 +162,27 @@ TEST(BwdMma, VariableLengthBatch) {
       }
 }
 
-TEST(BwdMma, StridedLayouts) {
-  FLASHJIT_REQUIRE_GPU();
-  for (tuner::Layout layout : {tuner::Layout::BSHD, tuner::Layout::BHSD})
-    for (int padding : {0, 24})
-      for (bool causal : {false, true}) {
-        KernelSpec spec = bwdSpec(96, 96, DType::FP16, causal);
-        tuner::ForwardShape shape = shapeOf(3, 8, 2, 333, 517, 96, 96);
-        shape.layout = layout;
-        shape.rowPadding = padding;
-        EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec), shape, 11, false), "")
-            << spec.key() << (layout == tuner::Layout::BSHD ? " BSHD" : " BHSD") << " padding "
-            << padding;
-      }
+TEST_P(Bwd, StridedLayouts) {
+  const Family family = GetParam();
+  FLASHJIT_REQUIRE_FAMILY(family);
+  // bwd_mma at a head dim no other test strides; bwd_wgmma at both of its own.
+  const std::vector<int> dims = family == Family::BwdMma ? std::vector<int>{96}
+                                                         : std::vector<int>{64, 128};
+  for (int d : dims)
+    for (tuner::Layout layout : {tuner::Layout::BSHD, tuner::Layout::BHSD})
+      for (int padding : {0, 24})
+        for (bool causal : {false, true}) {
+          KernelSpec spec = bwdSpec(d, d, DType::FP16, causal, family);
+          tuner::ForwardShape shape = shapeOf(3, 8, 2, 333, 517, d, d);
+          shape.layout = layout;
+          shape.rowPadding = padding;
+          EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec), shape, 11, false), "")
+              << spec.key() << (layout == tuner::Layout::BSHD ? " BSHD" : " BHSD") << " padding "
+              << padding;
+        }
 }
 
+// bwd_mma only: bwd_wgmma takes head_dim = head_dim_v (bwd_mma runs the others).
 TEST(BwdMma, HeadDimVDiffers) {
   FLASHJIT_REQUIRE_GPU();
   for (auto [d, dv] :
@@ -121,10 +195,11 @@ TEST(BwdMma, HeadDimVDiffers) {
     }
 }
 
-TEST(BwdMma, SoftmaxScale) {
-  FLASHJIT_REQUIRE_GPU();
+TEST_P(Bwd, SoftmaxScale) {
+  const Family family = GetParam();
+  FLASHJIT_REQUIRE_FAMILY(family);
   for (float scale : {0.03f, 0.5f}) {
-    KernelSpec spec = bwdSpec(64, 64, DType::FP16, true);
+    KernelSpec spec = bwdSpec(64, 64, DType::FP16, true, family);
     tuner::ForwardShape shape = shapeOf(2, 4, 4, 200, 300, 64, 64);
     shape.softmaxScale = scale;
     EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec), shape, 9, false), "")
@@ -133,13 +208,14 @@ TEST(BwdMma, SoftmaxScale) {
 }
 
 // Every tile of the tuner's space that fits (what a tune may pick), on one odd shape.
-TEST(BwdMma, EveryTileOfTheSpace) {
-  FLASHJIT_REQUIRE_GPU();
+TEST_P(Bwd, EveryTileOfTheSpace) {
+  const Family family = GetParam();
+  FLASHJIT_REQUIRE_FAMILY(family);
   const runtime::DeviceProperties &props = openTestDevice()->properties();
   std::vector<std::pair<KernelSpec, TileConfig>> wanted;
-  for (int d : {64, 128, 256})
+  for (int d : headDimsOf(family, {64, 128, 256}))
     for (bool causal : {false, true}) {
-      KernelSpec spec = bwdSpec(d, d, DType::BF16, causal);
+      KernelSpec spec = bwdSpec(d, d, DType::BF16, causal, family);
       tuner::DeviceModel device = tuner::deviceModelFor(props);
       for (const tuner::SpaceEntry &e :
            tuner::buildSpace(spec, tuner::Bucket::forShape(1024, 1024, 32), device,
@@ -167,10 +243,11 @@ TEST(BwdMma, EveryTileOfTheSpace) {
 
 // Deterministic mode: the gradients are right, and bitwise identical over 100 reruns
 // of a 4000 x 4000 problem (atomics would reorder fp32 additions of dQ).
-TEST(BwdMma, DeterministicModeIsBitwiseReproducible) {
-  FLASHJIT_REQUIRE_GPU();
+TEST_P(Bwd, DeterministicModeIsBitwiseReproducible) {
+  const Family family = GetParam();
+  FLASHJIT_REQUIRE_FAMILY(family);
   for (bool causal : {false, true}) {
-    KernelSpec spec = bwdSpec(128, 128, DType::BF16, causal);
+    KernelSpec spec = bwdSpec(128, 128, DType::BF16, causal, family);
     TileConfig tile = generator::defaultTile(spec);
     EXPECT_EQ(checkBackward(spec, tile, shapeOf(2, 4, 2, 257, 389, 128, 128), 4, true), "")
         << spec.key() << " deterministic";
@@ -195,17 +272,21 @@ TEST(BwdMma, DeterministicModeIsBitwiseReproducible) {
 }
 
 // Small shapes of each head dim, for compute-sanitizer (memcheck, racecheck):
-//   compute-sanitizer --tool racecheck gpu_tests --gtest_filter=BwdMma.SanitizerShapes
-TEST(BwdMma, SanitizerShapes) {
-  FLASHJIT_REQUIRE_GPU();
-  for (int d : {64, 96, 128, 192, 256})
+//   compute-sanitizer --tool racecheck gpu_tests --gtest_filter='Families/Bwd.SanitizerShapes/*'
+TEST_P(Bwd, SanitizerShapes) {
+  const Family family = GetParam();
+  FLASHJIT_REQUIRE_FAMILY(family);
+  for (int d : headDimsOf(family, {64, 96, 128, 192, 256}))
     for (bool deterministic : {false, true}) {
-      KernelSpec spec = bwdSpec(d, d, DType::BF16, true);
+      KernelSpec spec = bwdSpec(d, d, DType::BF16, true, family);
       EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec),
                               shapeOf(1, 2, 1, 77, 150, d, d), 13, deterministic),
                 "")
           << spec.key() << (deterministic ? " deterministic" : "");
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, Bwd, ::testing::Values(Family::BwdMma, Family::BwdWgmma),
+                         familyParamName);
 
 } // namespace

@@ -1,11 +1,12 @@
 // The kernel family fj_kernel_get loads for a device's target, without a GPU:
 // fwd_wgmma first and fwd_mma as its fallback on sm_90a, fwd_mma alone elsewhere or when
-// forced; and the arguments that make fj_forward take the fallback are ones the C API
+// forced; the backward pass's family per head dims; and the arguments that make fj_forward take the fallback are ones the C API
 // accepts.
 #include "api_fixtures.h"
 
 #include "api/handles.h"
 #include "api/validate.h"
+#include "support/error.h"
 #include "tuner/loaded_kernel.h"
 
 using namespace flashjit;
@@ -60,6 +61,34 @@ TEST(ApiFamily, SpecsFollowTheDescription) {
   ASSERT_EQ(specs.size(), 2u);
   EXPECT_EQ(specs[0].key(), "fwd_wgmma.fp16.d72.dv40.nocausal.sm90a");
   EXPECT_EQ(specs[1].key(), "fwd_mma.fp16.d72.dv40.nocausal.sm90a");
+}
+
+// The backward pass (desc.backward): bwd_wgmma on sm_90a for head dims 64 and 128,
+// bwd_mma for the others and elsewhere; $FLASHJIT_BACKWARD_FAMILY's choice honoured or
+// refused with its name.
+TEST(ApiFamily, BackwardSpecFollowsTheTargetAndHeadDims) {
+  auto backwardKey = [](const char *target, int d, int dv, const char *forced = "") {
+    fj_attention_desc desc = validDesc();  // bf16, causal
+    desc.head_dim = d;
+    desc.head_dim_v = dv;
+    desc.backward = 1;
+    auto checked = api::checkDesc(&desc);
+    EXPECT_TRUE((bool)checked) << llvm::toString(checked.takeError());
+    auto plan = tuner::familyPlan(target, "", forced);
+    EXPECT_TRUE((bool)plan) << llvm::toString(plan.takeError());
+    auto spec = api::backwardSpecFor(*checked, target, *plan);
+    return spec ? spec->key() : "error: " + takeErrorReport(spec.takeError()).message;
+  };
+  EXPECT_EQ(backwardKey("sm_90a", 128, 128), "bwd_wgmma.bf16.d128.dv128.causal.sm90a");
+  EXPECT_EQ(backwardKey("sm_90a", 64, 64), "bwd_wgmma.bf16.d64.dv64.causal.sm90a");
+  EXPECT_EQ(backwardKey("sm_90a", 256, 256), "bwd_mma.bf16.d256.dv256.causal.sm90a");
+  EXPECT_EQ(backwardKey("sm_90a", 128, 64), "bwd_mma.bf16.d128.dv64.causal.sm90a");
+  EXPECT_EQ(backwardKey("sm_80", 128, 128), "bwd_mma.bf16.d128.dv128.causal.sm80");
+  EXPECT_EQ(backwardKey("sm_90", 64, 64), "bwd_mma.bf16.d64.dv64.causal.sm90");
+  EXPECT_EQ(backwardKey("sm_90a", 128, 128, "bwd_mma"), "bwd_mma.bf16.d128.dv128.causal.sm90a");
+  std::string refused = backwardKey("sm_90a", 96, 96, "bwd_wgmma");
+  EXPECT_EQ(refused.rfind("error: ", 0), 0u) << refused;
+  EXPECT_NE(refused.find("$FLASHJIT_BACKWARD_FAMILY"), std::string::npos) << refused;
 }
 
 // The calls that go to the fallback are valid C API calls (so fj_forward must serve them,

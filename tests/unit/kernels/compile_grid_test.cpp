@@ -2,8 +2,9 @@
 // causal with the default tiles, fwd_mma for sm_80 and sm_90a (no register spills for
 // head_dim <= 128), fwd_wgmma for sm_90a (no spills at any head dim, and no ptxas
 // warning that serializes wgmma or ignores setmaxnreg), the backward pass bwd_mma and
-// the decode kernels dec_mma for sm_80 and sm_90a (no spills at any head dim). Prints
-// the compile times.
+// the decode kernels dec_mma for sm_80 and sm_90a (no spills at any head dim), and the
+// Hopper backward bwd_wgmma for sm_90a at the head dims it takes (64, 128; no spills).
+// Prints the compile times.
 #include "generator/emit.h"
 #include "tuner/loaded_kernel.h"
 
@@ -11,13 +12,22 @@
 
 #include <algorithm>
 #include <tuple>
+#include <vector>
 
 using namespace flashjit;
 using generator::DType;
 
 namespace {
 
-const int kHeadDims[] = {32, 40, 64, 72, 80, 96, 128, 160, 192, 224, 256};
+const std::vector<int> kHeadDims = {32, 40, 64, 72, 80, 96, 128, 160, 192, 224, 256};
+
+// The head dims a family has kernels for: bwd_wgmma takes 64 and 128 only (bwd_mma runs
+// the others), every other family the whole grid.
+std::vector<int> headDimsOf(generator::Family family) {
+  if (family == generator::Family::BwdWgmma)
+    return {64, 128};
+  return kHeadDims;
+}
 
 struct FamilyTarget {
   generator::Family family;
@@ -31,10 +41,12 @@ TEST_P(CompileGrid, EveryHeadDimCompiles) {
   auto [familyTarget, dtype, causal] = GetParam();
   const char *target = familyTarget.target;
   const bool wgmma = familyTarget.family == generator::Family::FwdWgmma;
+  // Families that must not spill at any head dim (beside fwd_wgmma).
   const bool backward = familyTarget.family == generator::Family::BwdMma ||
+                        familyTarget.family == generator::Family::BwdWgmma ||
                         familyTarget.family == generator::Family::DecMma;
   std::vector<double> times;
-  for (int d : kHeadDims) {
+  for (int d : headDimsOf(familyTarget.family)) {
     generator::KernelSpec spec;
     spec.family = familyTarget.family;
     spec.dtype = dtype;
@@ -69,6 +81,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          FamilyTarget{generator::Family::FwdWgmma, "sm_90a"},
                                          FamilyTarget{generator::Family::BwdMma, "sm_80"},
                                          FamilyTarget{generator::Family::BwdMma, "sm_90a"},
+                                         FamilyTarget{generator::Family::BwdWgmma, "sm_90a"},
                                          FamilyTarget{generator::Family::DecMma, "sm_80"},
                                          FamilyTarget{generator::Family::DecMma, "sm_90a"}),
                        ::testing::Values(DType::FP16, DType::BF16), ::testing::Bool()),

@@ -1,6 +1,7 @@
 // Which kernel families serve a target (no GPU): fwd_wgmma with its fwd_mma fallback on
 // sm_90a, fwd_mma alone elsewhere, $FLASHJIT_FAMILY overriding, and the refusal of a
-// family the target cannot run.
+// family the target cannot run; the backward pass's family per spec (bwd_wgmma on
+// sm_90a for the head dims it takes, bwd_mma otherwise) and $FLASHJIT_BACKWARD_FAMILY.
 #include "tuner/family.h"
 #include "tests/scoped_env.h"
 
@@ -19,9 +20,10 @@ using tuner::FamilyPlan;
 
 namespace {
 
-FamilyPlan planOf(const char *target, const char *forced = "") {
-  auto plan = tuner::familyPlan(target, forced);
-  EXPECT_TRUE(bool(plan)) << target << " " << forced << ": " << llvm::toString(plan.takeError());
+FamilyPlan planOf(const char *target, const char *forced = "", const char *forcedBackward = "") {
+  auto plan = tuner::familyPlan(target, forced, forcedBackward);
+  EXPECT_TRUE(bool(plan)) << target << " " << forced << " " << forcedBackward << ": "
+                          << llvm::toString(plan.takeError());
   return plan ? *plan : FamilyPlan{};
 }
 
@@ -98,6 +100,145 @@ TEST(FamilyPlan, EnvironmentVariableOverrides) {
     ASSERT_FALSE(bool(plan));
     ErrorReport report = takeErrorReport(plan.takeError());
     EXPECT_EQ(report.code, ErrorCode::NotSupported);
+    EXPECT_EQ(report.message.rfind("$FLASHJIT_FAMILY: ", 0), 0u) << report.message;
+  }
+}
+
+generator::KernelSpec specOf(int d, int dv = 0) {
+  generator::KernelSpec spec;
+  spec.headDim = d;
+  spec.headDimV = dv ? dv : d;
+  return spec;
+}
+
+// backwardFamilyFor, expected to succeed.
+Family backwardOf(const FamilyPlan &plan, int d, int dv = 0) {
+  auto family = tuner::backwardFamilyFor(plan, specOf(d, dv));
+  EXPECT_TRUE(bool(family)) << d << "/" << dv << ": " << llvm::toString(family.takeError());
+  return family ? *family : Family::FwdMma;
+}
+
+TEST(FamilyPlan, BackwardIsWgmmaOnHopperForTheHeadDimsItTakes) {
+  for (const char *forced : {"", "auto", " Auto "}) {
+    FamilyPlan plan = planOf("sm_90a", "", forced);
+    EXPECT_EQ(plan.backward, Family::BwdWgmma) << forced;
+    EXPECT_FALSE(plan.backwardForced) << forced;
+    EXPECT_EQ(backwardOf(plan, 64), Family::BwdWgmma);
+    EXPECT_EQ(backwardOf(plan, 128), Family::BwdWgmma);
+    // The others run bwd_mma, which takes every head dim.
+    for (auto [d, dv] : {std::pair{256, 256}, std::pair{96, 96}, std::pair{32, 32},
+                         std::pair{128, 64}})
+      EXPECT_EQ(backwardOf(plan, d, dv), Family::BwdMma) << d << "/" << dv;
+  }
+  // The forward's override leaves the backward's choice alone.
+  EXPECT_EQ(planOf("sm_90a", "fwd_mma").backward, Family::BwdWgmma);
+}
+
+TEST(FamilyPlan, BackwardIsMmaElsewhere) {
+  for (const char *target : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_120"}) {
+    FamilyPlan plan = planOf(target);
+    EXPECT_EQ(plan.backward, Family::BwdMma) << target;
+    for (int d : {64, 128, 256})
+      EXPECT_EQ(backwardOf(plan, d), Family::BwdMma) << target << " d" << d;
+  }
+}
+
+TEST(FamilyPlan, ForcedBackwardFamilies) {
+  FamilyPlan mma = planOf("sm_90a", "", "BWD_MMA");
+  EXPECT_EQ(mma.backward, Family::BwdMma);
+  EXPECT_TRUE(mma.backwardForced);
+  EXPECT_FALSE(mma.forced) << "the forward's choice is its own";
+  EXPECT_EQ(backwardOf(mma, 128), Family::BwdMma);
+
+  FamilyPlan wgmma = planOf("sm_90a", "", "bwd_wgmma");
+  EXPECT_EQ(wgmma.backward, Family::BwdWgmma);
+  EXPECT_TRUE(wgmma.backwardForced);
+  EXPECT_EQ(backwardOf(wgmma, 64), Family::BwdWgmma);
+  // Forced, a head dim it cannot take is an error, not a silent bwd_mma.
+  auto d256 = tuner::backwardFamilyFor(wgmma, specOf(256));
+  ASSERT_FALSE(bool(d256));
+  ErrorReport report = takeErrorReport(d256.takeError());
+  EXPECT_EQ(report.code, ErrorCode::NotSupported);
+  EXPECT_NE(report.message.find("$FLASHJIT_BACKWARD_FAMILY"), std::string::npos)
+      << report.message;
+  EXPECT_NE(report.message.find("256"), std::string::npos) << report.message;
+
+  auto off = tuner::familyPlan("sm_80", "", "bwd_wgmma");
+  ASSERT_FALSE(bool(off));
+  ErrorReport offReport = takeErrorReport(off.takeError());
+  EXPECT_EQ(offReport.code, ErrorCode::NotSupported);
+  EXPECT_NE(offReport.message.find("'sm_80'"), std::string::npos) << offReport.message;
+  EXPECT_NE(offReport.message.find("sm_90a"), std::string::npos) << offReport.message;
+
+  // Not a backward family: a typo, or the forward's and decode's families.
+  for (const char *bad : {"bwd_fast", "fwd_mma", "dec_mma"}) {
+    auto plan = tuner::familyPlan("sm_90a", "", bad);
+    ASSERT_FALSE(bool(plan)) << bad;
+    ErrorReport r = takeErrorReport(plan.takeError());
+    EXPECT_EQ(r.code, ErrorCode::InvalidValue) << bad;
+    EXPECT_NE(r.message.find("auto, bwd_mma or bwd_wgmma"), std::string::npos) << r.message;
+  }
+}
+
+TEST(FamilyPlan, ForwardOverrideRefusesOtherOperationsFamilies) {
+  for (const char *bad : {"bwd_mma", "bwd_wgmma", "dec_mma"}) {
+    ErrorReport r = failureOf("sm_90a", bad);
+    EXPECT_EQ(r.code, ErrorCode::InvalidValue) << bad;
+    EXPECT_NE(r.message.find("auto, fwd_mma or fwd_wgmma"), std::string::npos) << r.message;
+  }
+}
+
+TEST(FamilyPlan, BackwardEnvironmentVariableOverrides) {
+  {
+    ScopedEnv env("FLASHJIT_BACKWARD_FAMILY", "bwd_mma");
+    auto plan = tuner::familyPlanFromEnv("sm_90a");
+    ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+    EXPECT_EQ(plan->backward, Family::BwdMma);
+    EXPECT_TRUE(plan->backwardForced);
+    EXPECT_EQ(plan->primary, Family::FwdWgmma) << "the forward keeps its default";
+  }
+  for (const char *value : {"", "auto"}) {
+    ScopedEnv env("FLASHJIT_BACKWARD_FAMILY", value);
+    auto plan = tuner::familyPlanFromEnv("sm_90a");
+    ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+    EXPECT_EQ(plan->backward, Family::BwdWgmma) << "'" << value << "': the default";
+    EXPECT_FALSE(plan->backwardForced);
+  }
+  {
+    ScopedEnv env("FLASHJIT_BACKWARD_FAMILY", "bwd_wgmma");
+    auto plan = tuner::familyPlanFromEnv("sm_90a");
+    ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+    EXPECT_EQ(plan->backward, Family::BwdWgmma);
+    EXPECT_TRUE(plan->backwardForced);
+    auto d96 = tuner::backwardFamilyFor(*plan, specOf(96));
+    ASSERT_FALSE(bool(d96));
+    ErrorReport report = takeErrorReport(d96.takeError());
+    EXPECT_EQ(report.code, ErrorCode::NotSupported);
+    EXPECT_NE(report.message.find("$FLASHJIT_BACKWARD_FAMILY"), std::string::npos);
+  }
+  {
+    ScopedEnv env("FLASHJIT_BACKWARD_FAMILY", "bwd_wgmma");
+    auto plan = tuner::familyPlanFromEnv("sm_86");
+    ASSERT_FALSE(bool(plan));
+    ErrorReport report = takeErrorReport(plan.takeError());
+    EXPECT_EQ(report.code, ErrorCode::NotSupported);
+    EXPECT_EQ(report.message.rfind("$FLASHJIT_BACKWARD_FAMILY: ", 0), 0u) << report.message;
+  }
+  {
+    ScopedEnv env("FLASHJIT_BACKWARD_FAMILY", "fwd_wgmma");
+    auto plan = tuner::familyPlanFromEnv("sm_90a");
+    ASSERT_FALSE(bool(plan));
+    ErrorReport report = takeErrorReport(plan.takeError());
+    EXPECT_EQ(report.code, ErrorCode::InvalidValue);
+    EXPECT_EQ(report.message.rfind("$FLASHJIT_BACKWARD_FAMILY: ", 0), 0u) << report.message;
+  }
+  {
+    // Each variable's error names that variable.
+    ScopedEnv forward("FLASHJIT_FAMILY", "bwd_wgmma");
+    ScopedEnv backward("FLASHJIT_BACKWARD_FAMILY", "bwd_mma");
+    auto plan = tuner::familyPlanFromEnv("sm_90a");
+    ASSERT_FALSE(bool(plan));
+    ErrorReport report = takeErrorReport(plan.takeError());
     EXPECT_EQ(report.message.rfind("$FLASHJIT_FAMILY: ", 0), 0u) << report.message;
   }
 }

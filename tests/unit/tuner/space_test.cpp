@@ -355,4 +355,53 @@ TEST(WgmmaSpace, TheDefaultTileLeadsOverTheModelsFirst) {
   EXPECT_EQ(tuner::heuristicChoice(space, s)->tile, generator::defaultTile(s));
 }
 
+KernelSpec bwdWgmma(int d, bool causal = false) {
+  KernelSpec s = spec(d, causal);
+  s.family = generator::Family::BwdWgmma;
+  return s;
+}
+
+TEST(BwdWgmmaSpace, EnumeratesTwoQueryStepsAndTwoDepths) {
+  std::vector<TileConfig> tiles = tuner::enumerateTiles(bwdWgmma(128));
+  // block_m {64, 128} x (128 keys, 8 warps) x stages {2, 3}.
+  std::vector<std::string> keys;
+  for (const TileConfig &t : tiles)
+    keys.push_back(t.key());
+  EXPECT_EQ(keys, (std::vector<std::string>{"bm64.bn128.w8.s2", "bm64.bn128.w8.s3",
+                                            "bm128.bn128.w8.s2", "bm128.bn128.w8.s3"}));
+  EXPECT_EQ(tuner::enumerateTiles(bwdWgmma(64)), tiles);
+  // bwd_mma's space is its own, untouched.
+  KernelSpec mma = spec(128);
+  mma.family = generator::Family::BwdMma;
+  EXPECT_EQ(tuner::enumerateTiles(mma).size(), 16u);
+}
+
+TEST(BwdWgmmaSpace, EveryHeadDimItTakesHasValidCandidates) {
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      KernelSpec s = bwdWgmma(d, causal);
+      SCOPED_TRACE(s.key());
+      int valid = 0;
+      for (const TileConfig &t : tuner::enumerateTiles(s)) {
+        llvm::Error err = generator::validateTile(s, t);
+        valid += !err;
+        llvm::consumeError(std::move(err));
+      }
+      EXPECT_GE(valid, 1);
+      auto space = tuner::buildSpace(s, Bucket::forShape(4096, 4096, 32), h100());
+      print(space);
+      EXPECT_EQ(space.size(), 4u);
+      EXPECT_GE(count(space, Verdict::Candidate), 1);
+      for (const SpaceEntry &e : space)
+        if (e.verdict == Verdict::Candidate) {
+          llvm::Error err = generator::validateTile(s, e.tile);
+          EXPECT_FALSE(bool(err)) << e.tile.key() << ": " << llvm::toString(std::move(err));
+          EXPECT_GT(e.estimate.modelSeconds, 0) << e.tile.key();
+        }
+      const SpaceEntry *choice = tuner::heuristicChoice(space, s);
+      ASSERT_NE(choice, nullptr);
+      EXPECT_EQ(choice->tile, generator::defaultTile(s));
+    }
+}
+
 } // namespace

@@ -358,6 +358,73 @@ TEST(CompileOnlyProcess, SecondProcessReadsWithZeroCompilations) {
 
 } // namespace
 
+// --backward with --family auto sweeps what fj_kernel_get loads for desc.backward: on
+// sm_90a bwd_wgmma for the head dims it takes and bwd_mma for the others, elsewhere
+// bwd_mma.
+TEST(Sweep, AutoBackwardIsTheApisChoicePerHeadDim) {
+  SweepConfig c = smallConfig();
+  c.families.clear();  // auto
+  c.backward = true;
+  c.headDims = {64, 128, 256};
+  c.causal = {false};
+  c.seqlens = {1024};
+  EXPECT_EQ(tuner::sweepFamilies(c, "sm_90a"),
+            (std::vector<generator::Family>{generator::Family::FwdWgmma,
+                                            generator::Family::FwdMma,
+                                            generator::Family::BwdWgmma}));
+  auto backwardLabels = [](const std::vector<SweepItem> &items) {
+    std::vector<std::string> labels;
+    for (const SweepItem &item : items)
+      if (generator::operationOf(item.spec.family) == generator::Operation::Backward)
+        labels.push_back(item.label());
+    return labels;
+  };
+  EXPECT_EQ(backwardLabels(tuner::tuneItems(c, "sm_90a")),
+            (std::vector<std::string>{"bwd_wgmma.bf16.d64.dv64.nocausal.sm90a q1024.k1024.bh32",
+                                      "bwd_wgmma.bf16.d128.dv128.nocausal.sm90a q1024.k1024.bh32",
+                                      "bwd_mma.bf16.d256.dv256.nocausal.sm90a q1024.k1024.bh32"}));
+  EXPECT_EQ(backwardLabels(tuner::tuneItems(c, "sm_80")),
+            (std::vector<std::string>{"bwd_mma.bf16.d64.dv64.nocausal.sm80 q1024.k1024.bh32",
+                                      "bwd_mma.bf16.d128.dv128.nocausal.sm80 q1024.k1024.bh32",
+                                      "bwd_mma.bf16.d256.dv256.nocausal.sm80 q1024.k1024.bh32"}));
+  std::vector<std::string> leftOut;
+  auto compile = tuner::compileItems(c, {"sm_80", "sm_90a"}, &leftOut);
+  EXPECT_TRUE(leftOut.empty()) << llvm::join(leftOut, "\n");
+  EXPECT_EQ(backwardLabels(compile),
+            (std::vector<std::string>{"bwd_mma.bf16.d64.dv64.nocausal.sm80",
+                                      "bwd_wgmma.bf16.d64.dv64.nocausal.sm90a",
+                                      "bwd_mma.bf16.d128.dv128.nocausal.sm80",
+                                      "bwd_wgmma.bf16.d128.dv128.nocausal.sm90a",
+                                      "bwd_mma.bf16.d256.dv256.nocausal.sm80",
+                                      "bwd_mma.bf16.d256.dv256.nocausal.sm90a"}));
+}
+
+// --family bwd_wgmma: only sm_90a, and only the head dims it takes; the others are left
+// out and said so, not failed.
+TEST(Sweep, AnExplicitBwdWgmmaLeavesOutHeadDimsItCannotTake) {
+  SweepConfig c = smallConfig();
+  c.families = {generator::Family::BwdWgmma};
+  c.headDims = {64, 96, 128, 256};
+  c.causal = {true};
+  c.seqlens = {1024};
+  EXPECT_TRUE(tuner::sweepFamilies(c, "sm_80").empty());
+  std::vector<std::string> leftOut;
+  auto compile = tuner::compileItems(c, {"sm_80", "sm_90a"}, &leftOut);
+  std::vector<std::string> labels;
+  for (const SweepItem &item : compile)
+    labels.push_back(item.label());
+  EXPECT_EQ(labels, (std::vector<std::string>{"bwd_wgmma.bf16.d64.dv64.causal.sm90a",
+                                              "bwd_wgmma.bf16.d128.dv128.causal.sm90a"}));
+  ASSERT_EQ(leftOut.size(), 2u) << llvm::join(leftOut, "\n");
+  EXPECT_EQ(llvm::StringRef(leftOut[0]).split(':').first, "bwd_wgmma.bf16.d96.dv96.causal.sm90a");
+  EXPECT_EQ(llvm::StringRef(leftOut[1]).split(':').first,
+            "bwd_wgmma.bf16.d256.dv256.causal.sm90a");
+  EXPECT_NE(leftOut[0].find("bwd_mma runs the others"), std::string::npos) << leftOut[0];
+  std::vector<std::string> tuneLeftOut;
+  EXPECT_EQ(tuner::tuneItems(c, "sm_90a", &tuneLeftOut).size(), 2u);
+  EXPECT_EQ(tuneLeftOut.size(), 2u);
+}
+
 // The system cache's sweep includes the backward pass, which has no tile at d256 on
 // sm_86 / sm_89 (256 bytes of shared memory short): those specs are left out and said
 // so, instead of failing the sweep.

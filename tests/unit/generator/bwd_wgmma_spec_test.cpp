@@ -1,0 +1,151 @@
+// bwd_wgmma as a family of the generator (no GPU): its key and name round trip, the
+// spec rules (sm_90a only; head_dim = head_dim_v in {64, 128}, bwd_mma for the rest;
+// features refused as for bwd_mma), default tiles that fit, and the dispatch of
+// validateTile, sharedBytes, emitKernel and emitConfigBlock to generator/bwd_wgmma.
+#include "generator/bwd_wgmma.h"
+#include "generator/emit.h"
+#include "generator/spec.h"
+#include "support/error.h"
+
+#include <gtest/gtest.h>
+
+using namespace flashjit;
+using namespace flashjit::generator;
+
+namespace {
+
+KernelSpec bwdWgmmaSpec(int d, int dv = 0, const char *target = "sm_90a") {
+  KernelSpec spec;
+  spec.family = Family::BwdWgmma;
+  spec.dtype = DType::BF16;
+  spec.headDim = d;
+  spec.headDimV = dv ? dv : d;
+  spec.target = target;
+  return spec;
+}
+
+ErrorReport errorOf(llvm::Error err) { return takeErrorReport(std::move(err)); }
+
+} // namespace
+
+TEST(BwdWgmmaSpec, KeyAndFamilyRoundTrip) {
+  EXPECT_EQ(familyName(Family::BwdWgmma), "bwd_wgmma");
+  EXPECT_EQ(operationOf(Family::BwdWgmma), Operation::Backward);
+  auto family = parseFamily("bwd_wgmma");
+  ASSERT_TRUE(bool(family)) << llvm::toString(family.takeError());
+  EXPECT_EQ(*family, Family::BwdWgmma);
+  for (DType dtype : {DType::BF16, DType::FP16})
+    for (int d : {64, 128})
+      for (bool causal : {false, true}) {
+        KernelSpec spec = bwdWgmmaSpec(d);
+        spec.dtype = dtype;
+        spec.causal = causal;
+        auto parsed = KernelSpec::parse(spec.key());
+        ASSERT_TRUE(bool(parsed)) << spec.key() << ": " << llvm::toString(parsed.takeError());
+        EXPECT_EQ(parsed->key(), spec.key());
+        EXPECT_EQ(parsed->family, Family::BwdWgmma);
+        EXPECT_EQ(parsed->dtype, dtype);
+        EXPECT_EQ(parsed->headDim, d);
+        EXPECT_EQ(parsed->causal, causal);
+      }
+  KernelSpec causal = bwdWgmmaSpec(128);
+  causal.causal = true;
+  EXPECT_EQ(causal.key(), "bwd_wgmma.bf16.d128.dv128.causal.sm90a");
+}
+
+TEST(BwdWgmmaSpec, UnknownFamiliesListIt) {
+  auto family = parseFamily("bwd_fast");
+  ASSERT_FALSE(bool(family));
+  EXPECT_NE(errorOf(family.takeError()).message.find("bwd_wgmma"), std::string::npos);
+}
+
+TEST(BwdWgmmaSpec, NeedsSm90a) {
+  for (const char *target : {"sm_80", "sm_86", "sm_89", "sm_90"}) {
+    ErrorReport report = errorOf(validateSpec(bwdWgmmaSpec(128, 0, target)));
+    EXPECT_EQ(report.code, ErrorCode::NotSupported) << target;
+    EXPECT_NE(report.message.find("sm_90a"), std::string::npos) << report.message;
+    EXPECT_NE(report.message.find("'" + std::string(target) + "'"), std::string::npos)
+        << report.message;
+    EXPECT_NE(report.message.find("bwd_mma"), std::string::npos) << report.message;
+  }
+  // A key for a target it cannot run on does not parse back.
+  auto parsed = KernelSpec::parse("bwd_wgmma.bf16.d128.dv128.causal.sm80");
+  ASSERT_FALSE(bool(parsed));
+  llvm::consumeError(parsed.takeError());
+  EXPECT_FALSE(bool(validateSpec(bwdWgmmaSpec(64))));
+  EXPECT_FALSE(bool(validateSpec(bwdWgmmaSpec(128))));
+}
+
+TEST(BwdWgmmaSpec, OtherHeadDimsAreBwdMmas) {
+  for (auto [d, dv] : {std::pair{96, 96}, std::pair{256, 256}, std::pair{32, 32},
+                       std::pair{128, 64}, std::pair{64, 128}}) {
+    KernelSpec spec = bwdWgmmaSpec(d, dv);
+    EXPECT_FALSE(bwdWgmmaSupportsHeadDims(spec)) << spec.key();
+    ErrorReport report = errorOf(validateSpec(spec));
+    EXPECT_EQ(report.code, ErrorCode::NotSupported) << spec.key();
+    EXPECT_NE(report.message.find("64 or 128"), std::string::npos) << report.message;
+    EXPECT_NE(report.message.find("bwd_mma runs the others"), std::string::npos)
+        << report.message;
+    spec.family = Family::BwdMma;
+    EXPECT_FALSE(bool(validateSpec(spec))) << spec.key();
+  }
+  auto parsed = KernelSpec::parse("bwd_wgmma.bf16.d96.dv96.causal.sm90a");
+  ASSERT_FALSE(bool(parsed));
+  llvm::consumeError(parsed.takeError());
+}
+
+TEST(BwdWgmmaSpec, RefusesFeaturesAsBwdMmaDoes) {
+  KernelSpec spec = bwdWgmmaSpec(128);
+  spec.features.alibi = true;
+  ErrorReport report = errorOf(validateSpec(spec));
+  EXPECT_EQ(report.code, ErrorCode::NotSupported);
+  EXPECT_NE(report.message.find("bwd_wgmma does not support attention features"),
+            std::string::npos)
+      << report.message;
+}
+
+TEST(BwdWgmmaSpec, DefaultTilesFitAndDispatch) {
+  for (DType dtype : {DType::BF16, DType::FP16})
+    for (int d : {64, 128})
+      for (bool causal : {false, true}) {
+        KernelSpec spec = bwdWgmmaSpec(d);
+        spec.dtype = dtype;
+        spec.causal = causal;
+        TileConfig tile = defaultTile(spec);
+        EXPECT_EQ(tile, bwdWgmmaDefaultTile(spec));
+        EXPECT_EQ(tile.blockN, 128) << tile.key();
+        EXPECT_EQ(tile.warps, 8) << tile.key();
+        llvm::Error err = validateTile(spec, tile);
+        EXPECT_FALSE(bool(err)) << spec.key() << " " << tile.key() << ": "
+                                << llvm::toString(std::move(err));
+        EXPECT_EQ(sharedBytes(spec, tile), bwdWgmmaSharedBytes(spec, tile));
+      }
+  // validateTile applies the family's rules: bwd_mma's tiles are not bwd_wgmma's.
+  EXPECT_TRUE(bool(errorOf(validateTile(bwdWgmmaSpec(128), {32, 64, 4, 2})).code ==
+                   ErrorCode::InvalidValue));
+}
+
+TEST(BwdWgmmaSpec, EmitsABackwardModule) {
+  KernelSpec spec = bwdWgmmaSpec(128);
+  TileConfig tile = defaultTile(spec);
+  auto kernel = emitKernel(spec, tile);
+  ASSERT_TRUE(bool(kernel)) << llvm::toString(kernel.takeError());
+  EXPECT_TRUE(kernel->backward.enabled);
+  EXPECT_FALSE(kernel->backward.passes.empty());
+  EXPECT_EQ(kernel->entryName, kernel->backward.passes.front());
+  EXPECT_EQ(kernel->backward.keysPerCta, tile.blockN);
+  EXPECT_EQ(kernel->threads, tile.warps * 32);
+  EXPECT_NE(kernel->source.find(spec.key()), std::string::npos);
+  auto config = emitConfigBlock(spec, tile);
+  ASSERT_TRUE(bool(config)) << llvm::toString(config.takeError());
+  EXPECT_NE(config->find("BwdWgmmaConfig"), std::string::npos) << *config;
+  // Neither emits for a spec the family cannot take.
+  for (const KernelSpec &bad : {bwdWgmmaSpec(128, 0, "sm_80"), bwdWgmmaSpec(256)}) {
+    auto refused = emitKernel(bad, tile);
+    ASSERT_FALSE(bool(refused)) << bad.key();
+    EXPECT_EQ(errorOf(refused.takeError()).code, ErrorCode::NotSupported);
+    auto refusedConfig = emitConfigBlock(bad, tile);
+    ASSERT_FALSE(bool(refusedConfig)) << bad.key();
+    llvm::consumeError(refusedConfig.takeError());
+  }
+}
