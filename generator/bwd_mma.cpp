@@ -178,6 +178,7 @@ llvm::Expected<EmittedKernel> emitBwdMma(const KernelSpec &spec, const TileConfi
   e.keysPerCta = tile.blockN;
   e.dqRowsPerCta = tile.blockN;
   e.dqSharedBytes = bwdMmaDqSharedBytes(spec, tile);
+  e.dqThreads = tile.warps * 32;
   kernel.entryName = e.passes.front();
   kernel.options = compileOptions();
   kernel.threads = tile.warps * 32;

@@ -159,6 +159,7 @@ llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileCon
   const TileConfig dq = dqTile(spec);
   e.dqRowsPerCta = dq.blockN;
   e.dqSharedBytes = bwdMmaDqSharedBytes(mmaSpec(spec), dq);
+  e.dqThreads = dq.warps * 32;
   kernel.entryName = e.passes.front();
   kernel.options = compileOptions();
   kernel.threads = tile.warps * 32;

@@ -35,6 +35,7 @@ struct BackwardEntries {
   int keysPerCta = 0;               // main: grid.x = ceil(seqlen_k / keysPerCta)
   int dqRowsPerCta = 0;             // dq: grid.x = ceil(seqlen_q / dqRowsPerCta)
   int dqSharedBytes = 0;            // dq's dynamic shared memory
+  int dqThreads = 0;                // dq's block size
   int auxThreads = 256;             // prep and convert: one warp per query row
   int auxRowsPerCta = 8;
 };

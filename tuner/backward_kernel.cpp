@@ -84,7 +84,8 @@ llvm::Error BackwardKernel::launch(const FjBackwardParams &params, CUstream stre
     return convert_.launch(auxBlocks, (unsigned)p.heads_q, (unsigned)p.batch,
                            (unsigned)entries_.auxThreads, 0, stream, args);
   return dq_.launch(ceilDiv(p.seqlen_q, entries_.dqRowsPerCta), (unsigned)p.heads_q,
-                    (unsigned)p.batch, (unsigned)threads_, (unsigned)entries_.dqSharedBytes,
+                    (unsigned)p.batch, (unsigned)entries_.dqThreads,
+                    (unsigned)entries_.dqSharedBytes,
                     stream, args);
 }
 

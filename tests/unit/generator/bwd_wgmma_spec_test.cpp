@@ -2,6 +2,7 @@
 // spec rules (sm_90a only; head_dim = head_dim_v in {64, 128}, bwd_mma for the rest;
 // features refused as for bwd_mma), default tiles that fit, and the dispatch of
 // validateTile, sharedBytes, emitKernel and emitConfigBlock to generator/bwd_wgmma.
+#include "generator/bwd_mma.h"
 #include "generator/bwd_wgmma.h"
 #include "generator/emit.h"
 #include "generator/spec.h"
@@ -135,6 +136,14 @@ TEST(BwdWgmmaSpec, EmitsABackwardModule) {
   EXPECT_EQ(kernel->entryName, kernel->backward.passes.front());
   EXPECT_EQ(kernel->backward.keysPerCta, tile.blockN);
   EXPECT_EQ(kernel->threads, tile.warps * 32);
+  // The deterministic dq kernel is bwd_mma's, launched with its own block and tile.
+  const TileConfig dq = bwdMmaDefaultTile([&] {
+    KernelSpec mma = spec;
+    mma.family = Family::BwdMma;
+    return mma;
+  }());
+  EXPECT_EQ(kernel->backward.dqThreads, dq.warps * 32);
+  EXPECT_EQ(kernel->backward.dqRowsPerCta, dq.blockN);
   EXPECT_NE(kernel->source.find(spec.key()), std::string::npos);
   auto config = emitConfigBlock(spec, tile);
   ASSERT_TRUE(bool(config)) << llvm::toString(config.takeError());
