@@ -259,7 +259,7 @@ llvm::Error validateSpec(const KernelSpec &spec) {
   if (spec.family == Family::BwdWgmma) {
     if (!hopper)
       return makeError(ErrorCode::NotSupported,
-                       "bwd_wgmma needs target sm_90a (wgmma, TMA and setmaxnreg), not '{0}'; "
+                       "bwd_wgmma needs target sm_90a (wgmma), not '{0}'; "
                        "use bwd_mma there",
                        spec.target);
     if (!bwdWgmmaSupportsHeadDims(spec))
