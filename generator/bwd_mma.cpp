@@ -114,6 +114,36 @@ TileConfig bwdMmaDefaultTile(const KernelSpec &spec) {
   return last;
 }
 
+std::string bwdMmaSharedEntryPoints(const KernelSpec &spec, llvm::StringRef dqConfig) {
+  return llvm::formatv("extern \"C\" __global__ void __launch_bounds__(256)\n"
+                       "flashjit_bwd_prep(const FjBackwardParams params) {{\n"
+                       "  fj::bwd_mma::run_prep<{0}, {1}, {2}>(params);\n"
+                       "}\n"
+                       "extern \"C\" __global__ void __launch_bounds__(256)\n"
+                       "flashjit_bwd_convert_dq(const FjBackwardParams params) {{\n"
+                       "  fj::bwd_mma::run_convert<{0}, {1}>(params);\n"
+                       "}\n"
+                       "extern \"C\" __global__ void __launch_bounds__({3}::kThreads, 1)\n"
+                       "flashjit_bwd_dq(const FjBackwardParams params) {{\n"
+                       "  extern __shared__ __align__(128) unsigned char fj_smem[];\n"
+                       "  fj::bwd_mma::run_dq<{3}>(params, fj_smem);\n"
+                       "}\n",
+                       elementTypeName(spec.dtype), spec.headDim, spec.headDimV, dqConfig)
+      .str();
+}
+
+BackwardEntries bwdMmaSharedEntries(const KernelSpec &spec, const TileConfig &dqTile) {
+  BackwardEntries e;
+  e.enabled = true;
+  e.prep = "flashjit_bwd_prep";
+  e.convert = "flashjit_bwd_convert_dq";
+  e.dq = "flashjit_bwd_dq";
+  e.dqRowsPerCta = dqTile.blockN;
+  e.dqSharedBytes = bwdMmaDqSharedBytes(spec, dqTile);
+  e.dqThreads = dqTile.warps * 32;
+  return e;
+}
+
 std::string bwdMmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
   const bool split = bwdMmaSplitPasses(spec, tile);
   std::string out = llvm::formatv(
@@ -124,24 +154,12 @@ std::string bwdMmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
       "static_assert(FjConfig::kDqSmemBytes == {11}, \"host and device disagree on the dq "
       "kernel's shared memory\");\n"
       "static_assert(FjConfig::kSplitPasses == {12}, \"host and device disagree on the "
-      "passes\");\n\n"
-      "extern \"C\" __global__ void __launch_bounds__(256)\n"
-      "flashjit_bwd_prep(const FjBackwardParams params) {{\n"
-      "  fj::bwd_mma::run_prep<{2}, {3}, {4}>(params);\n"
-      "}\n"
-      "extern \"C\" __global__ void __launch_bounds__(256)\n"
-      "flashjit_bwd_convert_dq(const FjBackwardParams params) {{\n"
-      "  fj::bwd_mma::run_convert<{2}, {3}>(params);\n"
-      "}\n"
-      "extern \"C\" __global__ void __launch_bounds__(FjConfig::kThreads, 1)\n"
-      "flashjit_bwd_dq(const FjBackwardParams params) {{\n"
-      "  extern __shared__ __align__(128) unsigned char fj_smem[];\n"
-      "  fj::bwd_mma::run_dq<FjConfig>(params, fj_smem);\n"
-      "}\n",
+      "passes\");\n\n",
       spec.key(), tile.key(), elementTypeName(spec.dtype), spec.headDim, spec.headDimV,
       tile.blockM, tile.blockN, tile.warps, tile.stages, spec.causal ? "true" : "false",
       bwdMmaMainSharedBytes(spec, tile), bwdMmaDqSharedBytes(spec, tile),
       split ? "true" : "false");
+  out += bwdMmaSharedEntryPoints(spec, "FjConfig");
   auto pass = [](llvm::StringRef name, int pass) {
     return llvm::formatv("extern \"C\" __global__ void __launch_bounds__(FjConfig::kThreads, 1)\n"
                          "{0}(const FjBackwardParams params) {{\n"
@@ -167,18 +185,12 @@ llvm::Expected<EmittedKernel> emitBwdMma(const KernelSpec &spec, const TileConfi
   kernel.source = generatedHeader(spec.key() + " / " + tile.key()) + *body +
                   bwdMmaConfigBlock(spec, tile);
   BackwardEntries &e = kernel.backward;
-  e.enabled = true;
-  e.prep = "flashjit_bwd_prep";
-  e.convert = "flashjit_bwd_convert_dq";
-  e.dq = "flashjit_bwd_dq";
+  e = bwdMmaSharedEntries(spec, tile);
   if (bwdMmaSplitPasses(spec, tile))
     e.passes = {"flashjit_bwd_main_dv", "flashjit_bwd_main_dk"};
   else
     e.passes = {"flashjit_bwd_main"};
   e.keysPerCta = tile.blockN;
-  e.dqRowsPerCta = tile.blockN;
-  e.dqSharedBytes = bwdMmaDqSharedBytes(spec, tile);
-  e.dqThreads = tile.warps * 32;
   kernel.entryName = e.passes.front();
   kernel.options = compileOptions();
   kernel.threads = tile.warps * 32;

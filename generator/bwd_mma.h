@@ -23,6 +23,13 @@ int bwdMmaSharedBytes(const KernelSpec &spec, const TileConfig &tile);
 llvm::Error validateBwdMmaTile(const KernelSpec &spec, const TileConfig &tile);
 TileConfig bwdMmaDefaultTile(const KernelSpec &spec);
 
+// The kernels every backward module takes from bwd_mma (templates/bwd_mma.cuh): prep,
+// convert and the deterministic dq kernel. Their entry points, for a module whose dq
+// configuration is the typedef `dqConfig`, and their names and launch geometry, for the
+// tile that configuration was made from (passes and keysPerCta are the family's own).
+std::string bwdMmaSharedEntryPoints(const KernelSpec &spec, llvm::StringRef dqConfig);
+BackwardEntries bwdMmaSharedEntries(const KernelSpec &spec, const TileConfig &dqTile);
+
 // The generated configuration block and entry points (`flashjit gen --config-only`).
 std::string bwdMmaConfigBlock(const KernelSpec &spec, const TileConfig &tile);
 // The module: templates inlined, then the configuration block. Expects a valid spec

@@ -25,12 +25,6 @@ int dqColumns(const KernelSpec &spec, const TileConfig &tile) {
   return rowSlices > 0 && 2 % rowSlices == 0 ? spec.headDim / (2 / rowSlices) : 0;
 }
 
-// Registers per thread at the step's peak: dK and dV (64 keys x head dim over 128
-// threads, each), S^T/P^T and dP^T (64 keys x block_m).
-int registerEstimate(const KernelSpec &spec, const TileConfig &tile) {
-  return spec.headDim + tile.blockM + kOverheadRegisters;
-}
-
 // The deterministic dq kernel is bwd_mma's (templates/bwd_mma.cuh, run_dq), on the tile
 // bwd_mma would take for the spec: its 8 warps are the main kernel's 256 threads, which
 // the host launches it with.
@@ -42,6 +36,10 @@ KernelSpec mmaSpec(const KernelSpec &spec) {
 TileConfig dqTile(const KernelSpec &spec) { return bwdMmaDefaultTile(mmaSpec(spec)); }
 
 } // namespace
+
+int bwdWgmmaAccumulatorRegisters(const KernelSpec &spec, const TileConfig &tile) {
+  return spec.headDim + tile.blockM;
+}
 
 bool bwdWgmmaSupportsHeadDims(const KernelSpec &spec) {
   return spec.headDim == spec.headDimV && (spec.headDim == 64 || spec.headDim == 128);
@@ -77,7 +75,7 @@ llvm::Error validateBwdWgmmaTile(const KernelSpec &spec, const TileConfig &tile)
                      "tile {0}: {1}'s dQ product would split the head dim into slices of {2} "
                      "columns; it needs whole 64-column panels (block_m 128 at head dim 64)",
                      tile.key(), spec.key(), cols);
-  const int regs = registerEstimate(spec, tile);
+  const int regs = bwdWgmmaAccumulatorRegisters(spec, tile) + kOverheadRegisters;
   if (regs > kMaxRegisters)
     return makeError(ErrorCode::InvalidValue,
                      "tile {0}: needs about {1} registers per thread for {2} (at most {3})",
@@ -101,22 +99,8 @@ std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) 
              "static_assert(FjConfig::kSmemBytes == {11}, \"host and device disagree on shared "
              "memory\");\n"
              "static_assert(FjDqConfig::kDqSmemBytes == {12}, \"host and device disagree on the "
-             "dq kernel's shared memory\");\n"
-             "static_assert(FjDqConfig::kThreads == FjConfig::kThreads, \"the host launches dq "
-             "with the main kernel's threads\");\n\n"
-             "extern \"C\" __global__ void __launch_bounds__(256)\n"
-             "flashjit_bwd_prep(const FjBackwardParams params) {{\n"
-             "  fj::bwd_mma::run_prep<{2}, {3}, {3}>(params);\n"
-             "}\n"
-             "extern \"C\" __global__ void __launch_bounds__(256)\n"
-             "flashjit_bwd_convert_dq(const FjBackwardParams params) {{\n"
-             "  fj::bwd_mma::run_convert<{2}, {3}>(params);\n"
-             "}\n"
-             "extern \"C\" __global__ void __launch_bounds__(FjDqConfig::kThreads, 1)\n"
-             "flashjit_bwd_dq(const FjBackwardParams params) {{\n"
-             "  extern __shared__ __align__(128) unsigned char fj_smem[];\n"
-             "  fj::bwd_mma::run_dq<FjDqConfig>(params, fj_smem);\n"
-             "}\n"
+             "dq kernel's shared memory\");\n\n"
+             "{13}"
              "extern \"C\" __global__ void __launch_bounds__(FjConfig::kThreads, 1)\n"
              "flashjit_bwd_main(const FjBackwardParams params) {{\n"
              "  extern __shared__ __align__(128) unsigned char fj_smem[];\n"
@@ -125,7 +109,7 @@ std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) 
              spec.key(), tile.key(), elementTypeName(spec.dtype), spec.headDim, tile.blockM,
              tile.stages, spec.causal ? "true" : "false", dq.blockM, dq.blockN, dq.warps,
              dq.stages, bwdWgmmaMainSharedBytes(spec, tile),
-             bwdMmaDqSharedBytes(mmaSpec(spec), dq))
+             bwdMmaDqSharedBytes(mmaSpec(spec), dq), bwdMmaSharedEntryPoints(spec, "FjDqConfig"))
       .str();
 }
 
@@ -150,16 +134,9 @@ llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileCon
   kernel.source = generatedHeader(spec.key() + " / " + tile.key()) + *common + wrappers +
                   *schedule + bwdWgmmaConfigBlock(spec, tile);
   BackwardEntries &e = kernel.backward;
-  e.enabled = true;
-  e.prep = "flashjit_bwd_prep";
-  e.convert = "flashjit_bwd_convert_dq";
-  e.dq = "flashjit_bwd_dq";
+  e = bwdMmaSharedEntries(mmaSpec(spec), dqTile(spec));
   e.passes = {"flashjit_bwd_main"};
   e.keysPerCta = tile.blockN;
-  const TileConfig dq = dqTile(spec);
-  e.dqRowsPerCta = dq.blockN;
-  e.dqSharedBytes = bwdMmaDqSharedBytes(mmaSpec(spec), dq);
-  e.dqThreads = dq.warps * 32;
   kernel.entryName = e.passes.front();
   kernel.options = compileOptions();
   kernel.threads = tile.warps * 32;

@@ -22,6 +22,11 @@ bool bwdWgmmaSupportsHeadDims(const KernelSpec &spec);
 int bwdWgmmaMainSharedBytes(const KernelSpec &spec, const TileConfig &tile);
 int bwdWgmmaSharedBytes(const KernelSpec &spec, const TileConfig &tile);
 
+// Accumulator registers per thread at the main kernel's peak: dK and dV (64 keys x head
+// dim over a warpgroup's 128 threads, each) and S^T and dP^T (64 keys x block_m). The
+// tile rule adds an overhead to it; the tuner's model uses it as is.
+int bwdWgmmaAccumulatorRegisters(const KernelSpec &spec, const TileConfig &tile);
+
 llvm::Error validateBwdWgmmaTile(const KernelSpec &spec, const TileConfig &tile);
 TileConfig bwdWgmmaDefaultTile(const KernelSpec &spec);
 

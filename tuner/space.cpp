@@ -1,6 +1,7 @@
 #include "tuner/space.h"
 
 #include "generator/bwd_mma.h"
+#include "generator/bwd_wgmma.h"
 #include "tuner/roofline.h"
 #include "tuner/select.h"
 
@@ -173,10 +174,8 @@ TileEstimate estimateTile(const generator::KernelSpec &spec, const generator::Ti
         ceilDiv(kWgmmaProducerRegisters + (long long)consumers * e.registers, consumers + 1),
         8);
   } else if (isBwdWgmma(spec)) {
-    // Per consumer thread (a warpgroup of 128 owns 64 keys): dK and dV (64 x d and
-    // 64 x dv), S^T and dP^T of one query step (64 x block_m each). Whether they fit is
-    // validateTile's register rule.
-    e.accumulatorRegisters = (spec.headDim + spec.headDimV) / 2 + tile.blockM;
+    // The generator's count; whether they fit is validateTile's register rule.
+    e.accumulatorRegisters = generator::bwdWgmmaAccumulatorRegisters(spec, tile);
     e.registers = std::min(kMaxRegistersPerThread,
                            e.accumulatorRegisters + kTypicalOverheadRegisters);
     launchRegisters = e.registers;

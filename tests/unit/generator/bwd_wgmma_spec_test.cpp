@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 using namespace flashjit;
 using namespace flashjit::generator;
 
@@ -25,6 +27,20 @@ KernelSpec bwdWgmmaSpec(int d, int dv = 0, const char *target = "sm_90a") {
   return spec;
 }
 
+// Every spec the family takes: head dims 64 and 128 x dtypes x causal.
+std::vector<KernelSpec> everyBwdWgmmaSpec() {
+  std::vector<KernelSpec> specs;
+  for (DType dtype : {DType::BF16, DType::FP16})
+    for (int d : {64, 128})
+      for (bool causal : {false, true}) {
+        KernelSpec spec = bwdWgmmaSpec(d);
+        spec.dtype = dtype;
+        spec.causal = causal;
+        specs.push_back(spec);
+      }
+  return specs;
+}
+
 ErrorReport errorOf(llvm::Error err) { return takeErrorReport(std::move(err)); }
 
 } // namespace
@@ -35,20 +51,15 @@ TEST(BwdWgmmaSpec, KeyAndFamilyRoundTrip) {
   auto family = parseFamily("bwd_wgmma");
   ASSERT_TRUE(bool(family)) << llvm::toString(family.takeError());
   EXPECT_EQ(*family, Family::BwdWgmma);
-  for (DType dtype : {DType::BF16, DType::FP16})
-    for (int d : {64, 128})
-      for (bool causal : {false, true}) {
-        KernelSpec spec = bwdWgmmaSpec(d);
-        spec.dtype = dtype;
-        spec.causal = causal;
-        auto parsed = KernelSpec::parse(spec.key());
-        ASSERT_TRUE(bool(parsed)) << spec.key() << ": " << llvm::toString(parsed.takeError());
-        EXPECT_EQ(parsed->key(), spec.key());
-        EXPECT_EQ(parsed->family, Family::BwdWgmma);
-        EXPECT_EQ(parsed->dtype, dtype);
-        EXPECT_EQ(parsed->headDim, d);
-        EXPECT_EQ(parsed->causal, causal);
-      }
+  for (const KernelSpec &spec : everyBwdWgmmaSpec()) {
+    auto parsed = KernelSpec::parse(spec.key());
+    ASSERT_TRUE(bool(parsed)) << spec.key() << ": " << llvm::toString(parsed.takeError());
+    EXPECT_EQ(parsed->key(), spec.key());
+    EXPECT_EQ(parsed->family, Family::BwdWgmma);
+    EXPECT_EQ(parsed->dtype, spec.dtype);
+    EXPECT_EQ(parsed->headDim, spec.headDim);
+    EXPECT_EQ(parsed->causal, spec.causal);
+  }
   KernelSpec causal = bwdWgmmaSpec(128);
   causal.causal = true;
   EXPECT_EQ(causal.key(), "bwd_wgmma.bf16.d128.dv128.causal.sm90a");
@@ -106,21 +117,16 @@ TEST(BwdWgmmaSpec, RefusesFeaturesAsBwdMmaDoes) {
 }
 
 TEST(BwdWgmmaSpec, DefaultTilesFitAndDispatch) {
-  for (DType dtype : {DType::BF16, DType::FP16})
-    for (int d : {64, 128})
-      for (bool causal : {false, true}) {
-        KernelSpec spec = bwdWgmmaSpec(d);
-        spec.dtype = dtype;
-        spec.causal = causal;
-        TileConfig tile = defaultTile(spec);
-        EXPECT_EQ(tile, bwdWgmmaDefaultTile(spec));
-        EXPECT_EQ(tile.blockN, 128) << tile.key();
-        EXPECT_EQ(tile.warps, 8) << tile.key();
-        llvm::Error err = validateTile(spec, tile);
-        EXPECT_FALSE(bool(err)) << spec.key() << " " << tile.key() << ": "
-                                << llvm::toString(std::move(err));
-        EXPECT_EQ(sharedBytes(spec, tile), bwdWgmmaSharedBytes(spec, tile));
-      }
+  for (const KernelSpec &spec : everyBwdWgmmaSpec()) {
+    TileConfig tile = defaultTile(spec);
+    EXPECT_EQ(tile, bwdWgmmaDefaultTile(spec));
+    EXPECT_EQ(tile.blockN, 128) << tile.key();
+    EXPECT_EQ(tile.warps, 8) << tile.key();
+    llvm::Error err = validateTile(spec, tile);
+    EXPECT_FALSE(bool(err)) << spec.key() << " " << tile.key() << ": "
+                            << llvm::toString(std::move(err));
+    EXPECT_EQ(sharedBytes(spec, tile), bwdWgmmaSharedBytes(spec, tile));
+  }
   // validateTile applies the family's rules: bwd_mma's tiles are not bwd_wgmma's.
   EXPECT_TRUE(bool(errorOf(validateTile(bwdWgmmaSpec(128), {32, 64, 4, 2})).code ==
                    ErrorCode::InvalidValue));
