@@ -49,6 +49,30 @@ fj_status fj_forward(fj_kernel kernel, const fj_forward_args *args, void *stream
   return api::guard("fj_forward", [&] { return api::forward(kernel, args, stream); });
 }
 
+fj_status fj_block_mask_create(fj_kernel kernel, const fj_forward_args *args,
+                               const fj_block_mask_options *options, void *stream,
+                               fj_block_mask *mask) {
+  return api::guard("fj_block_mask_create", [&]() -> llvm::Error {
+    if (!mask)
+      return makeError(ErrorCode::InvalidValue, "mask (the output pointer) is NULL");
+    *mask = nullptr;
+    auto created = api::createBlockMask(kernel, args, options, stream);
+    if (!created)
+      return created.takeError();
+    *mask = *created;
+    return llvm::Error::success();
+  });
+}
+
+fj_status fj_block_mask_update(fj_block_mask mask, const fj_forward_args *args, void *stream) {
+  return api::guard("fj_block_mask_update",
+                    [&] { return api::updateBlockMask(mask, args, stream); });
+}
+
+fj_status fj_block_mask_destroy(fj_block_mask mask) {
+  return api::guard("fj_block_mask_destroy", [&] { return api::destroyBlockMask(mask); });
+}
+
 fj_status fj_backward_workspace_size(fj_kernel kernel, const fj_backward_args *args,
                                      size_t *bytes) {
   return api::guard("fj_backward_workspace_size",

@@ -52,6 +52,13 @@ void fj_forward_args_init(fj_forward_args *args) {
   args->struct_size = sizeof(*args);
 }
 
+void fj_block_mask_options_init(fj_block_mask_options *options) {
+  if (!options)
+    return;
+  std::memset(options, 0, sizeof *options);
+  options->struct_size = sizeof *options;
+}
+
 void fj_backward_args_init(fj_backward_args *args) {
   if (!args)
     return;

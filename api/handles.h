@@ -9,6 +9,7 @@
 #include "cache/cache.h"
 #include "runtime/driver.h"
 #include "tuner/family.h"
+#include "tuner/loaded_kernel.h"
 #include "tuner/tuner.h"
 
 #include "llvm/Support/Error.h"
@@ -26,6 +27,7 @@ namespace flashjit::api {
 // (usually) recognised even where the registry is not consulted (fj_forward).
 constexpr uint64_t kContextMagic = 0x66'6a'63'74'78'74'21'21ULL;  // "fjctxt!!"
 constexpr uint64_t kKernelMagic = 0x66'6a'6b'65'72'6e'21'21ULL;   // "fjkern!!"
+constexpr uint64_t kBlockMaskMagic = 0x66'6a'62'6d'61'73'6b'21ULL;  // "fjbmask!"
 constexpr uint64_t kDeadMagic = 0x64'65'61'64'64'65'61'64ULL;     // "deaddead"
 
 } // namespace flashjit::api
@@ -74,6 +76,8 @@ struct fj_kernel_s {
   std::unique_ptr<std::atomic<int64_t>[]> calls;
   mutable std::atomic<int64_t> forwardCalls{0}, forwardCallsUntuned{0};
   mutable std::atomic<uint32_t> lastUntunedBucket{0};  // flashjit::api::packBucket; 0: none
+  // Block masks built for this kernel and not yet destroyed (release refuses while any).
+  mutable std::atomic<int> blockMasks{0};
 
   // Whether variant `index` was chosen for `bucket` by a timing on this device (it has
   // a tuning row and that bucket). (Handles made by hand in the unit tests may have
@@ -89,6 +93,18 @@ struct fj_kernel_s {
   int64_t launches(int index) const {
     return calls ? calls[index].load(std::memory_order_relaxed) : 0;
   }
+};
+
+// A block mask (api/block_mask.cpp): built for one variant of one kernel and one call
+// shape; fj_forward checks both before it uses it.
+struct fj_block_mask_s {
+  uint64_t magic = flashjit::api::kBlockMaskMagic;
+  const fj_kernel_s *kernel = nullptr;  // outlives the mask (release refuses otherwise)
+  int variant = -1;                     // index into kernel->variants
+  int batch = 0, seqlenQ = 0, seqlenK = 0;
+  bool varlen = false;
+  flashjit::tuner::BlockMaskShape shape;
+  flashjit::runtime::DeviceBuffer buffer;  // counts, then lists (BlockMaskShape::bytes)
 };
 
 namespace flashjit::api {
@@ -137,6 +153,17 @@ llvm::Error forwardDispatchInfo(const fj_kernel_s *kernel, const fj_forward_args
 llvm::Error backwardWorkspaceSize(const fj_kernel_s *kernel, const fj_backward_args *args,
                                   size_t *bytes);
 llvm::Error backward(const fj_kernel_s *kernel, const fj_backward_args *args, void *stream);
+// api/block_mask.cpp
+llvm::Expected<fj_block_mask_s *> createBlockMask(const fj_kernel_s *kernel,
+                                                  const fj_forward_args *args,
+                                                  const fj_block_mask_options *options,
+                                                  void *stream);
+llvm::Error updateBlockMask(fj_block_mask_s *mask, const fj_forward_args *args, void *stream);
+llvm::Error destroyBlockMask(fj_block_mask_s *mask);
+// Points `params` at `mask` for a call that launches variant `index` of `kernel`, after
+// checking that the mask was built for them (the launch path's check: no allocation).
+llvm::Error useBlockMask(const fj_kernel_s &kernel, const fj_block_mask_s *mask, int index,
+                         FjForwardParams &params);
 // api/decode.cpp
 llvm::Error decodeWorkspaceSize(const fj_kernel_s *kernel, const fj_decode_args *args,
                                 size_t *bytes);

@@ -353,6 +353,12 @@ llvm::Error releaseKernel(fj_kernel_s *kernel) {
     return makeError(ErrorCode::InvalidValue,
                      "kernel {0} is not a live kernel (released twice, or not one)",
                      (const void *)kernel);
+  if (int masks = kernel->blockMasks.load(); masks > 0) {
+    LiveHandles::get().add(kernel);  // still live: the caller may try again
+    return makeError(ErrorCode::InvalidValue,
+                     "kernel {0} has {1} block mask(s) not yet destroyed; destroy them first",
+                     kernel->specKey, masks);
+  }
   fj_context_s *context = kernel->context;
   kernel->magic = kDeadMagic;
   delete kernel;
@@ -409,13 +415,17 @@ llvm::Error forward(const fj_kernel_s *kernel, const fj_forward_args *args, void
     return error;
   FjForwardParams params;
   bool noWork = false;
-  if (llvm::Error error = checkForwardArgs(kernel->desc, args, params, noWork))
+  fj_block_mask blockMask = nullptr;
+  if (llvm::Error error = checkForwardArgs(kernel->desc, args, params, noWork, &blockMask))
     return error;
   if (noWork)
     return llvm::Error::success();
   llvm::Expected<int> index = dispatchForward(*kernel, params, /*count=*/true);
   if (!index)
     return index.takeError();
+  if (blockMask)
+    if (llvm::Error error = useBlockMask(*kernel, blockMask, *index, params))
+      return error;
   if (llvm::Error error = kernel->context->device->makeCurrent())
     return error;
   return static_cast<const tuner::ForwardKernel &>(*kernel->variants[*index].kernel)

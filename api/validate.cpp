@@ -319,10 +319,17 @@ llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *in) {
 }
 
 llvm::Error checkForwardArgs(const AttentionDesc &desc, const fj_forward_args *in,
-                             FjForwardParams &params, bool &noWork) {
+                             FjForwardParams &params, bool &noWork,
+                             fj_block_mask *blockMask) {
   fj_forward_args a;
   if (llvm::Error error = copyInStruct(in, "args", "fj_forward_args", a))
     return error;
+  if (a.block_mask && desc.features.maskMod.empty())
+    return makeError(ErrorCode::InvalidValue,
+                     "args->block_mask is set, but the description has no mask_mod: a block "
+                     "mask serves only a mask_mod's kernel");
+  if (blockMask)
+    *blockMask = a.block_mask;
   if (llvm::Error error = checkSize("batch", a.batch, kMaxGridYZ, "a CUDA grid dimension"))
     return error;
   if (llvm::Error error = checkSize("seqlen_q", a.seqlen_q, kMaxSeqlen, "2^30"))

@@ -77,9 +77,12 @@ llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *desc);
 
 // Checks `args` for a kernel of `desc` and fills the kernels' parameters. `noWork`
 // is set when there is nothing to compute (batch or seqlen_q is 0): then nothing
-// must be launched.
+// must be launched. `blockMask`, when given, receives args->block_mask (NULL where the
+// caller's struct ends before it); the mask itself is checked against the kernel later
+// (api/block_mask.cpp), here only that the description has a mask_mod.
 llvm::Error checkForwardArgs(const AttentionDesc &desc, const fj_forward_args *args,
-                             FjForwardParams &params, bool &noWork);
+                             FjForwardParams &params, bool &noWork,
+                             fj_block_mask *blockMask = nullptr);
 
 // NotSupported when `features` has any (the backward pass has none yet); `what` starts
 // the message ("desc->backward is set").

@@ -134,6 +134,21 @@ std::string featuresArgument(const KernelSpec &spec) {
   return spec.features.any() ? ", FjFeatures" : "";
 }
 
+// With a mask_mod, the module also holds the kernel that builds its block mask
+// (templates/fj_block_mask.cuh) at the forward kernel's own tile sizes.
+std::string blockMaskEntryPoint(const KernelSpec &spec) {
+  if (spec.features.maskMod.empty())
+    return "";
+  return llvm::formatv(
+             "\nextern \"C\" __global__ void __launch_bounds__(fj::block_mask::kThreads)\n"
+             "{0}(const FjForwardParams params, int *counts, int *tiles) {{\n"
+             "  fj::block_mask::build<FjFeatures, FjConfig::kBlockM, FjConfig::kBlockN, "
+             "FjConfig::kCausal>(params, counts, tiles);\n"
+             "}\n",
+             kBlockMaskEntry)
+      .str();
+}
+
 int panelColumns(int headDim) {
   int padded = (headDim + 31) / 32 * 32;
   return padded % 64 == 0 ? 64 : 32;
@@ -162,7 +177,8 @@ std::string wgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
              tile.blockN, tile.blockM / 64, tile.stages, spec.causal ? "true" : "false",
              sharedBytes(spec, tile), wgmmaStoresOByTma(spec, tile) ? "true" : "false",
              featuresBlock(spec.features), featuresArgument(spec))
-      .str();
+             .str() +
+         blockMaskEntryPoint(spec);
 }
 
 } // namespace
@@ -209,7 +225,8 @@ llvm::Expected<std::string> configBlock(const KernelSpec &spec, const TileConfig
              tile.blockM, tile.blockN, tile.warps, tile.stages,
              spec.causal ? "true" : "false", sharedBytes(spec, tile),
              featuresBlock(spec.features), featuresArgument(spec))
-      .str();
+             .str() +
+         blockMaskEntryPoint(spec);
 }
 } // namespace
 
@@ -241,7 +258,8 @@ llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConf
   EmittedKernel kernel;
   if (spec.family == Family::FwdWgmma) {
     auto common =
-        inlineTemplates({"fj_params.h", "fj_common.cuh", "fj_features.cuh", "fj_hopper.cuh"});
+        inlineTemplates({"fj_params.h", "fj_common.cuh", "fj_features.cuh",
+                         "fj_block_mask.cuh", "fj_hopper.cuh"});
     if (!common)
       return common.takeError();
     auto schedule = inlineTemplates({"fwd_wgmma.cuh"});
@@ -263,8 +281,8 @@ llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConf
     kernel.tma.panelDv = panelColumns(spec.headDimV);
   } else {
     auto body =
-        inlineTemplates({"fj_params.h", "fj_common.cuh", "fj_features.cuh", "fj_smem.cuh",
-                         "fwd_mma.cuh"});
+        inlineTemplates({"fj_params.h", "fj_common.cuh", "fj_features.cuh",
+                         "fj_block_mask.cuh", "fj_smem.cuh", "fwd_mma.cuh"});
     if (!body)
       return body.takeError();
     kernel.source = generatedHeader(spec.key() + " / " + tile.key()) + *body + *config;
@@ -275,6 +293,9 @@ llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConf
   kernel.threads = tile.warps * 32;
   kernel.sharedBytes = sharedBytes(spec, tile);
   kernel.blockM = tile.blockM;
+  kernel.blockN = tile.blockN;
+  if (!spec.features.maskMod.empty())
+    kernel.blockMaskEntry = kBlockMaskEntry;
   return kernel;
 }
 

@@ -52,6 +52,11 @@ struct DecodeEntries {
   int headDimV = 0;   // of the partial outputs in the workspace
 };
 
+// The block-mask builder's entry name (EmittedKernel::blockMaskEntry).
+inline constexpr const char *kBlockMaskEntry = "flashjit_block_mask";
+// Its block size (templates/fj_block_mask.cuh's kThreads).
+inline constexpr int kBlockMaskThreads = 256;
+
 struct EmittedKernel {
   std::string source;
   std::string entryName;                 // the extern "C" kernel to look up
@@ -59,6 +64,11 @@ struct EmittedKernel {
   int threads = 0;                       // block size
   int sharedBytes = 0;                   // dynamic shared memory per block
   int blockM = 0;                        // query rows per block (grid.x = ceil(seqlen_q / blockM))
+  int blockN = 0;                        // keys per tile (forward families)
+  // Forward kernels with a mask_mod: the kernel that builds their block mask
+  // (kBlockMaskEntry, grid (query blocks, heads, batch) of fj::block_mask::kThreads
+  // threads; parameters FjForwardParams, int *counts, int *tiles); "" otherwise.
+  std::string blockMaskEntry;
   // Kernel parameters after FjForwardParams, if enabled: the maps of Q, K, V and O, and
   // an int, 1 when the kernel may store O through its map.
   TmaOperands tma;

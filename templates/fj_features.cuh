@@ -97,11 +97,13 @@ template <typename F> struct ScoreHook {
   }
 
   // Whether the features mask some score of key tile [key0, key0 + n) for the rows
-  // row_lo .. row_hi (the family tests the sequence end and causal itself).
-  __device__ __forceinline__ bool tile_needs_mask(int key0, int n, int row_lo,
-                                                  int row_hi) const {
+  // row_lo .. row_hi (the family tests the sequence end and causal itself). With a
+  // mask_mod, `partial` is the tile's class in the block mask (fj_block_mask.cuh), which
+  // covers the window too; without a block mask every tile is partial.
+  __device__ __forceinline__ bool tile_needs_mask(int key0, int n, int row_lo, int row_hi,
+                                                  bool partial = true) const {
     if (F::kMaskMod)
-      return true;
+      return partial;
     bool crosses = false;
     if (Traits::kLeftBound)
       crosses |= key0 < row_hi + diag - F::kWindowLeft;

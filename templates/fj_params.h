@@ -42,4 +42,14 @@ struct FjForwardParams {
   const float *alibi_slopes;
   long long alibi_batch_stride;
   FjModArgs mod_args;   // the user code's `args`
+  // Block sparsity of a mask_mod (templates/fj_block_mask.cuh), read only by kernels
+  // compiled with one; NULL: every key tile is computed and masked. Work tile m (the
+  // kernel's block of query rows) of sequence b and query head h has the index
+  // w = b * block_batch_stride + h * block_head_stride + m (a stride is 0 where the mask
+  // is shared), block_counts[w] key tiles to compute, and their entries
+  // block_tiles[w * block_tiles_stride + k], ascending: 2 * key tile, + 1 when the tile is
+  // partly masked.
+  const int *block_counts;
+  const int *block_tiles;
+  int block_batch_stride, block_head_stride, block_tiles_stride;
 };

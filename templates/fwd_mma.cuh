@@ -10,9 +10,11 @@
 // j <= i + seqlen_k - seqlen_q): blocks past the diagonal are never loaded, and only
 // blocks crossing the diagonal or the end of the sequence are masked. Features (window,
 // softcap, ALiBi, user code) enter through fj_features.cuh's hook where the scores are
-// masked; a window also narrows the key blocks a query block loads.
+// masked; a window also narrows the key blocks a query block loads, and a mask_mod's
+// block mask (fj_block_mask.cuh) lists them.
 #pragma once
 
+#include "fj_block_mask.cuh"
 #include "fj_common.cuh"
 #include "fj_features.cuh"
 #include "fj_smem.cuh"
@@ -120,6 +122,24 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
     window_tiles<F, Cfg::kBlockN>(q0, q0 + rows_valid - 1, diag, n_first, n_blocks);
   const ScoreHook<F> hook(p, b, h, seq);
   const float score_scale = ScoreHook<F>::softmax_scale_log2(p);
+  // The key blocks, i = 0 .. count - 1 in this order: n_first + i, or a block mask's list.
+  // An entry is 2 * block + 1 when the features' mask may apply (fj_block_mask.cuh).
+  int count = imax(n_blocks - n_first, 0);
+  const int *block_list = nullptr;
+  if constexpr (F::kMaskMod) {
+    if (p.block_counts) {
+      const long long wi = block_mask::work_index(p, b, h, m_block);
+      count = p.block_counts[wi];
+      block_list = p.block_tiles + wi * p.block_tiles_stride;
+    }
+  }
+  auto entry_at = [&](int i) -> u32 {
+    if constexpr (F::kMaskMod) {
+      if (block_list)
+        return (u32)__ldg(block_list + i);
+    }
+    return 2u * (u32)(n_first + i) + 1u;
+  };
 
   const u32 s_q = smem_addr(smem);
   const u32 s_kv = s_q + Cfg::kQBytes;
@@ -144,8 +164,9 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
   // Prologue: Q, then the first kStages - 1 K/V blocks, one commit group per block.
   load_tile_async<typename Cfg::QTile, Cfg::kThreads>(s_q, q, p.q_row_stride, rows_valid,
                                                        tid);
-  auto load_kv = [&](int n) {
-    const u32 stage = s_kv + (n % Cfg::kStages) * Cfg::kStageBytes;
+  auto load_kv = [&](int i) {  // the i-th key block, into stage i % kStages
+    const int n = block_mask::entry_tile(entry_at(i));
+    const u32 stage = s_kv + (i % Cfg::kStages) * Cfg::kStageBytes;
     const int keys_valid = imin(Cfg::kBlockN, seq.seqlen_k - n * Cfg::kBlockN);
     load_tile_async<typename Cfg::KTile, Cfg::kThreads>(
         stage, k + (long long)n * Cfg::kBlockN * p.k_row_stride, p.k_row_stride,
@@ -156,8 +177,8 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
   };
 #pragma unroll
   for (int s = 0; s < Cfg::kStages - 1; ++s) {
-    if (n_first + s < n_blocks)
-      load_kv(n_first + s);
+    if (s < count)
+      load_kv(s);
     cp_async_commit();
   }
 
@@ -194,16 +215,16 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
     }
   }
 
-  for (int n = n_first; n < n_blocks; ++n) {
-    // Block n has landed once at most kStages - 2 younger groups are pending; the
-    // barrier also tells every warp that block n - 1's stage is free to refill.
+  for (int i = 0; i < count; ++i) {
+    // Block i has landed once at most kStages - 2 younger groups are pending; the
+    // barrier also tells every warp that block i - 1's stage is free to refill.
     cp_async_wait<Cfg::kStages - 2>();
     __syncthreads();
-    if (n + Cfg::kStages - 1 < n_blocks)
-      load_kv(n + Cfg::kStages - 1);
+    if (i + Cfg::kStages - 1 < count)
+      load_kv(i + Cfg::kStages - 1);
     cp_async_commit();
 
-    const u32 s_k = s_kv + (n % Cfg::kStages) * Cfg::kStageBytes;
+    const u32 s_k = s_kv + (i % Cfg::kStages) * Cfg::kStageBytes;
     const u32 s_v = s_k + Cfg::KTile::kBytes;
 
     // S = Q K^T for this warp's rows.
@@ -267,14 +288,16 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
     // Mask keys past the sequence end, when causal past the diagonal, and what the
     // features mask. Only the blocks that cross a boundary pay for it. The features'
     // score transform (the hook) applies to every block.
-    const int key0 = n * Cfg::kBlockN;
+    const u32 entry = entry_at(i);
+    const int key0 = block_mask::entry_tile(entry) * Cfg::kBlockN;
     const bool crosses_end = key0 + Cfg::kBlockN > seq.seqlen_k;
     const bool crosses_diag = Cfg::kCausal && key0 + Cfg::kBlockN - 1 > q0 + diag;
     const bool needs_mask =
         crosses_end || crosses_diag ||
         (FeatureTraits<F>::kMasks &&
          hook.tile_needs_mask(key0, Cfg::kBlockN, q0 + warp_row0,
-                              q0 + warp_row0 + Cfg::kRowsPerWarp - 1));
+                              q0 + warp_row0 + Cfg::kRowsPerWarp - 1,
+                              block_mask::entry_partial(entry)));
     if (FeatureTraits<F>::kTransforms || needs_mask) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)

@@ -30,9 +30,10 @@
 // (softmax_first). Features (window, softcap, ALiBi, user code) enter through
 // fj_features.cuh's hook where the scores are masked (mask_tile, rescore_tile) and, for
 // those that change scores, on every tile before its softmax; a window also narrows the
-// key tiles of a work tile (work_of).
+// key tiles of a work tile (work_of), and a mask_mod's block mask lists them (produce).
 #pragma once
 
+#include "fj_block_mask.cuh"
 #include "fj_common.cuh"
 #include "fj_features.cuh"
 #include "fj_hopper.cuh"
@@ -71,14 +72,21 @@ struct FwdWgmmaConfig {
   // never waits for Q).
   static constexpr int kMaxSmemBytes = 227 * 1024;
   // Each Q buffer comes with the work tile it holds: a TileId written by the producer, and
-  // an mbarrier on which every consumer thread arrives once it has read it.
+  // an mbarrier on which every consumer thread arrives once it has read it (and, with a
+  // block mask, the tile's count of key tiles at byte 24).
   static constexpr int kTileSlotBytes = 32;
+  // A mask_mod's kernel takes a block mask when the call gives one (fj_block_mask.cuh):
+  // the producer walks the listed key tiles and hands each tile's entry to the consumers
+  // in a slot per ring stage, written before the stage's K load is announced.
+  static constexpr bool kBlockMask = Features_::kMaskMod;
+  static constexpr int kStageSlotBytes = kBlockMask ? (4 * kStages + 15) / 16 * 16 : 0;
   // Shared memory with q Q buffers: 1024 bytes of slack to align the operands to the
   // 128-byte swizzle's period, the buffers, the K/V ring, two mbarriers per Q buffer and
-  // four per stage, and the tile slots (generator/spec.cpp's wgmmaBytes mirrors it).
+  // four per stage, the tile slots and the stage slots (generator/spec.cpp's wgmmaBytes
+  // mirrors it).
   __host__ __device__ static constexpr int smem_bytes(int q) {
     return 1024 + q * kQBytes + kStages * (kKBytes + kVBytes) + (2 * q + 4 * kStages) * 8 +
-           q * kTileSlotBytes;
+           q * kTileSlotBytes + kStageSlotBytes;
   }
   static constexpr int kQBuffers = smem_bytes(2) <= kMaxSmemBytes ? 2 : 1;
   static constexpr int kBarriers = 2 * kQBuffers + 4 * kStages;  // Q full/empty, K, V
@@ -179,6 +187,11 @@ template <typename Cfg> struct SmemLayout {
     return bar + Cfg::kBarriers * 8 + (round % kQB) * Cfg::kTileSlotBytes;
   }
   __device__ u32 tile_read(int round) const { return tile(round) + 16; }
+  __device__ u32 tile_blocks(int round) const { return tile(round) + 24; }
+  // The block-mask entry of the key tile in ring stage s (Cfg::kBlockMask).
+  __device__ u32 stage_entry(int s) const {
+    return bar + Cfg::kBarriers * 8 + kQB * Cfg::kTileSlotBytes + 4 * s;
+  }
   __device__ u32 q(int round) const { return q0 + (round % kQB) * Cfg::kQBytes; }
   __device__ u32 q_full(int round) const { return bar + 8 * (round % kQB); }
   __device__ u32 q_empty(int round) const { return bar + 8 * (kQB + round % kQB); }
@@ -414,8 +427,20 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
     mbar_wait(sm.tile_read(q_round), sm.q_parity(q_round) ^ 1);
   };
   while (walk.next(p, w)) {
+    // With a block mask the work tile's key tiles are the listed ones (read before the
+    // wait for the slot, which hides the load).
+    const int *block_list = nullptr;
+    if constexpr (Cfg::kBlockMask) {
+      if (p.block_counts && w.n_blocks > 0) {
+        const long long wi = block_mask::work_index(p, w.b, w.h, w.q0 / Cfg::kBlockM);
+        w.n_blocks = p.block_counts[wi];
+        block_list = p.block_tiles + wi * p.block_tiles_stride;
+      }
+    }
     claim_slot();
     TileId{w.b, w.h, w.h_kv, w.q0}.publish(sm.tile(q_round));  // seen after the arrival
+    if constexpr (Cfg::kBlockMask)
+      st_shared_u32(sm.tile_blocks(q_round), (u32)w.n_blocks);
     if (w.n_blocks == 0) {
       mbar_arrive(sm.q_full(q_round));
       ++q_round;
@@ -428,9 +453,18 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
                   sm.q_full(q_round), pn * Cfg::kPanelD, w.tma_q_row(w.q0), w.h, w.tma_batch());
     ++q_round;
     for (int i = 0; i < w.n_blocks; ++i, ++kv_iter) {
-      const int key0 = w.tma_k_row((w.n_first + w.n_blocks - 1 - i) * Cfg::kBlockN);
       const int s = kv_iter % Cfg::kStages;
       const u32 free_parity = ((kv_iter / Cfg::kStages) & 1) ^ 1;
+      int tile = w.n_first + w.n_blocks - 1 - i;
+      if constexpr (Cfg::kBlockMask) {
+        if (block_list) {  // the entry goes to the stage's slot once the stage is free
+          const u32 entry = (u32)block_list[w.n_blocks - 1 - i];
+          tile = block_mask::entry_tile(entry);
+          mbar_wait(sm.empty_k(s), free_parity);
+          st_shared_u32(sm.stage_entry(s), entry);
+        }
+      }
+      const int key0 = w.tma_k_row(tile * Cfg::kBlockN);
       // One key tile of K or V into ring slot s, once the consumers have freed it.
       auto load_kv = [&](const TensorMap &map, u32 dst, u32 full, u32 empty, u32 bytes,
                          int panels, int panel_cols, int swizzle_bytes) {
@@ -511,16 +545,17 @@ __device__ __forceinline__ void mask_score(float &v, int nt, int e, int limit) {
 
 // Whether a tile crosses the sequence end or, when causal, the diagonal of one of this
 // warpgroup's rows, or holds a score the features mask: only those tiles are masked.
+// `partial`: the tile's class in the block mask (true without one).
 template <typename Cfg>
 __device__ __forceinline__ bool tile_needs_mask(const Work &w,
                                                 const ScoreHook<typename Cfg::Features> &hook,
-                                                int key0, int wg_row0) {
+                                                int key0, int wg_row0, bool partial) {
   const bool crosses_end = key0 + Cfg::kBlockN > w.seq.seqlen_k;
   const bool crosses_diag =
       Cfg::kCausal && key0 + Cfg::kBlockN - 1 > w.q0 + wg_row0 + w.diag;
   const bool features = Cfg::FeatureInfo::kMasks &&
                         hook.tile_needs_mask(key0, Cfg::kBlockN, w.q0 + wg_row0,
-                                             w.q0 + wg_row0 + 63);
+                                             w.q0 + wg_row0 + 63, partial);
   return crosses_end || crosses_diag || features;
 }
 // The mask of the 8-key groups kFrom .. kTo - 1, for this thread's two rows' limits.
@@ -1021,10 +1056,16 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
     // The producer's next work tile (see produce).
     mbar_wait(sm.q_full(q_round), sm.q_parity(q_round));
     const TileId id = TileId::read(sm.tile(q_round));
+    int listed_blocks = 0;
+    if constexpr (Cfg::kBlockMask)
+      listed_blocks = (int)ld_shared_u32(sm.tile_blocks(q_round));
     mbar_arrive(sm.tile_read(q_round));
     if (id.q0 < 0)
       break;
-    const Work w = work_of<Cfg>(p, id);
+    Work w = work_of<Cfg>(p, id);
+    const bool block_masked = Cfg::kBlockMask && p.block_counts != nullptr;
+    if (block_masked)
+      w.n_blocks = listed_blocks;
     const int row[2] = {w.q0 + wg_row0 + warp_in_wg * 16 + g,
                         w.q0 + wg_row0 + warp_in_wg * 16 + g + 8};
     RowState<Cfg> st;
@@ -1058,6 +1099,20 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
     const int q_this = q_round++;
     const ScoreHook<typename Cfg::Features> hook(p, w.b, w.h, w.seq);
     const float score_scale = ScoreHook<typename Cfg::Features>::softmax_scale_log2(p);
+    // The first key of iteration i's tile (in ring stage s), and whether it needs the
+    // features' mask: from the stage's block-mask entry, read before the stage is
+    // released, else from the tile walk (last tile first).
+    auto key_tile = [&](int i, int s, bool &partial) {
+      partial = true;
+      if constexpr (Cfg::kBlockMask) {
+        if (block_masked) {
+          const u32 entry = ld_shared_u32(sm.stage_entry(s));
+          partial = block_mask::entry_partial(entry);
+          return block_mask::entry_tile(entry) * Cfg::kBlockN;
+        }
+      }
+      return (w.n_first + w.n_blocks - 1 - i) * Cfg::kBlockN;
+    };
 
     float acc_s[NT * 4];
     u32 p_frag[NT / 2][4];
@@ -1072,11 +1127,12 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
       pass_turn<Cfg>(consumer);
       wgmma_wait<0>();
       pin_registers(acc_s);
+      bool partial;
+      const int key0 = key_tile(i, s, partial);
       release(sm.empty_k(s));
       if (!Cfg::kStageO && i == w.n_blocks - 1)
         release(sm.q_empty(q_this));
-      const int key0 = (w.n_first + w.n_blocks - 1 - i) * Cfg::kBlockN;
-      const bool needs_mask = tile_needs_mask<Cfg>(w, hook, key0, wg_row0);
+      const bool needs_mask = tile_needs_mask<Cfg>(w, hook, key0, wg_row0, partial);
       if (Cfg::FeatureInfo::kTransforms || needs_mask)
         mask_tile<Cfg>(acc_s, w, hook, key0, row, t, needs_mask);
       softmax_exact<Cfg>(acc_s, st, score_scale);  // no overlap: never kFastSoftmax
@@ -1131,14 +1187,15 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
         const int s = it % Cfg::kStages, sp = (it + Cfg::kStages - 1) % Cfg::kStages;
         if (!Cfg::kFirstTileSoftmax || i >= first) {
           pin_registers(acc_s);
+          bool partial;
+          const int key0 = key_tile(i, s, partial);
           release(sm.empty_k(s));
           if (!Cfg::kStageO && i == w.n_blocks - 1)
             release(sm.q_empty(q_this));
-          const int key0 = (w.n_first + w.n_blocks - 1 - i) * Cfg::kBlockN;
           // With the fast softmax a tile that needs the mask takes the exact path and is
           // masked there (see softmax_tile), unless features transform the scores: every
           // tile then goes through the hook here, masked or not.
-          const bool needs_mask = tile_needs_mask<Cfg>(w, hook, key0, wg_row0);
+          const bool needs_mask = tile_needs_mask<Cfg>(w, hook, key0, wg_row0, partial);
           if (Cfg::FeatureInfo::kTransforms || (!Cfg::kFastSoftmax && needs_mask))
             mask_tile<Cfg>(acc_s, w, hook, key0, row, t, needs_mask);
           const SoftmaxLeft left = softmax_tile<Cfg>(acc_s, st, score_scale, needs_mask);

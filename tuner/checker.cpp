@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <random>
 
 namespace flashjit::tuner {
@@ -135,10 +136,26 @@ ForwardChecker::create(const generator::KernelSpec &spec, const ForwardShape &sh
 }
 
 llvm::Expected<std::vector<uint16_t>> ForwardChecker::run(const ForwardKernel &kernel,
-                                                          CUstream stream) {
+                                                          CUstream stream, bool blockMask) {
   if (auto err = poisonOutputs())
     return std::move(err);
   FjForwardParams p = makeParams(shape_, buffers_, false);
+  // A block mask per sequence and head, built by the kernel's own builder into a buffer
+  // poisoned first (counts of -1: a list the build failed to write computes nothing).
+  std::optional<runtime::DeviceBuffer> mask;
+  if (blockMask) {
+    const BlockMaskShape maskShape =
+        BlockMaskShape::of(kernel.geometry(), p.batch, p.heads_q, p.seqlen_q, p.seqlen_k);
+    auto buffer = runtime::DeviceBuffer::allocate((size_t)std::max<int64_t>(maskShape.bytes(), 16));
+    if (!buffer)
+      return buffer.takeError();
+    mask.emplace(std::move(*buffer));
+    if (auto err = mask->fill(0xFF))
+      return std::move(err);
+    maskShape.describe(p, mask->ptr());
+    if (auto err = kernel.buildBlockMask(p, maskShape, mask->ptr(), stream))
+      return std::move(err);
+  }
   if (auto err = kernel.launch(p, stream))
     return std::move(err);
   if (auto err = runtime::synchronizeStream(stream))
@@ -154,7 +171,17 @@ llvm::Expected<CheckReport> ForwardChecker::check(const LoadedKernel &loaded, CU
   auto out = run(*kernel, stream);
   if (!out)
     return out.takeError();
-  return compare(*out);
+  auto report = compare(*out);
+  // A mask_mod's kernel takes a block mask or not, call by call: both ways must pass.
+  if (!report || !report->passed || !kernel->geometry().blockMask)
+    return report;
+  out = run(*kernel, stream, /*blockMask=*/true);
+  if (!out)
+    return out.takeError();
+  report = compare(*out);
+  if (report && !report->passed)
+    report->output = "o with a block mask";
+  return report;
 }
 
 llvm::Error ForwardChecker::poisonOutputs() {

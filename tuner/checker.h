@@ -57,8 +57,10 @@ public:
 
   llvm::Expected<CheckReport> check(const LoadedKernel &kernel, CUstream stream) override;
 
-  // Runs the kernel and returns its raw output bits (for bitwise rerun checks).
-  llvm::Expected<std::vector<uint16_t>> run(const ForwardKernel &kernel, CUstream stream);
+  // Runs the kernel and returns its raw output bits (for bitwise rerun checks); with
+  // `blockMask`, after building a block mask for it (kernels with a mask_mod).
+  llvm::Expected<std::vector<uint16_t>> run(const ForwardKernel &kernel, CUstream stream,
+                                            bool blockMask = false);
 
   const ForwardShape &shape() const override { return shape_; }
   const ForwardBuffers &buffers() const { return buffers_; }

@@ -53,10 +53,39 @@ ForwardKernel::load(llvm::StringRef cubin, llvm::StringRef entryName, LaunchGeom
       return sms.takeError();
     result->smCount_ = *sms;
   }
+  if (geometry.blockMask) {
+    auto builder = (*module)->kernel(generator::kBlockMaskEntry);
+    if (!builder)
+      return builder.takeError();
+    result->blockMaskKernel_ = *builder;
+  }
   result->module_ = std::move(*module);
   result->kernel_ = *kernel;
   result->geometry_ = geometry;
   return std::move(result);
+}
+
+void BlockMaskShape::describe(FjForwardParams &params, uint64_t base) const {
+  params.block_counts = reinterpret_cast<const int *>(base);
+  params.block_tiles = reinterpret_cast<const int *>(base + countsBytes());
+  params.block_head_stride = heads > 1 ? queryBlocks : 0;
+  params.block_batch_stride = batches > 1 ? heads * queryBlocks : 0;
+  params.block_tiles_stride = keyBlocks;
+}
+
+llvm::Error ForwardKernel::buildBlockMask(const FjForwardParams &params,
+                                          const BlockMaskShape &shape, uint64_t base,
+                                          CUstream stream) const {
+  if (!geometry_.blockMask)
+    return makeError(ErrorCode::Internal, "this forward kernel has no block-mask builder");
+  if (shape.workTiles() == 0)
+    return llvm::Error::success();
+  int *counts = reinterpret_cast<int *>(base);
+  int *tiles = reinterpret_cast<int *>(base + shape.countsBytes());
+  void *args[] = {const_cast<FjForwardParams *>(&params), &counts, &tiles};
+  return blockMaskKernel_.launch((unsigned)shape.queryBlocks, (unsigned)shape.heads,
+                                 (unsigned)shape.batches, generator::kBlockMaskThreads, 0,
+                                 stream, args);
 }
 
 namespace {

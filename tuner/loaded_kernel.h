@@ -21,9 +21,30 @@ struct LaunchGeometry {
   int threads = 0, sharedBytes = 0, blockM = 0;
   generator::TmaOperands tma;  // tensor maps to encode per launch, when enabled
   bool persistent = false;     // grid of min(work tiles, multiprocessors) CTAs
+  int blockN = 0;              // keys per tile
+  bool blockMask = false;      // the module builds block masks (a mask_mod's kernels)
   static LaunchGeometry of(const generator::EmittedKernel &kernel) {
-    return {kernel.threads, kernel.sharedBytes, kernel.blockM, kernel.tma, kernel.persistent};
+    return {kernel.threads, kernel.sharedBytes, kernel.blockM, kernel.tma, kernel.persistent,
+            kernel.blockN, !kernel.blockMaskEntry.empty()};
   }
+};
+
+// The shape of a block mask for a forward kernel of these tiles (templates/
+// fj_block_mask.cuh): `batches` x `heads` x queryBlocks work tiles (a shared dimension
+// counts 1), each with a list of up to keyBlocks entries.
+struct BlockMaskShape {
+  int batches = 0, heads = 0, queryBlocks = 0, keyBlocks = 0;
+  static BlockMaskShape of(const LaunchGeometry &geometry, int batches, int heads,
+                           int seqlenQ, int seqlenK) {
+    return {batches, heads, (seqlenQ + geometry.blockM - 1) / geometry.blockM,
+            (seqlenK + geometry.blockN - 1) / geometry.blockN};
+  }
+  int64_t workTiles() const { return (int64_t)batches * heads * queryBlocks; }
+  // counts (one int per work tile), then the lists, each 16-byte aligned.
+  int64_t countsBytes() const { return (workTiles() * 4 + 15) / 16 * 16; }
+  int64_t bytes() const { return countsBytes() + workTiles() * keyBlocks * 4; }
+  // Points `params` at a mask of this shape at device address `base`.
+  void describe(FjForwardParams &params, uint64_t base) const;
 };
 
 // Whether a kernel that loads through TMA can take these arguments: no cu_seqlens,
@@ -61,6 +82,11 @@ public:
   // Asynchronous; checks nothing but the launch itself (the caller validated params),
   // and for TMA kernels checkTmaArguments.
   llvm::Error launch(const FjForwardParams &params, CUstream stream) const;
+  // Builds the block mask of `shape` for `params` (its block_* fields already point at
+  // it, see BlockMaskShape::describe) at device address `base`. Asynchronous. Only for
+  // kernels whose geometry has blockMask.
+  llvm::Error buildBlockMask(const FjForwardParams &params, const BlockMaskShape &shape,
+                             uint64_t base, CUstream stream) const;
   const LaunchGeometry &geometry() const { return geometry_; }
   generator::Operation operation() const override { return generator::Operation::Forward; }
   int registers() const override { return registers_; }
@@ -68,6 +94,7 @@ public:
 private:
   std::unique_ptr<runtime::Module> module_;
   runtime::Kernel kernel_;
+  runtime::Kernel blockMaskKernel_;  // when geometry_.blockMask
   LaunchGeometry geometry_;
   int registers_ = 0;
   int smCount_ = 0;  // of the device it was loaded on, for persistent grids

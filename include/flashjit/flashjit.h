@@ -56,7 +56,7 @@ extern "C" {
 #endif
 
 #define FLASHJIT_VERSION_MAJOR 0
-#define FLASHJIT_VERSION_MINOR 5
+#define FLASHJIT_VERSION_MINOR 6
 #define FLASHJIT_VERSION_PATCH 0
 
 /* ---- Status codes ------------------------------------------------------------ */
@@ -146,6 +146,7 @@ typedef void (*fj_log_callback)(int level, const char *message, void *user_data)
 
 typedef struct fj_context_s *fj_context;
 typedef struct fj_kernel_s *fj_kernel;
+typedef struct fj_block_mask_s *fj_block_mask;  /* see fj_block_mask_create (0.6) */
 
 typedef struct fj_context_options {
   size_t struct_size;       /* sizeof(fj_context_options) */
@@ -385,6 +386,11 @@ typedef struct fj_forward_args {
   int64_t alibi_batch_stride;
   /* What the description's score_mod / mask_mod see as `args` (ignored without them). */
   fj_mod_args mod_args;
+  /* Optional (NULL: none; added in 0.6, a struct_size that ends before it reads as NULL):
+   * a block mask of this kernel for exactly these arguments' shape (fj_block_mask_create),
+   * so that key tiles mask_mod drops everywhere are skipped and those it keeps everywhere
+   * run without it. Only with desc.mask_mod. */
+  fj_block_mask block_mask;
 } fj_forward_args;
 
 /* Zeroes `args` and sets its struct_size. */
@@ -425,6 +431,51 @@ typedef struct fj_dispatch_info {
 
 FJ_API fj_status fj_forward_dispatch_info(fj_kernel kernel, const fj_forward_args *args,
                                           fj_dispatch_info *info);
+
+/* ---- Block masks (added in 0.6) --------------------------------------------------
+ *
+ * Without a block mask, a kernel with a mask_mod computes every key tile and calls the
+ * mask on every score. A block mask records, per block of query rows and per tile of
+ * keys of the kernel's own tiles, whether mask_mod (with causal and the window) drops
+ * the whole tile (it is skipped: not loaded, not computed), keeps all of it (computed
+ * without calling mask_mod) or some of it (masked score by score). It is built once on
+ * the GPU by evaluating mask_mod on every pair, and serves every fj_forward call of the
+ * same shape and mask, e.g. every layer of a model step (document masks, prefix-LM).
+ * The output is the same with or without it. */
+typedef struct fj_block_mask_options {
+  size_t struct_size;  /* sizeof(fj_block_mask_options) */
+  /* Non-zero: mask_mod does not depend on b (it is called with b = 0), so one mask
+   * serves every sequence. Not with cu_seqlens (lengths differ per sequence). */
+  int32_t shared_across_batch;
+  /* Non-zero: mask_mod does not depend on h (it is called with h = 0). */
+  int32_t shared_across_heads;
+} fj_block_mask_options;
+
+/* Zeroes `options` and sets its struct_size: a mask per sequence and per head. */
+FJ_API void fj_block_mask_options_init(fj_block_mask_options *options);
+
+/* Builds a block mask for fj_forward(kernel, args) calls: args as fj_forward takes them
+ * (checked the same way; its tensors need not be set, but mod_args, cu_seqlens and, with
+ * ALiBi, alibi_slopes are read on the device as the kernel reads them, and must hold
+ * what the calls will). Requires desc.mask_mod. options NULL: per sequence and per head.
+ * Allocates the mask in device memory (batch x heads x ceil(seqlen_q / block_m) lists of
+ * up to ceil(seqlen_k / block_n) entries, 4 bytes each, fewer when shared) and launches
+ * its build on `stream` (asynchronous; fj_forward on the same stream sees it). The mask
+ * is for the variant fj_forward picks for these arguments, and fj_forward refuses it
+ * for arguments of another shape (batch, seqlen_q, seqlen_k, cu_seqlens or not) or
+ * another variant. The kernel cannot be released while it has masks. */
+FJ_API fj_status fj_block_mask_create(fj_kernel kernel, const fj_forward_args *args,
+                                      const fj_block_mask_options *options, void *stream,
+                                      fj_block_mask *mask);
+
+/* Rebuilds `mask` in place on `stream` for new contents of what mask_mod reads (args of
+ * the shape it was created for): no allocation, so it may be captured in a CUDA graph. */
+FJ_API fj_status fj_block_mask_update(fj_block_mask mask, const fj_forward_args *args,
+                                      void *stream);
+
+/* Frees a block mask (after the work queued on it: the free synchronises the device).
+ * Destroying one twice is detected where possible, as for kernels. */
+FJ_API fj_status fj_block_mask_destroy(fj_block_mask mask);
 
 /* ---- Backward pass ----------------------------------------------------------------
  *

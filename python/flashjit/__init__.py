@@ -19,7 +19,7 @@ from ._checks import (check_alibi_slopes, check_decode, check_features, check_in
                       check_kv_append, check_max_seqlens, check_mod_args, PLAIN)
 from . import _runtime
 
-__version__ = "0.5.0"  # the package's version (python/pyproject.toml reads it from here)
+__version__ = "0.6.0"  # the package's version (python/pyproject.toml reads it from here)
 
 __all__ = ["attention", "sdpa", "decode", "kv_append", "info", "configure", "tuning",
            "FlashJitError", "library_path", "version", "has_backward", "has_decode",

@@ -2,7 +2,9 @@
 // reference with the same features applied (written out on its own in reference.cuh):
 // sliding windows (one- and two-sided, with and without causal), soft-capping, ALiBi,
 // a user score_mod, user mask_mods (prefix-LM from an int argument, a document mask
-// from a tensor argument), a score_mod that drops keys with -inf, and a combination;
+// from a tensor argument, documents from an int), a score_mod that drops keys with -inf,
+// and a combination; mask_mod kernels run both with and without a block mask (the
+// checker builds one);
 // fp16 and bf16, causal and not, head dims 64 and 128 (and one 256), odd lengths,
 // MHA/GQA/MQA and variable-length batches. Outputs are poisoned before each run
 // (tuner/checker.cpp).
@@ -77,6 +79,13 @@ std::vector<NamedFeatures> featureCases() {
                 "return doc[q_idx] == doc[kv_idx];";
     f.hasTuningArgs = true;
     f.tuningArgs.tensor[0] = documentIds();
+  });
+  // Documents of 300 rows: tiles wholly inside one (kept without the mask when a block
+  // mask is given), tiles across a boundary, tiles between documents (skipped).
+  add("mask_mod_long_documents", [](auto &f) {
+    f.maskMod = "return q_idx / args.integer[0] == kv_idx / args.integer[0];";
+    f.hasTuningArgs = true;
+    f.tuningArgs.integer[0] = 300;
   });
   add("window_softcap_alibi", [](auto &f) {
     f.window = true, f.windowLeft = 150, f.windowRight = 20;
