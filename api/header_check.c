@@ -15,3 +15,10 @@ typedef char fj_check_variant_info[offsetof(fj_variant_info, struct_size) == 0 ?
 /* fj_mod_args (0.3) is embedded, not versioned: its C layout is the kernels' FjModArgs
  * (api/validate.cpp checks it against that in C++), with no padding on any ABI. */
 typedef char fj_check_mod_args[sizeof(fj_mod_args) == 4 * sizeof(void *) + 8 * 4 ? 1 : -1];
+/* 0.6: block masks. The options are versioned; the handle is an opaque pointer, and
+ * fj_forward_args.block_mask is its last field (a 0.5 caller's struct_size ends before it). */
+typedef char fj_check_block_mask_options[
+    offsetof(fj_block_mask_options, struct_size) == 0 ? 1 : -1];
+typedef char fj_check_block_mask_handle[sizeof(fj_block_mask) == sizeof(void *) ? 1 : -1];
+typedef char fj_check_args_block_mask_last[
+    offsetof(fj_forward_args, block_mask) + sizeof(fj_block_mask) == sizeof(fj_forward_args) ? 1 : -1];
