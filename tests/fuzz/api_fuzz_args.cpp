@@ -5,10 +5,12 @@
 // struct_size values that lie (smaller, larger, garbage) and structs from a "newer
 // header" with extra bytes, and the attention features of 0.3 (the description's host
 // pointers, user code and tuning args, aimed at memory of the harness's own with fuzzed
-// contents). Beyond "no crash" (ASan/UBSan), it checks what the API
+// contents), and 0.6's args->block_mask (a handle the checks never dereference, so a
+// fuzzed value is safe to pass). Beyond "no crash" (ASan/UBSan), it checks what the API
 // promises: a known status, a message naming the entry point on failure, the same
 // answer twice, desc errors reported first, and, when the arguments are accepted,
-// kernel parameters that are safe to launch with.
+// kernel parameters that are safe to launch with (and a block mask only for a
+// description with a mask_mod, not yet in the parameters: fj_forward checks it first).
 #include "api_fuzz_input.h"
 
 #include "api/validate.h"
@@ -114,9 +116,15 @@ void checkFeatures(const flashjit::generator::Features &f) {
 void checkParams(const flashjit::api::AttentionDesc &desc, const fj_forward_args *args) {
   FjForwardParams p;
   bool noWork = false;
-  llvm::Error error = flashjit::api::checkForwardArgs(desc, args, p, noWork);
+  fj_block_mask blockMask = nullptr;
+  llvm::Error error = flashjit::api::checkForwardArgs(desc, args, p, noWork, &blockMask);
   FJ_FUZZ_CHECK(!error, "the C API accepted what the internal check rejects: %s",
                 llvm::toString(std::move(error)).c_str());
+  FJ_FUZZ_CHECK(!blockMask || !desc.features.maskMod.empty(),
+                "block mask %p accepted for a description without mask_mod",
+                (const void *)blockMask);
+  FJ_FUZZ_CHECK(!p.block_counts && !p.block_tiles,
+                "the argument checks pointed the parameters at a block mask");
   FJ_FUZZ_CHECK(p.batch >= 0 && p.batch <= 65535, "batch %d", p.batch);
   FJ_FUZZ_CHECK(p.heads_q >= 1 && p.heads_q <= 65535 && p.heads_kv >= 1 &&
                     p.heads_q % p.heads_kv == 0,

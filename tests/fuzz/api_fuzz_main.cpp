@@ -164,6 +164,28 @@ std::vector<Seed> seeds() {
        }},
       {"tune_lengths_ladder", [](I &in) { in.desc.tune_lengths = FJ_TUNE_LENGTHS_LADDER; }},
       {"tune_lengths_unknown", [](I &in) { in.desc.tune_lengths = 7; }},
+      // Block masks (0.6): args->block_mask is a handle the checks never dereference;
+      // it needs a mask_mod, and a 0.5 caller's struct_size ends before it.
+      {"block_mask_without_mask_mod", [](I &in) {
+         in.args.block_mask = (fj_block_mask)fakePointer(10);
+       }},
+      {"valid_block_mask", [](I &in) {
+         const char text[] = "return kv_idx <= q_idx || kv_idx < args.integer[0];";
+         in.tail.assign(text, text + sizeof(text) - 1);
+         in.desc.mask_mod = (const char *)(uintptr_t)(sizeof(text) - 1);
+         in.args.mod_args.integer[0] = 16;
+         in.args.block_mask = (fj_block_mask)fakePointer(10);
+       }},
+      {"args_size_0_5", [](I &in) {  // block_mask beyond the size: read as NULL
+         in.flags = flashjit::fuzz::kFlagArgsSize;
+         in.argsSize = offsetof(fj_forward_args, block_mask);
+         in.args.block_mask = (fj_block_mask)fakePointer(10);
+       }},
+      {"args_size_cuts_block_mask", [](I &in) {
+         in.flags = flashjit::fuzz::kFlagArgsSize;
+         in.argsSize = offsetof(fj_forward_args, block_mask) + 3;
+         in.args.block_mask = (fj_block_mask)fakePointer(10);
+       }},
       {"desc_null", [](I &in) { in.flags = flashjit::fuzz::kFlagDescNull; }},
       {"args_null", [](I &in) { in.flags = flashjit::fuzz::kFlagArgsNull; }},
       {"dtype_unset", [](I &in) { in.desc.dtype = 0; }},
