@@ -82,7 +82,15 @@ class ForwardArgs(C.Structure):
                 ("total_q", C.c_int64), ("total_k", C.c_int64),
                 # attention features (0.3)
                 ("alibi_slopes", C.c_void_p), ("alibi_batch_stride", C.c_int64),
-                ("mod_args", ModArgs)]
+                ("mod_args", ModArgs),
+                # a block mask of this kernel (0.6): an fj_block_mask handle, or NULL
+                ("block_mask", C.c_void_p)]
+
+
+# fj_block_mask_options (0.6): what a block mask may share.
+class BlockMaskOptions(C.Structure):
+    _fields_ = [("struct_size", C.c_size_t), ("shared_across_batch", C.c_int32),
+                ("shared_across_heads", C.c_int32)]
 
 
 BACKWARD_TENSORS = ("q", "k", "v", "o", "dout", "dq", "dk", "dv")
@@ -162,7 +170,7 @@ STRUCTS = {"fj_context_options": ContextOptions, "struct fj_context_info": Conte
            "fj_backward_args": BackwardArgs, "struct fj_kernel_info": KernelInfo,
            "fj_variant_info": VariantInfo, "fj_mod_args": ModArgs,
            "fj_decode_args": DecodeArgs, "fj_kv_append_args": KvAppendArgs,
-           "fj_dispatch_info": DispatchInfo}
+           "fj_dispatch_info": DispatchInfo, "fj_block_mask_options": BlockMaskOptions}
 
 
 def _candidates():
@@ -219,6 +227,14 @@ _DECODE = {
     "fj_validate_kv_append_args": (lambda: [C.POINTER(AttentionDesc),
                                             C.POINTER(KvAppendArgs)]),
 }
+# Block masks for mask_mod kernels (0.6): optional too.
+_BLOCK_MASK = {
+    "fj_block_mask_create": (lambda: [C.c_void_p, C.POINTER(ForwardArgs),
+                                      C.POINTER(BlockMaskOptions), C.c_void_p,
+                                      C.POINTER(C.c_void_p)]),
+    "fj_block_mask_update": (lambda: [C.c_void_p, C.POINTER(ForwardArgs), C.c_void_p]),
+    "fj_block_mask_destroy": (lambda: [C.c_void_p]),
+}
 
 
 class Library:
@@ -265,6 +281,14 @@ class Library:
             for name, args in _DECODE.items():
                 fn = getattr(L, name)
                 fn.argtypes, fn.restype = args(), C.c_int
+        self.has_block_mask = all(hasattr(L, name) for name in
+                                  [*_BLOCK_MASK, "fj_block_mask_options_init"])
+        if self.has_block_mask:
+            for name, args in _BLOCK_MASK.items():
+                fn = getattr(L, name)
+                fn.argtypes, fn.restype = args(), C.c_int
+            L.fj_block_mask_options_init.argtypes = [C.POINTER(BlockMaskOptions)]
+            L.fj_block_mask_options_init.restype = None
 
     def check(self, call, status):
         if status != 0:

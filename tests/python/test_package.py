@@ -155,6 +155,35 @@ class StructLayouts(unittest.TestCase):
         self.assertEqual(L.fj_context_create(C.byref(o), C.byref(h)), 1)
         self.assertEqual(self.c_sizeof("fj_context_options"), C.sizeof(_capi.ContextOptions))
 
+    def test_block_mask_options_size_matches_the_library(self):
+        """fj_block_mask_options_init (0.6) writes the library's sizeof into struct_size
+        and zeroes the fields, and nothing past them."""
+        lib = _capi.library()
+        self.assertTrue(lib.has_block_mask)
+        self.assertTrue(flashjit.has_block_mask())
+        size = C.sizeof(_capi.BlockMaskOptions)
+        raw = (C.c_ubyte * (size + 16))(*([0xAB] * (size + 16)))
+        lib.lib.fj_block_mask_options_init(C.cast(raw, C.POINTER(_capi.BlockMaskOptions)))
+        options = _capi.BlockMaskOptions.from_buffer(raw)
+        self.assertEqual(options.struct_size, size)
+        self.assertEqual((options.shared_across_batch, options.shared_across_heads), (0, 0))
+        self.assertEqual(bytes(raw[size:]), b"\xab" * 16)
+        # The library refuses masks of no kernel, through FlashJitError.
+        mask = C.c_void_p()
+        for call, run, expected in (
+                ("fj_block_mask_create",
+                 lambda: lib.lib.fj_block_mask_create(None, None, None, None, C.byref(mask)),
+                 "kernel is NULL"),
+                ("fj_block_mask_destroy", lambda: lib.lib.fj_block_mask_destroy(None),
+                 "mask is NULL"),
+                ("fj_block_mask_update", lambda: lib.lib.fj_block_mask_update(None, None, None),
+                 "mask is NULL")):
+            with self.assertRaisesRegex(flashjit.FlashJitError,
+                                        rf"{call} failed with FJ_ERROR_INVALID_VALUE: .*"
+                                        rf"{expected}"):
+                lib.check(call, run())
+        self.assertIsNone(mask.value)
+
     @unittest.skipUnless(_capi.library().has_backward, "the library has no fj_backward")
     def test_backward_size_matches_the_library(self):
         L = _capi.library().lib
@@ -253,6 +282,31 @@ class StructLayouts(unittest.TestCase):
                                                 alibi_batch_stride=4,
                                                 mod_args=_capi.mod_args([1, 2], [0.5], [7])))
         self.assertEqual(L.fj_validate_forward_args(C.byref(alibi), C.byref(a)), 0, message())
+
+    def test_block_mask_field_is_where_the_library_reads_it(self):
+        """fj_forward_args.block_mask (0.6), the last field: set, it is read (refused
+        without a mask_mod); a 0.5-sized struct ends before it; none ends inside it."""
+        L = _capi.library().lib
+        base = dict(batch=1, seqlen_q=8, seqlen_k=8, q=0x7f0000000000, k=0x7f0000100000,
+                    v=0x7f0000200000, o=0x7f0000300000, block_mask=0x7f0000400000)
+        for t, heads in (("q", 4), ("k", 2), ("v", 2), ("o", 4)):
+            base.update({f"{t}_head_stride": 64, f"{t}_seq_stride": heads * 64,
+                         f"{t}_batch_stride": 8 * heads * 64})
+        a = _capi.new(_capi.ForwardArgs, **base)
+        self.assertEqual(L.fj_validate_forward_args(C.byref(self.desc()), C.byref(a)), 1)
+        self.assertIn("args->block_mask is set, but the description has no mask_mod",
+                      message())
+        masked = self.desc(mask_mod=b"return true;")
+        self.assertEqual(L.fj_validate_forward_args(C.byref(masked), C.byref(a)), 0,
+                         message())
+        at = _capi.ForwardArgs.block_mask.offset
+        self.assertEqual(at + 8, C.sizeof(_capi.ForwardArgs))
+        a.struct_size = at  # 0.5's sizeof: the mask is not read
+        self.assertEqual(L.fj_validate_forward_args(C.byref(self.desc()), C.byref(a)), 0,
+                         message())
+        a.struct_size = at + 4
+        self.assertEqual(L.fj_validate_forward_args(C.byref(self.desc()), C.byref(a)), 1)
+        self.assertIn("ends inside the pointer `block_mask`", message())
 
     @unittest.skipUnless(_capi.library().has_backward, "the library has no fj_backward")
     def test_backward_fields_are_where_the_library_reads_them(self):
