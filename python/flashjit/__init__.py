@@ -5,6 +5,8 @@
     o = flashjit.attention(q, k, v, causal=True)          # [batch, seq, heads, dim]
     o = flashjit.sdpa(query, key, value, is_causal=True)   # F.scaled_dot_product_attention's call
     o = flashjit.decode(q, k_cache, v_cache, cache_seqlens, block_table)  # a decode step
+    mask = flashjit.create_block_mask(q, k, v, mask_mod=doc_mask, mod_tensors=(doc_ids,))
+    o = flashjit.attention(q, k, v, block_mask=mask)       # skips the tiles the mask drops
 
 Importing needs neither torch, nor a GPU, nor the library: the library is loaded by the
 first call that needs it, torch by the first call on tensors.
@@ -16,14 +18,15 @@ import re
 
 from ._capi import FlashJitError, library
 from ._checks import (check_alibi_slopes, check_decode, check_features, check_inputs,
-                      check_kv_append, check_max_seqlens, check_mod_args, PLAIN)
-from . import _runtime
+                      check_kv_append, check_max_seqlens, check_mod_args, dtype_name, PLAIN)
+from . import _block_mask, _runtime
+from ._block_mask import BlockMask
 
 __version__ = "0.6.0"  # the package's version (python/pyproject.toml reads it from here)
 
-__all__ = ["attention", "sdpa", "decode", "kv_append", "info", "configure", "tuning",
-           "FlashJitError", "library_path", "version", "has_backward", "has_decode",
-           "__version__"]
+__all__ = ["attention", "sdpa", "decode", "kv_append", "create_block_mask", "BlockMask",
+           "info", "configure", "tuning", "FlashJitError", "library_path", "version",
+           "has_backward", "has_decode", "has_block_mask", "__version__"]
 
 
 def library_path():
@@ -44,6 +47,11 @@ def has_backward():
 def has_decode():
     """Whether the library has the decode kernels (fj_decode, fj_kv_append; 0.4 and later)."""
     return getattr(library(), "has_decode", False)
+
+
+def has_block_mask():
+    """Whether the library has block masks (fj_block_mask_create, 0.6 and later)."""
+    return getattr(library(), "has_block_mask", False)
 
 
 def _torch_ops():
@@ -124,6 +132,7 @@ def info():
     return dict(
         library=lib.path, version=lib.version(), package_version=__version__,
         backward=lib.has_backward, decode=getattr(lib, "has_decode", False),
+        block_mask=getattr(lib, "has_block_mask", False),
         environment={k: os.environ[k] for k in ("FLASHJIT_CACHE", "FLASHJIT_TUNE",
                                                 "FLASHJIT_FAMILY",
                                                 "FLASHJIT_BACKWARD_FAMILY",
@@ -137,7 +146,8 @@ def info():
 def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=None,
               cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, return_lse=False,
               deterministic=False, window=None, softcap=0.0, alibi_slopes=None,
-              score_mod=None, mask_mod=None, mod_tensors=(), mod_scalars=(), mod_ints=()):
+              score_mod=None, mask_mod=None, mod_tensors=(), mod_scalars=(), mod_ints=(),
+              block_mask=None):
     """Exact attention softmax(q k^T * scale) v on CUDA fp16/bf16 tensors, launched on
     the current stream.
 
@@ -168,11 +178,22 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=
     tensors), args.scalar[i] mod_scalars (floats), args.integer[i] mod_ints (int32s).
     The features select the kernel (one handle per distinct set, code text included).
     They have no backward pass yet: backward() raises NotImplementedError.
+    block_mask: a flashjit.BlockMask (create_block_mask) made with this call's arguments:
+    key tiles its mask_mod drops everywhere are skipped, those it keeps everywhere run
+    without calling it; the output is the same. Without mask_mod (and mod_*), the call
+    takes the mask's (the mod_* it was built or last updated with).
 
     The first call of a description gets its kernel (from the cache, else compiled or
     tuned: do it before capturing a CUDA graph); later calls only launch.
     """
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if block_mask is not None:
+        block_mask = _block_mask.check_mask(block_mask)
+        if mask_mod is None:
+            mask_mod = block_mask.mask_mod
+        if not (_given(mod_tensors) or _given(mod_scalars) or _given(mod_ints)):
+            mod_tensors, mod_scalars, mod_ints = \
+                block_mask.mod_tensors, block_mask.mod_scalars, block_mask.mod_ints
     if window is None and alibi_slopes is None and score_mod is None and mask_mod is None \
             and type(softcap) in (float, int) and softcap == 0 \
             and not (_given(mod_tensors) or _given(mod_scalars) or _given(mod_ints)):
@@ -196,18 +217,13 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=
     if alibi_slopes is not None:
         batch = cu_seqlens_q.shape[0] - 1 if varlen else dims["q"][0]
         check_alibi_slopes(alibi_slopes, batch, dims["q"][2], q.device)
-    if scale is None:
-        scale = 0.0  # the library's default: 1 / sqrt(d)
-    else:
-        try:
-            value = float(scale)
-        except (TypeError, ValueError):
-            raise TypeError(f"scale is {scale!r}: expected a number (None: 1/sqrt({d}))") \
-                from None
-        if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"scale is {scale!r}: expected a finite positive number (None: "
-                             f"1/sqrt({d}))")
-        scale = value
+    scale = _scale(scale, d)
+    mask_address = 0
+    if block_mask is not None:
+        _block_mask.check_use(block_mask, _description(q, dims, causal, scale, features),
+                              _call_shape(dims, varlen, cu_seqlens_q, max_seqlen_q,
+                                          max_seqlen_k))
+        mask_address = block_mask.address
     import torch
     _enable_fast_path()
     # The kernel is got with its backward pass only when a gradient may be asked for
@@ -221,8 +237,87 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=
         int(max_seqlen_q or 0), int(max_seqlen_k or 0), bool(need_grad), bool(deterministic),
         None if features.window is None else list(features.window), features.softcap,
         alibi_slopes, features.score_mod, features.mask_mod, list(mod_tensors),
-        list(mod_scalars), list(mod_ints))
+        list(mod_scalars), list(mod_ints), int(mask_address))
     return (o, lse.detach()) if return_lse else o
+
+
+def _scale(scale, d):
+    """scale as the kernel key has it: 0.0 for None (the library's 1/sqrt(d)), else a
+    finite positive float (TypeError / ValueError)."""
+    if scale is None:
+        return 0.0
+    try:
+        value = float(scale)
+    except (TypeError, ValueError):
+        raise TypeError(f"scale is {scale!r}: expected a number (None: 1/sqrt({d}))") \
+            from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"scale is {scale!r}: expected a finite positive number (None: "
+                         f"1/sqrt({d}))")
+    return value
+
+
+def _description(q, dims, causal, scale, features):
+    """The kernel a call describes, as a block mask records it (_block_mask.Description)."""
+    return _block_mask.Description(dtype_name(q), dims["q"][3], dims["v"][3], dims["q"][2],
+                                   dims["k"][2], bool(causal), scale, features)
+
+
+def _call_shape(dims, varlen, cu_seqlens_q, max_seqlen_q, max_seqlen_k):
+    """(batch, seqlen_q, seqlen_k, varlen) of a call, as fj_forward_args has them."""
+    if varlen:
+        return _block_mask.Shape(cu_seqlens_q.shape[0] - 1, int(max_seqlen_q),
+                                 int(max_seqlen_k), True)
+    return _block_mask.Shape(dims["q"][0], dims["q"][1], dims["k"][1], False)
+
+
+def create_block_mask(q, k, v, *, mask_mod, causal=False, scale=None, layout="bshd",
+                      cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+                      max_seqlen_k=None, window=None, softcap=0.0, alibi_slopes=None,
+                      score_mod=None, mod_tensors=(), mod_scalars=(), mod_ints=(),
+                      shared_across_batch=False, shared_across_heads=False):
+    """A flashjit.BlockMask for flashjit.attention calls with these arguments (C API 0.6,
+    fj_block_mask_create), as FlexAttention's create_block_mask: built once, on the GPU,
+    by evaluating mask_mod (with causal and the window) over every (query, key) pair, then
+    passed as attention(..., block_mask=mask) by every call of that shape (e.g. each
+    layer of a step), which skips the key tiles it drops everywhere and runs those it keeps
+    everywhere without calling mask_mod. The output is the same as without it.
+
+    The arguments are attention's, and must be those of the calls the mask serves: the
+    kernel (dtype, head dims, heads, causal, scale, window, softcap, ALiBi, score_mod,
+    mask_mod's text), the shape (batch, seq_q, seq_k; with cu_seqlens: batch and
+    max_seqlen_q/k) and the layout and strides of q, k and v (they choose the kernel's
+    variant, whose tiles the mask is made of): a call with other ones is refused
+    (ValueError naming what differs; FlashJitError from fj_forward for another variant).
+    q, k and v are not read. mod_tensors / mod_scalars / mod_ints, cu_seqlens and
+    alibi_slopes are read on the device as the kernel reads them: the mask is built from
+    their contents now (BlockMask.update rebuilds it after they change) and keeps them
+    alive. shared_across_batch: mask_mod does not depend on b (one mask for every
+    sequence, built with b = 0; not with cu_seqlens); shared_across_heads: it does not
+    depend on h (built with h = 0).
+
+    Launched on the current stream of q's device; gets the description's kernel first if
+    no call did (the cache, else compiled or tuned, with these mod_* as the tuner's)."""
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if mask_mod is None or mask_mod == "":
+        raise ValueError("create_block_mask needs mask_mod, the CUDA body of "
+                         "`bool mask_mod(int b, int h, int q_idx, int kv_idx, "
+                         "const FjModArgs &args)`: a block mask records where it drops keys")
+    features = check_features(window, softcap, alibi_slopes is not None, score_mod, mask_mod)
+    mod_tensors, mod_scalars, mod_ints = check_mod_args(
+        mod_tensors, mod_scalars, mod_ints, getattr(q, "device", None))
+    _block_mask.check_options(shared_across_batch, shared_across_heads, varlen)
+    _, dims = check_inputs(q, k, v, layout, cu_seqlens_q, cu_seqlens_k, pointers=True)
+    if varlen:
+        check_max_seqlens(max_seqlen_q, max_seqlen_k)
+    if alibi_slopes is not None:
+        batch = cu_seqlens_q.shape[0] - 1 if varlen else dims["q"][0]
+        check_alibi_slopes(alibi_slopes, batch, dims["q"][2], q.device, pointers=True)
+    scale = _scale(scale, dims["q"][3])
+    return _torch_ops().create_block_mask(
+        q, k, v, bool(causal), scale, layout.lower(), cu_seqlens_q, cu_seqlens_k,
+        int(max_seqlen_q or 0), int(max_seqlen_k or 0), features, alibi_slopes, mod_tensors,
+        mod_scalars, mod_ints, bool(shared_across_batch), bool(shared_across_heads))
 
 
 def _given(values):

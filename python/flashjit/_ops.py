@@ -8,7 +8,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _capi, _checks, _runtime
+from . import _block_mask, _capi, _checks, _runtime
 
 # Contexts and kernel handles live in _runtime (no torch there): the names below are
 # kept for callers of this module (bench/python_overhead.py).
@@ -73,6 +73,45 @@ def op_features(window, softcap, alibi_slopes, score_mod, mask_mod):
                                   alibi_slopes is not None, score_mod, mask_mod)
 
 
+class _Contiguous:
+    """What Layout.strides reads of a tensor, for a contiguous one not allocated yet."""
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+        self._strides = tuple(_contiguous_strides(shape))
+
+    def stride(self):
+        return self._strides
+
+
+def forward_args(q, k, v, layout, batch, sq, sk, cu_seqlens_q, cu_seqlens_k, alibi_slopes,
+                 mod, o=None, lse=None):
+    """The fj_forward_args of a call: what attention_fwd launches with, and what
+    create_block_mask builds a mask with (its variant depends on them). Without `o`, o's
+    strides are those of the contiguous o attention_fwd allocates, and q's pointer stands
+    in for o's (the C API wants one set; a mask's build neither reads nor writes o)."""
+    varlen = cu_seqlens_q is not None
+    lay = _checks.Layout(layout, varlen)
+    args = _capi.new(_capi.ForwardArgs, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
+                     batch=batch, seqlen_q=sq, seqlen_k=sk, mod_args=mod)
+    if o is None:
+        o_shape, _ = _out_shapes(q, v, layout, varlen)
+        o, args.o = _Contiguous(o_shape), q.data_ptr()
+    else:
+        args.o = o.data_ptr()
+    if lse is not None:
+        args.lse = lse.data_ptr()
+    _set_strides(args, lay, (("q", q), ("k", k), ("v", v), ("o", o)))
+    if varlen:
+        args.cu_seqlens_q, args.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
+        args.total_q, args.total_k = q.shape[0], k.shape[0]
+    if alibi_slopes is not None:
+        args.alibi_slopes = alibi_slopes.data_ptr()
+        args.alibi_batch_stride = _checks.check_alibi_slopes(alibi_slopes, batch,
+                                                             lay.dims(q)[2], q.device)
+    return args
+
+
 @torch.library.custom_op("flashjit::attention_fwd", mutates_args=(), device_types="cuda")
 def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, layout: str,
                   cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
@@ -80,31 +119,34 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, l
                   deterministic: bool, window: Optional[List[int]], softcap: float,
                   alibi_slopes: Optional[Tensor], score_mod: Optional[str],
                   mask_mod: Optional[str], mod_tensors: List[Tensor], mod_scalars: List[float],
-                  mod_ints: List[int]) -> Tuple[Tensor, Tensor]:
+                  mod_ints: List[int], block_mask: int) -> Tuple[Tensor, Tensor]:
+    # block_mask: the address of an open flashjit.BlockMask's fj_block_mask, 0 for none.
     varlen = cu_seqlens_q is not None
     lay, batch, sq, sk, hq, hk, d = _sizes(q, k, layout, varlen, max_seqlen_q, max_seqlen_k,
                                            cu_seqlens_q)
     dv = v.shape[-1]
     o_shape, lse_shape = _out_shapes(q, v, layout, varlen)
-    o = q.new_empty(o_shape)
-    lse = q.new_empty(lse_shape, dtype=torch.float32)
     device = _device_index(q)
     features = op_features(window, softcap, alibi_slopes, score_mod, mask_mod)
     mod = _capi.mod_args([t.data_ptr() for t in mod_tensors], mod_scalars, mod_ints)
-    # The call's own args serve the tuner too: valid now, sized for this shape (the hints).
-    handle, _ = kernel(device, _checks.dtype_name(q), d, dv, hq, hk, causal, scale,
-                       with_backward, (sq, sk, batch), features, mod)
+    if block_mask:
+        # The mask's own handle (it is checked to describe this call's kernel): the one
+        # it was built by, whatever the settings now.
+        handle = _block_mask.lookup(block_mask).kernel_for(
+            device, _block_mask.Description(_checks.dtype_name(q), d, dv, hq, hk, bool(causal),
+                                            float(scale), features),
+            _block_mask.Shape(batch, sq, sk, varlen))
+    else:
+        # The call's own args serve the tuner too: valid now, sized for this shape (the
+        # hints).
+        handle, _ = kernel(device, _checks.dtype_name(q), d, dv, hq, hk, causal, scale,
+                           with_backward, (sq, sk, batch), features, mod)
+    o = q.new_empty(o_shape)
+    lse = q.new_empty(lse_shape, dtype=torch.float32)
     lib = _capi.library()
-    args = _capi.new(_capi.ForwardArgs, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
-                     o=o.data_ptr(), lse=lse.data_ptr(), batch=batch, seqlen_q=sq, seqlen_k=sk,
-                     mod_args=mod)
-    _set_strides(args, lay, (("q", q), ("k", k), ("v", v), ("o", o)))
-    if varlen:
-        args.cu_seqlens_q, args.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
-        args.total_q, args.total_k = q.shape[0], k.shape[0]
-    if alibi_slopes is not None:
-        args.alibi_slopes = alibi_slopes.data_ptr()
-        args.alibi_batch_stride = _checks.check_alibi_slopes(alibi_slopes, batch, hq, q.device)
+    args = forward_args(q, k, v, layout, batch, sq, sk, cu_seqlens_q, cu_seqlens_k,
+                        alibi_slopes, mod, o, lse)
+    args.block_mask = block_mask or None
     lib.check("fj_forward", lib.lib.fj_forward(handle, C.byref(args), _stream(device)))
     return o, lse
 
@@ -113,7 +155,7 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, l
 def _attention_fwd_fake(q, k, v, causal, scale, layout, cu_seqlens_q, cu_seqlens_k,
                         max_seqlen_q, max_seqlen_k, with_backward, deterministic, window,
                         softcap, alibi_slopes, score_mod, mask_mod, mod_tensors, mod_scalars,
-                        mod_ints):
+                        mod_ints, block_mask):
     o_shape, lse_shape = _out_shapes(q, v, layout, cu_seqlens_q is not None)
     return q.new_empty(o_shape), q.new_empty(lse_shape, dtype=torch.float32)
 
@@ -159,7 +201,7 @@ def _attention_bwd_fake(dout, q, k, v, o, lse, causal, scale, layout, cu_seqlens
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
-_FEATURE_INPUTS = 8  # window, softcap, alibi_slopes, score_mod, mask_mod, mod_*
+_FEATURE_INPUTS = 9  # window, softcap, alibi_slopes, score_mod, mask_mod, mod_*, block_mask
 
 
 def _setup_context(ctx, inputs, output):
@@ -196,6 +238,53 @@ def _backward(ctx, dout, dlse):
 
 
 attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ---- block masks (0.6) ---------------------------------------------------------------
+def create_block_mask(q, k, v, causal, scale, layout, cu_seqlens_q, cu_seqlens_k,
+                      max_seqlen_q, max_seqlen_k, features, alibi_slopes, mod_tensors,
+                      mod_scalars, mod_ints, shared_across_batch, shared_across_heads):
+    """A BlockMask for attention_fwd calls with these arguments (checked by
+    flashjit.create_block_mask): built by the kernel handle those calls get (the same key:
+    no backward pass, as calls with features), with the fj_forward_args they pass (the
+    variant, which the mask is for, depends on their strides and alignment), on the current
+    stream."""
+    lib = _capi.library()
+    if not getattr(lib, "has_block_mask", False):
+        raise RuntimeError(_block_mask.no_block_mask_message(lib))
+    varlen = cu_seqlens_q is not None
+    lay, batch, sq, sk, hq, hk, d = _sizes(q, k, layout, varlen, max_seqlen_q, max_seqlen_k,
+                                           cu_seqlens_q)
+    dv = v.shape[-1]
+    device = _device_index(q)
+    mod = _capi.mod_args([t.data_ptr() for t in mod_tensors], mod_scalars, mod_ints)
+    handle, _ = kernel(device, _checks.dtype_name(q), d, dv, hq, hk, bool(causal),
+                       float(scale), False, (sq, sk, batch), features, mod)
+    args = forward_args(q, k, v, layout, batch, sq, sk, cu_seqlens_q, cu_seqlens_k,
+                        alibi_slopes, mod)
+    options = _capi.new(_capi.BlockMaskOptions, shared_across_batch=int(shared_across_batch),
+                        shared_across_heads=int(shared_across_heads))
+    dev = q.device
+
+    def stream():
+        return torch.cuda.current_stream(dev).cuda_stream
+
+    out = C.c_void_p()
+    lib.check("fj_block_mask_create",
+              lib.lib.fj_block_mask_create(handle, C.byref(args), C.byref(options),
+                                           C.c_void_p(stream()), C.byref(out)))
+    try:
+        mask = _block_mask.BlockMask(
+            out.value, handle, dev, device,
+            _block_mask.Description(_checks.dtype_name(q), d, dv, hq, hk, bool(causal),
+                                    float(scale), features),
+            _block_mask.Shape(batch, sq, sk, varlen), (mod_tensors, mod_scalars, mod_ints),
+            (cu_seqlens_q, cu_seqlens_k) if varlen else None, alibi_slopes, args,
+            shared_across_batch, shared_across_heads, stream, lib)
+    except BaseException:
+        lib.lib.fj_block_mask_destroy(out)
+        raise
+    return _block_mask.register(mask)
 
 
 # ---- the eager inference fast path -------------------------------------------------

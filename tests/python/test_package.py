@@ -940,6 +940,208 @@ class BadArguments(unittest.TestCase):
         self.expect(TypeError, r"scale is 'big'", *qkv(), scale="big")
 
 
+class FakeMaskLibrary:
+    """Stands in for libflashjit.so's fj_block_mask_update / _destroy: records the calls."""
+
+    def __init__(self):
+        self.destroyed, self.updates = [], []
+        real = _capi.library()
+        self.check = real.check
+        self.lib = self
+
+    def fj_block_mask_destroy(self, mask):
+        self.destroyed.append(mask.value)
+        return 0
+
+    def fj_block_mask_update(self, mask, args_ref, stream):
+        a = args_ref._obj
+        self.updates.append(dict(mask=mask.value, stream=stream.value,
+                                 tensors=list(a.mod_args.tensor), ints=list(a.mod_args.integer),
+                                 q_seq_stride=a.q_seq_stride, o_seq_stride=a.o_seq_stride,
+                                 cu=(a.cu_seqlens_q, a.cu_seqlens_k),
+                                 block_mask=a.block_mask))
+        return 0
+
+
+DOC = "const int *doc = (const int *)args.tensor[0];\nreturn doc[q_idx] == doc[kv_idx];"
+
+
+def fake_mask(lib, address=0x5000, varlen=False, causal=False, alibi=False, **shape):
+    """A BlockMask as _ops.create_block_mask makes one, for qkv()'s calls (bf16, d 64,
+    8 query and 2 key/value heads, batch 2, 100 queries, 107 keys) with DOC as mask_mod."""
+    from flashjit import _block_mask
+    features = _checks.check_features(None, 0.0, alibi, None, DOC)
+    shape = _block_mask.Shape(**dict(dict(batch=2, seqlen_q=100, seqlen_k=107, varlen=varlen),
+                                     **shape))
+    args = _capi.new(_capi.ForwardArgs, q=0x7f0000000000, batch=shape.batch,
+                     seqlen_q=shape.seqlen_q, seqlen_k=shape.seqlen_k, q_seq_stride=512,
+                     o_seq_stride=512)
+    doc = FakeTensor((107,), dtype="torch.int32", ptr=0x7f0000900000)
+    cu = (FakeTensor((3,), dtype="torch.int32", ptr=0x7f0000a00000),
+          FakeTensor((3,), dtype="torch.int32", ptr=0x7f0000b00000)) if varlen else None
+    mask = _block_mask.BlockMask(
+        address, C.c_void_p(0x1234), "cuda:0", 0,
+        _block_mask.Description("bf16", 64, 64, 8, 2, causal, 0.0, features), shape,
+        ((doc,), (), (5,)), cu, None, args, False, False, lambda: 0x77, lib)
+    return _block_mask.register(mask)
+
+
+class BlockMasks(unittest.TestCase):
+    """flashjit.create_block_mask's checks and BlockMask (0.6) without a device: the
+    arguments, a mask's life (close, the registry), update's arguments reaching the C
+    call, and attention refusing a mask made for another kernel or shape."""
+
+    def setUp(self):
+        self.lib = FakeMaskLibrary()
+
+    def create(self, exc, pattern, *args, **kw):
+        kw.setdefault("mask_mod", DOC)
+        with self.assertRaisesRegex(exc, pattern):
+            flashjit.create_block_mask(*args, **kw)
+
+    def attend(self, exc, pattern, *args, **kw):
+        with self.assertRaisesRegex(exc, pattern):
+            flashjit.attention(*args, **kw)
+
+    def test_create_arguments(self):
+        q, k, v = qkv()
+        self.create(ValueError, r"create_block_mask needs mask_mod", q, k, v, mask_mod=None)
+        self.create(ValueError, r"create_block_mask needs mask_mod", q, k, v, mask_mod="")
+        self.create(TypeError, r"mask_mod is a bytes: expected a str", q, k, v,
+                    mask_mod=b"return true;")
+        self.create(TypeError, r"shared_across_heads is 'yes': expected True or False", q, k,
+                    v, shared_across_heads="yes")
+        self.create(TypeError, r"shared_across_batch is 2", q, k, v, shared_across_batch=2)
+        self.create(ValueError, r"mod_tensors has 5 entries", q, k, v,
+                    mod_tensors=[FakeTensor((4,))] * 5)
+        self.create(ValueError, r"mod_tensors\[0\] is on cpu", q, k, v,
+                    mod_tensors=[FakeTensor((4,), device="cpu")])
+        self.create(ValueError, r"window is \(-1, -1\)", q, k, v, window=(-1, -1))
+        self.create(ValueError, r"scale is -1", q, k, v, scale=-1.0)
+        self.create(ValueError, r"q has 6 heads and k/v 4", *qkv(hq=6, hkv=4))
+        self.create(ValueError, r"q's data is at 0x7f0000000008, not 16-byte aligned",
+                    FakeTensor(q.shape, ptr=0x7f0000000008), k, v)
+        self.create(ValueError, r"alibi_slopes is \(4,\)", q, k, v,
+                    alibi_slopes=FakeTensor((4,), dtype="torch.float32"))
+        pq, pk = FakeTensor((300, 8, 64)), FakeTensor((280, 2, 64))
+        cu = FakeTensor((4,), dtype="torch.int32")
+        self.create(ValueError, r"shared_across_batch is set, but the arguments have "
+                                r"cu_seqlens", pq, pk, pk, cu_seqlens_q=cu, cu_seqlens_k=cu,
+                    max_seqlen_q=100, max_seqlen_k=100, shared_across_batch=True)
+        self.create(ValueError, r"max_seqlen_q and max_seqlen_k are required", pq, pk, pk,
+                    cu_seqlens_q=cu, cu_seqlens_k=cu)
+
+    @unittest.skipIf(HAVE_TORCH, "torch is installed")
+    def test_create_without_torch_says_so(self):
+        with self.assertRaisesRegex(ImportError, "torch"):
+            flashjit.create_block_mask(*qkv(), mask_mod=DOC, shared_across_heads=True)
+
+    def test_close_and_the_registry(self):
+        from flashjit import _block_mask
+        mask = fake_mask(self.lib)
+        self.assertIs(_block_mask.lookup(0x5000), mask)
+        self.assertFalse(mask.closed)
+        self.assertIn("batch=2, seqlen_q=100, seqlen_k=107", repr(mask))
+        with mask as m:
+            self.assertIs(m, mask)
+        self.assertTrue(mask.closed)
+        self.assertEqual(mask.address, 0)
+        mask.close()  # twice: nothing
+        self.assertEqual(self.lib.destroyed, [0x5000])
+        self.assertIn("closed", repr(mask))
+        with self.assertRaisesRegex(ValueError, r"block_mask 0x5000 is not an open "
+                                                r"flashjit.BlockMask"):
+            _block_mask.lookup(0x5000)
+        # Dropped without close(): destroyed by the collector, gone from the registry.
+        fake_mask(self.lib, address=0x6000)
+        import gc
+        gc.collect()
+        self.assertEqual(self.lib.destroyed, [0x5000, 0x6000])
+        with self.assertRaises(ValueError):
+            _block_mask.lookup(0x6000)
+
+    def test_update(self):
+        mask = fake_mask(self.lib)
+        doc2 = FakeTensor((107,), dtype="torch.int32", ptr=0x7f0000c00000)
+        self.assertIs(mask.update(), mask)  # the same tensors, rebuilt
+        self.assertIs(mask.update(mod_tensors=(doc2,), mod_ints=(7,)), mask)
+        first, second = self.lib.updates
+        self.assertEqual((first["mask"], first["stream"]), (0x5000, 0x77))
+        self.assertEqual(first["tensors"][0], 0x7f0000900000)
+        self.assertEqual((first["ints"][0], first["q_seq_stride"], first["o_seq_stride"]),
+                         (5, 512, 512))
+        self.assertIsNone(first["block_mask"])
+        self.assertEqual((second["tensors"][0], second["ints"][0]), (0x7f0000c00000, 7))
+        self.assertEqual((mask.mod_tensors, mask.mod_ints), ((doc2,), (7,)))
+        for kw, exc, pattern in (
+                (dict(mod_tensors=(FakeTensor((4,), device="cpu"),)), ValueError,
+                 r"mod_tensors\[0\] is on cpu"),
+                (dict(mod_ints=("x",)), TypeError, r"mod_ints\[0\] is 'x'"),
+                (dict(cu_seqlens_q=FakeTensor((3,), dtype="torch.int32")), ValueError,
+                 r"built without cu_seqlens"),
+                (dict(alibi_slopes=FakeTensor((8,), dtype="torch.float32")), ValueError,
+                 r"no ALiBi")):
+            with self.assertRaisesRegex(exc, pattern):
+                mask.update(**kw)
+        self.assertEqual(len(self.lib.updates), 2)  # nothing reached the library
+        self.assertEqual(mask.mod_ints, (7,))       # nor changed the mask
+        varlen = fake_mask(self.lib, address=0x7000, varlen=True)
+        cu = FakeTensor((3,), dtype="torch.int32", ptr=0x7f0000d00000)
+        varlen.update(cu_seqlens_k=cu)
+        self.assertEqual(self.lib.updates[-1]["cu"], (0x7f0000a00000, 0x7f0000d00000))
+        self.assertIs(varlen.cu_seqlens[1], cu)
+        with self.assertRaisesRegex(ValueError, r"cu_seqlens_q is torch.int32 \(4,\): this "
+                                                r"mask's calls have batch 2"):
+            varlen.update(cu_seqlens_q=FakeTensor((4,), dtype="torch.int32"))
+        mask.close()
+        with self.assertRaisesRegex(ValueError, r"BlockMask.update: this BlockMask was closed"):
+            mask.update()
+
+    def test_attention_refuses_another_kernel_or_shape(self):
+        mask = fake_mask(self.lib)
+        q, k, v = qkv()
+        self.attend(TypeError, r"block_mask is a int: expected a flashjit.BlockMask", q, k, v,
+                    block_mask=0x5000)
+        for kw, pattern in (
+                (dict(causal=True), r"another kernel than this call's \(causal: the mask's "
+                                    r"False, this call's True\)"),
+                (dict(mask_mod="return true;"), r"\(mask_mod: another text\)"),
+                (dict(scale=0.5), r"scale: the mask's None \(1/sqrt\(64\)\), this call's "
+                                  r"0\.5"),
+                (dict(window=(16, 0)), r"window: the mask's None, this call's \(16, 0\)"),
+                (dict(softcap=30.0), r"softcap: the mask's 0\.0, this call's 30\.0")):
+            self.attend(ValueError, pattern, q, k, v, block_mask=mask, **kw)
+        self.attend(ValueError, r"dtype: the mask's 'bf16', this call's 'fp16'",
+                    *qkv(dtype="torch.float16"), block_mask=mask)
+        self.attend(ValueError, r"heads_q: the mask's 8, this call's 4", *qkv(hq=4),
+                    block_mask=mask)
+        self.attend(ValueError, r"block_mask was built for batch 2, seqlen_q 100, seqlen_k "
+                                r"107; this call has batch 2, seqlen_q 64, seqlen_k 71: build "
+                                r"a mask for this shape", *qkv(s=64), block_mask=mask)
+        self.attend(ValueError, r"batch 3, seqlen_q 100", *qkv(b=3), block_mask=mask)
+        pq, pk = FakeTensor((300, 8, 64)), FakeTensor((280, 2, 64))
+        cu = FakeTensor((3,), dtype="torch.int32")
+        self.attend(ValueError, r"this call has batch 2, seqlen_q 100, seqlen_k 107 "
+                                r"\(cu_seqlens\)", pq, pk, pk, cu_seqlens_q=cu,
+                    cu_seqlens_k=cu, max_seqlen_q=100, max_seqlen_k=107, block_mask=mask)
+        mask.close()
+        self.attend(ValueError, r"block_mask: this BlockMask was closed", q, k, v,
+                    block_mask=mask)
+
+    @unittest.skipIf(HAVE_TORCH, "torch is installed")
+    def test_attention_with_a_mask_passes_the_checks(self):
+        """A call of the mask's kernel and shape, with or without the mask's mask_mod
+        and mod_* (taken from the mask), gets past the checks to torch."""
+        mask = fake_mask(self.lib)
+        for kw in (dict(), dict(mask_mod=DOC), dict(mask_mod=DOC, mod_ints=(1,))):
+            self.attend(ImportError, "torch", *qkv(), block_mask=mask, **kw)
+        varlen = fake_mask(self.lib, address=0x7000, varlen=True)
+        pq, pk = FakeTensor((300, 8, 64)), FakeTensor((280, 2, 64))
+        cu = FakeTensor((3,), dtype="torch.int32")
+        self.attend(ImportError, "torch", pq, pk, pk, cu_seqlens_q=cu, cu_seqlens_k=cu,
+                    max_seqlen_q=100, max_seqlen_k=107, block_mask=varlen)
+
+
 def decode_args(b=3, sq=1, hq=8, hkv=2, d=128, dv=None, n=300, paged=False, page=16,
                 pages=None, **kw):
     """Stand-ins for flashjit.decode: q, k_cache, v_cache, cache_seqlens, block_table
