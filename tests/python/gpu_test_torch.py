@@ -12,7 +12,12 @@ the LSE; gradients of q, k, v (also varlen and deterministic); torch.compile
 (forward, and forward + backward); a side stream; flashjit.sdpa against
 F.scaled_dot_product_attention and its fallbacks; bad arguments; the attention features
 (window, softcap, ALiBi, score_mod, mask_mod; alone, together, varlen, compiled, their
-LSE and empty rows, one handle per user code text, and backward raising); decode over a
+LSE and empty rows, one handle per user code text, and backward raising); block masks
+(0.6: create_block_mask with a document mask and a prefix-LM mask, causal or not, GQA/MQA,
+odd lengths, shared across batch and heads, BHSD, varlen, rows that see no key: equal to
+the same call without the mask and to the reference; update() in place, with new
+tensors and in a CUDA graph; torch.compile; a mask refused for another shape or kernel,
+closed, and by fj_forward itself); decode over a
 KV cache (contiguous and paged with shuffled pages of 16 and 64 tokens, last pages partly
 full and NaN past every sequence's keys; query rows 1, 4, 16; MHA, GQA, MQA; causal or
 not; fp16/bf16; head dims 64/128; split counts; a 70,000-key cache; empty sequences; its
@@ -678,6 +683,275 @@ def features_cases():
     features_bad_arguments()
 
 
+# ---- block masks (0.6) -------------------------------------------------------------
+def need_block_mask():
+    if not flashjit.has_block_mask():
+        raise Skip(f"the library ({flashjit.library_path()}) has no fj_block_mask_create")
+
+
+# Document ids per sequence: dq [B, Sq] and dk [B, Sk], row strides in args.integer[0/1]
+# (0: every sequence reads row 0, the mask does not depend on b).
+DOC_MASK = ("const int *dq = (const int *)args.tensor[0];\n"
+            "const int *dk = (const int *)args.tensor[1];\n"
+            "return dq[b * args.integer[0] + q_idx] == dk[b * args.integer[1] + kv_idx];")
+# Prefix-LM: the first args.integer[0] keys (+ 16 per head) seen by every query, the rest
+# causally (bottom-right: args.integer[1] = seq_k - seq_q); the second ignores h.
+PREFIX_MASK = "return kv_idx < args.integer[0] + 16 * h || kv_idx <= q_idx + args.integer[1];"
+PREFIX_MASK_SHARED = "return kv_idx < args.integer[0] || kv_idx <= q_idx + args.integer[1];"
+
+
+def doc_ids(b, n, seed, docs=4, same=False):
+    """[b, n] int32 document ids: `docs` runs of random (odd) lengths per sequence, or the
+    same runs in every sequence (same=True)."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for r in range(b):
+        if same and rows:
+            rows.append(rows[0])
+            continue
+        cuts = torch.randint(1, max(n, 2), (docs - 1,), generator=g).tolist()
+        ids = torch.zeros(n, dtype=torch.int32)
+        for c in cuts:
+            ids[c:] += 1
+        rows.append(ids)
+    return torch.stack(rows).cuda()
+
+
+def document(b, sq, sk, seed=0, shared_batch=False, empty_rows=0):
+    """(mask_mod, attention's mod_* kwargs, mask_fn) of a document mask over keys' ids,
+    queries the last sq positions (bottom-right, as causal); `empty_rows` first query rows
+    of each sequence in a document no key has (rows that see nothing)."""
+    dk = doc_ids(b, sk, seed, same=shared_batch)
+    dq = dk[:, sk - sq:].clone() if sq <= sk else doc_ids(b, sq, seed + 1, same=shared_batch)
+    if empty_rows:
+        dq[:, :empty_rows] = -1
+    mod = dict(mod_tensors=(dq, dk), mod_ints=(0, 0) if shared_batch else (sq, sk))
+    dql, dkl = dq.long(), dk.long()
+    return DOC_MASK, mod, lambda b_, h, i, j: dql[b_, i] == dkl[b_, j]
+
+
+def prefix_lm(b, sq, sk, prefix=100, per_head=True):
+    code = PREFIX_MASK if per_head else PREFIX_MASK_SHARED
+    step = 16 if per_head else 0
+    mod = dict(mod_ints=(prefix, sk - sq))
+    return code, mod, lambda b_, h, i, j: (j < prefix + step * h) | (j <= i + (sk - sq))
+
+
+def check_same(o, o_plain, q, k, v, what, **features):
+    """o (with the mask) against o_plain (without) within the bar of the fp32 reference."""
+    ref, _ = feature_reference(q, k, v, **features)
+    low, _ = feature_reference(q, k, v, dtype=q.dtype, **features)
+    err, perr = max_err(o, o_plain.float()), max_err(low, ref)
+    assert err <= bar(perr, ref), f"{what}: with and without the block mask differ by " \
+                                  f"{err:.3e}, same-dtype formula's error {perr:.3e}"
+
+
+@case("block mask")
+def block_mask_case(kind, b, sq, sk, hq, hk, causal, layout="bshd", shared_batch=False,
+                    shared_heads=False, d=64, dtype=torch.bfloat16, empty_rows=0):
+    need_block_mask()
+    q, k, v = rand(b, sq, hq, d, dtype=dtype), rand(b, sk, hk, d, dtype=dtype), \
+        rand(b, sk, hk, d, dtype=dtype)
+    if kind == "document":
+        code, mod, mask_fn = document(b, sq, sk, shared_batch=shared_batch,
+                                      empty_rows=empty_rows)
+    else:
+        code, mod, mask_fn = prefix_lm(b, sq, sk, per_head=not shared_heads)
+    inputs = (q, k, v) if layout == "bshd" else tuple(t.transpose(1, 2) for t in (q, k, v))
+    call = dict(causal=causal, layout=layout, mask_mod=code, **mod)
+    with flashjit.create_block_mask(*inputs, shared_across_batch=shared_batch,
+                                    shared_across_heads=shared_heads, **call) as mask:
+        assert mask.shape == (b, sq, sk, False), mask
+        o, lse = flashjit.attention(*inputs, return_lse=True, block_mask=mask, **call)
+        plain, plain_lse = flashjit.attention(*inputs, return_lse=True, **call)
+        # Without mask_mod and mod_*: the mask's.
+        implicit = flashjit.attention(*inputs, causal=causal, layout=layout, block_mask=mask)
+    assert mask.closed
+    if layout == "bhsd":
+        o, plain, implicit = (t.transpose(1, 2) for t in (o, plain, implicit))
+    features = dict(causal=causal, mask_fn=mask_fn)
+    check_features(o, lse, q, k, v, what="with the block mask", **features)
+    check_features(plain, plain_lse, q, k, v, what="without", **features)
+    check_same(o, plain, q, k, v, "o", **features)
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(plain_lse)), "lse's -inf rows"
+    assert torch.equal(implicit, o), "the mask's mask_mod and mod_* give another result"
+    if empty_rows:
+        assert torch.equal(o[:, :empty_rows], torch.zeros_like(o[:, :empty_rows])), \
+            "rows that see no key: o = 0"
+
+
+@case("block mask: varlen (cu_seqlens), a document mask per sequence")
+def block_mask_varlen():
+    need_block_mask()
+    lens = [130, 1, 300, 77]
+    cu_ = cu(lens)
+    width = max(lens)
+    ids = doc_ids(len(lens), width, 7, docs=3)
+    q, k, v = rand(sum(lens), 8, 64), rand(sum(lens), 2, 64), rand(sum(lens), 2, 64)
+    call = dict(cu_seqlens_q=cu_, cu_seqlens_k=cu_, max_seqlen_q=width, max_seqlen_k=width,
+                mask_mod=DOC_MASK, mod_tensors=(ids, ids), mod_ints=(width, width))
+    with flashjit.create_block_mask(q, k, v, shared_across_heads=True, **call) as mask:
+        o = flashjit.attention(q, k, v, block_mask=mask, **call)
+        plain = flashjit.attention(q, k, v, **call)
+    for s in range(len(lens)):
+        rows = slice(int(cu_[s]), int(cu_[s + 1]))
+        own = ids[s].long()
+        args = (q[rows][None], k[rows][None], v[rows][None])
+        fn = (lambda own: lambda b_, h, i, j: own[i] == own[j])(own)
+        check_features(o[rows][None], None, *args, what=f"sequence {s}", mask_fn=fn)
+        check_same(o[rows][None], plain[rows][None], *args, f"sequence {s}", mask_fn=fn)
+
+
+@case("block mask: update() after new document ids, in place and as new tensors")
+def block_mask_update():
+    need_block_mask()
+    b, n = 2, 700
+    q, k, v = rand(b, n, 4, 64), rand(b, n, 4, 64), rand(b, n, 4, 64)
+    code, mod, fn1 = document(b, n, n, seed=1)
+    dq, dk = mod["mod_tensors"]
+    mask = flashjit.create_block_mask(q, k, v, causal=True, mask_mod=code, **mod)
+    o1 = flashjit.attention(q, k, v, causal=True, block_mask=mask)
+    check_features(o1, None, q, k, v, what="first ids", causal=True, mask_fn=fn1)
+    # New contents in the same tensors.
+    _, mod2, fn2 = document(b, n, n, seed=2)
+    dq.copy_(mod2["mod_tensors"][0])
+    dk.copy_(mod2["mod_tensors"][1])
+    assert mask.update() is mask
+    o2 = flashjit.attention(q, k, v, causal=True, block_mask=mask)
+    check_features(o2, None, q, k, v, what="ids written in place", causal=True, mask_fn=fn2)
+    # Other tensors (and their ints), given to update: the calls then take them.
+    _, mod3, fn3 = document(b, n, n, seed=3)
+    mask.update(mod_tensors=mod3["mod_tensors"], mod_ints=mod3["mod_ints"])
+    o3 = flashjit.attention(q, k, v, causal=True, block_mask=mask)
+    check_features(o3, None, q, k, v, what="new tensors", causal=True, mask_fn=fn3)
+    plain = flashjit.attention(q, k, v, causal=True, mask_mod=code, **mod3)
+    check_same(o3, plain, q, k, v, "o3", causal=True, mask_fn=fn3)
+    mask.close()
+
+
+@case("block mask: update() and attention in a CUDA graph, replayed on new ids")
+def block_mask_cuda_graph():
+    need_block_mask()
+    b, n = 2, 513
+    q, k, v = rand(b, n, 4, 64), rand(b, n, 4, 64), rand(b, n, 4, 64)
+    code, mod, _ = document(b, n, n, seed=4)
+    dq, dk = mod["mod_tensors"]
+    mask = flashjit.create_block_mask(q, k, v, mask_mod=code, **mod)
+    flashjit.attention(q, k, v, block_mask=mask)  # warm-up (the kernel is got already)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        mask.update()
+        out = flashjit.attention(q, k, v, block_mask=mask)
+    _, mod2, fn2 = document(b, n, n, seed=5)
+    dq.copy_(mod2["mod_tensors"][0])
+    dk.copy_(mod2["mod_tensors"][1])
+    g.replay()
+    torch.cuda.synchronize()
+    check_features(out, None, q, k, v, what="replayed", mask_fn=fn2)
+    want = flashjit.attention(q, k, v, mask_mod=code, **mod)
+    check_same(out, want, q, k, v, "replayed", mask_fn=fn2)
+    del g
+    mask.close()
+
+
+@case("block mask: torch.compile(fullgraph=True)")
+def block_mask_compiled():
+    need_block_mask()
+    q, k, v = rand(2, 384, 4, 64), rand(2, 384, 4, 64), rand(2, 384, 4, 64)
+    code, mod, fn = prefix_lm(2, 384, 384, prefix=70)
+    mask = flashjit.create_block_mask(q, k, v, mask_mod=code, **mod)
+
+    @torch.compile(fullgraph=True)
+    def f(q, k, v):
+        return flashjit.attention(q, k, v, block_mask=mask)
+
+    o = f(q, k, v)
+    check_features(o, None, q, k, v, mask_fn=fn)
+    assert torch.equal(o, flashjit.attention(q, k, v, block_mask=mask)), "compiled != eager"
+    mask.close()
+
+
+@case("block mask: errors (another shape, another kernel, closed, no mask_mod)")
+def block_mask_errors():
+    need_block_mask()
+    q, k, v = rand(2, 333, 8, 64), rand(2, 333, 2, 64), rand(2, 333, 2, 64)
+    code, mod, _ = document(2, 333, 333)
+    mask = flashjit.create_block_mask(q, k, v, mask_mod=code, **mod)
+    q2, k2, v2 = rand(2, 300, 8, 64), rand(2, 300, 2, 64), rand(2, 300, 2, 64)
+    _, mod2, _ = document(2, 300, 300)
+    for name, call, exc, text in (
+            ("another shape", lambda: flashjit.attention(q2, k2, v2, block_mask=mask, **mod2),
+             ValueError, "build a mask for this shape"),
+            ("another batch", lambda: flashjit.attention(q[:1], k[:1], v[:1], block_mask=mask),
+             ValueError, "this call has batch 1"),
+            ("causal", lambda: flashjit.attention(q, k, v, causal=True, block_mask=mask),
+             ValueError, "causal: the mask's False, this call's True"),
+            ("another mask_mod", lambda: flashjit.attention(
+                q, k, v, mask_mod=PREFIX_MASK, mod_ints=(1, 0), block_mask=mask), ValueError,
+             "mask_mod: another text"),
+            ("head dim", lambda: flashjit.attention(
+                rand(2, 333, 8, 128), rand(2, 333, 2, 128), rand(2, 333, 2, 128),
+                block_mask=mask), ValueError, "head_dim: the mask's 64, this call's 128"),
+            ("not a mask", lambda: flashjit.attention(q, k, v, mask_mod=code, block_mask=123,
+                                                      **mod), TypeError, "flashjit.BlockMask"),
+            ("no mask_mod", lambda: flashjit.create_block_mask(q, k, v, mask_mod=None),
+             ValueError, "needs mask_mod"),
+            ("shared batch with cu_seqlens", lambda: flashjit.create_block_mask(
+                q.view(-1, 8, 64), k.view(-1, 2, 64), v.view(-1, 2, 64), mask_mod=code,
+                cu_seqlens_q=cu([333, 333]), cu_seqlens_k=cu([333, 333]), max_seqlen_q=333,
+                max_seqlen_k=333, shared_across_batch=True), ValueError,
+             "shared_across_batch")):
+        try:
+            call()
+        except exc as ex:
+            assert text in str(ex), f"{name}: {ex}"
+            print(f"      {name}: {type(ex).__name__}: {str(ex)[:160]}")
+            continue
+        raise AssertionError(f"{name}: not raised")
+    # The library's own check, through the C API: its message as a FlashJitError.
+    from flashjit import _capi, _ops
+    lib = _capi.library()
+    args = _ops.forward_args(q2, k2, v2, "bshd", 2, 300, 300, None, None, None,
+                             _capi.mod_args([t.data_ptr() for t in mod2["mod_tensors"]], (),
+                                            mod2["mod_ints"]), o=torch.empty_like(q2))
+    args.block_mask = mask.address
+    try:
+        import ctypes
+        lib.check("fj_forward", lib.lib.fj_forward(
+            mask.kernel, ctypes.byref(args),
+            ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)))
+        raise AssertionError("fj_forward took a mask of another shape")
+    except flashjit.FlashJitError as ex:
+        assert "args->block_mask was built for batch 2, seqlen_q 333" in ex.message, ex
+        print(f"      fj_forward: {ex}")
+    mask.close()
+    try:
+        flashjit.attention(q, k, v, block_mask=mask)
+        raise AssertionError("a closed mask was used")
+    except ValueError as ex:
+        assert "closed" in str(ex), ex
+
+
+def block_mask_cases():
+    for causal in (False, True):
+        block_mask_case("document", 2, 333, 333, 8, 2, causal)            # GQA, odd lengths
+        block_mask_case("document", 2, 200, 333, 8, 2, causal)            # seq_q < seq_k
+        block_mask_case("prefix", 2, 300, 300, 6, 2, causal)              # per-head prefix
+        block_mask_case("prefix", 1, 1000, 1000, 4, 1, causal, shared_batch=True,
+                        shared_heads=True, d=128)                         # MQA, shared
+    block_mask_case("document", 3, 257, 257, 4, 4, False, shared_batch=True, shared_heads=True,
+                    d=128, dtype=torch.float16)
+    block_mask_case("document", 2, 300, 300, 8, 2, True, layout="bhsd")
+    block_mask_case("document", 2, 190, 190, 4, 2, False, empty_rows=5)
+    block_mask_case("document", 1, 2048, 2048, 4, 2, True, d=128)        # many skipped tiles
+    block_mask_varlen()
+    block_mask_update()
+    block_mask_cuda_graph()
+    block_mask_compiled()
+    block_mask_errors()
+
+
 # ---- decode over a KV cache (0.4) -------------------------------------------------
 NAN = float("nan")
 
@@ -976,6 +1250,10 @@ def decode_cases():
 
 
 def main():
+    if not torch.cuda.is_available():
+        print("SKIP  every case: no CUDA device (run on the GPU machine, docs/GPU-TESTING.md)")
+        print("0 passed, 0 failed, 1 skipped")
+        return 0
     random.seed(0)
     torch.manual_seed(0)
     print(f"flashjit {flashjit.version()} ({flashjit.library_path()}), backward: "
@@ -1018,6 +1296,7 @@ def main():
     sdpa_gradients()
     bad_arguments()
     features_cases()
+    block_mask_cases()
     decode_cases()
     length_ladder()
     info = flashjit.info()
