@@ -13,8 +13,14 @@ Shapes: bf16, head dims 64 and 128, N = 1k..16k, batch * N = 16384 tokens, heads
   alibi       ALiBi, slopes 2^(-8 (h + 1) / H), no mask
   softcap30   30 * tanh(score / 30), no mask
   document    a document mask (documents of 1/4 N give or take, ids in a tensor the
-              user's mask_mod reads), through the user-code hook: every tile evaluates
-              the mask (no block mask yet)
+              user's mask_mod reads), through the user-code hook, with a block mask
+              (flashjit.create_block_mask, shared across batch and heads as FlexAttention's
+              create_block_mask(mask, None, None, N, N)) built once per shape outside the
+              timed region: key tiles between documents are skipped, tiles inside one run
+              without the mask. mask_build_ms: the median of 5 rebuilds (BlockMask.update,
+              CUDA events; FlexAttention's create_block_mask, wall clock, in
+              flex_mask_build_ms); vs_own_document_nomask: the mask's speed-up
+  document_nomask  the same mask_mod without a block mask: every tile evaluates the mask
   document_varlen  the same documents as a variable-length batch (cu_seqlens), the way
               to run packed documents through flashjit; FlexAttention runs its mask
 FLOPs are the pairs each query actually sees (4 * d per pair, as the papers count), so
@@ -29,6 +35,7 @@ import math
 import os
 import statistics
 import sys
+import time
 
 import torch
 
@@ -47,7 +54,8 @@ except Exception as e:  # noqa: BLE001 - any failure just drops the peer
     print(f"FlexAttention unavailable: {e}")
     FLEX = None
 
-VARIANTS = ["plain", "causal", "window1024", "alibi", "softcap30", "document", "document_varlen"]
+VARIANTS = ["plain", "causal", "window1024", "alibi", "softcap30", "document", "document_nomask",
+            "document_varlen"]
 WINDOW = 1024
 
 
@@ -100,7 +108,26 @@ DOC_MASK = ("const int *doc = (const int *)args.tensor[0];\n"
             "return doc[q_idx] == doc[kv_idx];")
 
 
+def mask_build_ms(mask, iters=5):
+    """Median GPU time of `iters` rebuilds of a block mask (BlockMask.update), ms; each
+    queued behind a GPU sleep, so that the host's launch is not what is timed."""
+    mask.update()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1_000_000)
+        a.record()
+        mask.update()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
 def flashjit_call(variant, q, k, v, slopes, doc):
+    """(the call to time, its block mask or None). The document variant's mask is built
+    here, once per shape, outside the timed calls."""
     kw = {}
     if variant == "causal":
         kw["causal"] = True
@@ -111,6 +138,11 @@ def flashjit_call(variant, q, k, v, slopes, doc):
     elif variant == "softcap30":
         kw["softcap"] = 30.0
     elif variant == "document":
+        # doc[q_idx] == doc[kv_idx] depends on neither b nor h: one mask for all.
+        mask = flashjit.create_block_mask(q, k, v, mask_mod=DOC_MASK, mod_tensors=(doc,),
+                                          shared_across_batch=True, shared_across_heads=True)
+        return (lambda: flashjit.attention(q, k, v, block_mask=mask)), mask
+    elif variant == "document_nomask":
         kw.update(mask_mod=DOC_MASK, mod_tensors=(doc,))
     elif variant == "document_varlen":
         b, n, h, d = q.shape
@@ -120,10 +152,10 @@ def flashjit_call(variant, q, k, v, slopes, doc):
                           dtype=torch.int32, device=q.device)
         cu = torch.unique_consecutive(cu)
         qv, kv_, vv = (t.reshape(b * n, h, d) for t in (q, k, v))
-        return lambda: flashjit.attention(qv, kv_, vv, cu_seqlens_q=cu, cu_seqlens_k=cu,
-                                          max_seqlen_q=max(lengths),
-                                          max_seqlen_k=max(lengths)).reshape(b, n, h, d)
-    return lambda: flashjit.attention(q, k, v, **kw)
+        return (lambda: flashjit.attention(qv, kv_, vv, cu_seqlens_q=cu, cu_seqlens_k=cu,
+                                           max_seqlen_q=max(lengths),
+                                           max_seqlen_k=max(lengths)).reshape(b, n, h, d)), None
+    return (lambda: flashjit.attention(q, k, v, **kw)), None
 
 
 def flex_call(variant, qh, kh, vh, slopes, doc, n):
@@ -134,7 +166,7 @@ def flex_call(variant, qh, kh, vh, slopes, doc, n):
         mask = lambda b, h, qi, ki: qi >= ki  # noqa: E731
     elif variant == "window1024":
         mask = lambda b, h, qi, ki: (qi >= ki) & (qi - ki <= WINDOW)  # noqa: E731
-    elif variant in ("document", "document_varlen"):
+    elif variant in ("document", "document_nomask", "document_varlen"):
         mask = lambda b, h, qi, ki: doc[qi] == doc[ki]  # noqa: E731
     elif variant == "alibi":
         score_mod = lambda s, b, h, qi, ki: s - slopes[h] * (qi - ki).abs()  # noqa: E731
@@ -142,6 +174,22 @@ def flex_call(variant, qh, kh, vh, slopes, doc, n):
         score_mod = lambda s, b, h, qi, ki: 30.0 * torch.tanh(s / 30.0)  # noqa: E731
     block_mask = create_block_mask(mask, None, None, n, n, device="cuda") if mask else None
     return lambda: FLEX(qh, kh, vh, score_mod=score_mod, block_mask=block_mask)
+
+
+def flex_mask_build_ms(doc, n, iters=3):
+    """Median wall-clock time of FlexAttention's create_block_mask for the document mask
+    (what flashjit's mask_build_ms is compared with), ms."""
+    if FLEX is None:
+        return None
+    times = []
+    for _ in range(iters):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        create_block_mask(lambda b, h, qi, ki: doc[qi] == doc[ki], None, None, n, n,
+                          device="cuda")
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
 
 
 def main():
@@ -169,10 +217,19 @@ def main():
             for variant in a.variants.split(","):
                 flops = 4.0 * d * b * heads * visible_pairs(variant, n, doc)
                 row = {"d": d, "n": n, "batch": b, "heads": heads, "variant": variant}
-                fj = flashjit_call(variant, q, k, v, slopes, doc)
-                out_fj = fj()  # gets (tunes) the kernel
+                fj, mask = flashjit_call(variant, q, k, v, slopes, doc)  # gets (tunes)
+                out_fj = fj()                                         # the kernel
                 row["flashjit_ms"] = time_ms(fj, a.iters)
                 row["flashjit_tflops"] = flops / row["flashjit_ms"] / 1e9
+                if mask is not None:
+                    row["mask_build_ms"] = mask_build_ms(mask)
+                    flex_build = flex_mask_build_ms(doc, n)
+                    if flex_build is not None:
+                        row["flex_mask_build_ms"] = flex_build
+                    # the same call without the mask: the same output up to rounding
+                    nomask = flashjit.attention(q, k, v, mask_mod=DOC_MASK, mod_tensors=(doc,))
+                    row["max_diff_vs_nomask"] = float((out_fj.float() - nomask.float())
+                                                      .abs().max())
                 fx = flex_call(variant, qh, kh, vh, slopes, doc, n)
                 if fx is not None:
                     out_fx = fx().transpose(1, 2)
@@ -182,31 +239,36 @@ def main():
                     row["vs_flex"] = row["flex_ms"] / row["flashjit_ms"]
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+                if mask is not None:
+                    mask.close()
             del q, k, v, qh, kh, vh
             torch.cuda.empty_cache()
     # Ratios to flashjit's own plain kernels of the same shape.
     base = {(r["d"], r["n"], r["variant"]): r["flashjit_tflops"] for r in rows}
     for r in rows:
-        ref = {"window1024": "causal", "alibi": "plain", "softcap30": "plain"}.get(r["variant"])
+        ref = {"window1024": "causal", "alibi": "plain", "softcap30": "plain",
+               "document": "document_nomask"}.get(r["variant"])
         if ref and (r["d"], r["n"], ref) in base:
             r["vs_own_" + ref] = r["flashjit_tflops"] / base[(r["d"], r["n"], ref)]
     os.makedirs(os.path.dirname(os.path.abspath(a.out + ".json")), exist_ok=True)
     with open(a.out + ".json", "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                    "rows": rows}, f, indent=1)
-    print(f"\n{'d':>4} {'N':>6} {'variant':<11} {'fj TF/s':>8} {'flex TF/s':>9} {'vs flex':>8} "
-          f"{'vs own':>7} {'maxdiff':>8}")
+    nan = float("nan")
+    print(f"\n{'d':>4} {'N':>6} {'variant':<15} {'fj TF/s':>8} {'flex TF/s':>9} {'vs flex':>8} "
+          f"{'vs own':>7} {'maxdiff':>8} {'mask ms':>8} {'flex mask ms':>12}")
     for r in rows:
         own = next((v for k, v in r.items() if k.startswith("vs_own_")), None)
-        print(f"{r['d']:>4} {r['n']:>6} {r['variant']:<11} {r['flashjit_tflops']:>8.1f} "
-              f"{r.get('flex_tflops', float('nan')):>9.1f} {r.get('vs_flex', float('nan')):>8.2f} "
-              f"{own if own is not None else float('nan'):>7.2f} "
-              f"{r.get('max_diff_vs_flex', float('nan')):>8.1e}")
+        print(f"{r['d']:>4} {r['n']:>6} {r['variant']:<15} {r['flashjit_tflops']:>8.1f} "
+              f"{r.get('flex_tflops', nan):>9.1f} {r.get('vs_flex', nan):>8.2f} "
+              f"{own if own is not None else nan:>7.2f} "
+              f"{r.get('max_diff_vs_flex', nan):>8.1e} {r.get('mask_build_ms', nan):>8.3f} "
+              f"{r.get('flex_mask_build_ms', nan):>12.3f}")
     for variant in a.variants.split(","):
         ratios = [r["vs_flex"] for r in rows if r["variant"] == variant and "vs_flex" in r]
         if ratios:
             gm = math.exp(sum(map(math.log, ratios)) / len(ratios))
-            print(f"{variant:<11} vs FlexAttention: geomean {gm:.2f}x, min {min(ratios):.2f}x")
+            print(f"{variant:<15} vs FlexAttention: geomean {gm:.2f}x, min {min(ratios):.2f}x")
 
 
 if __name__ == "__main__":
