@@ -204,7 +204,8 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=
         mod_tensors, mod_scalars, mod_ints = check_mod_args(
             mod_tensors, mod_scalars, mod_ints, getattr(q, "device", None))
     ops = _fast_ops
-    if ops is not None and not varlen and not return_lse and features == PLAIN:
+    if ops is not None and not varlen and not return_lse and features == PLAIN \
+            and block_mask is None:
         # Eager inference: the launch without the operator dispatcher (its cost is most
         # of a small call's; docs/PYTHON.md, "Overhead").
         out = ops.fast_forward(q, k, v, causal, scale, layout)

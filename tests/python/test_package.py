@@ -1106,6 +1106,8 @@ class BlockMasks(unittest.TestCase):
                 (dict(causal=True), r"another kernel than this call's \(causal: the mask's "
                                     r"False, this call's True\)"),
                 (dict(mask_mod="return true;"), r"\(mask_mod: another text\)"),
+                (dict(mask_mod=""), r"mask_mod: the mask's 'const int \*doc.*', this call's "
+                                    r"None"),
                 (dict(scale=0.5), r"scale: the mask's None \(1/sqrt\(64\)\), this call's "
                                   r"0\.5"),
                 (dict(window=(16, 0)), r"window: the mask's None, this call's \(16, 0\)"),
