@@ -701,7 +701,7 @@ PREFIX_MASK_SHARED = "return kv_idx < args.integer[0] || kv_idx <= q_idx + args.
 
 
 def doc_ids(b, n, seed, docs=4, same=False):
-    """[b, n] int32 document ids: `docs` runs of random (odd) lengths per sequence, or the
+    """[b, n] int32 document ids: `docs` runs of random lengths per sequence, or the
     same runs in every sequence (same=True)."""
     g = torch.Generator().manual_seed(seed)
     rows = []
@@ -722,7 +722,8 @@ def document(b, sq, sk, seed=0, shared_batch=False, empty_rows=0):
     queries the last sq positions (bottom-right, as causal); `empty_rows` first query rows
     of each sequence in a document no key has (rows that see nothing)."""
     dk = doc_ids(b, sk, seed, same=shared_batch)
-    dq = dk[:, sk - sq:].clone() if sq <= sk else doc_ids(b, sq, seed + 1, same=shared_batch)
+    dq = dk[:, sk - sq:].clone(memory_format=torch.contiguous_format) if sq <= sk else \
+        doc_ids(b, sq, seed + 1, same=shared_batch)  # rows sq apart, as mod_ints say
     if empty_rows:
         dq[:, :empty_rows] = -1
     mod = dict(mod_tensors=(dq, dk), mod_ints=(0, 0) if shared_batch else (sq, sk))
