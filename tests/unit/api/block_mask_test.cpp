@@ -234,11 +234,16 @@ TEST(ApiBlockMask, CreateChecksBeforeTouchingADevice) {
                         {"options->struct_size is 4", "fj_block_mask_options"}));
   fj_block_mask_options_init(&options);
 
-  // The arguments are checked as fj_forward checks them.
+  // The arguments are checked as fj_forward checks them: the tensors too, though the
+  // build reads none of them.
   fj_forward_args bad = validArgs(desc);
   bad.k_seq_stride = 12;
   EXPECT_TRUE(failsWith(fj_block_mask_create(masked, &bad, &options, nullptr, &mask),
                         FJ_ERROR_INVALID_VALUE, {"args->k_seq_stride is 12"}));
+  bad = validArgs(desc);
+  bad.q = nullptr;
+  EXPECT_TRUE(failsWith(fj_block_mask_create(masked, &bad, &options, nullptr, &mask),
+                        FJ_ERROR_INVALID_VALUE, {"args->q is NULL"}));
   // ... and must not carry a mask themselves.
   fj_forward_args carrying = validArgs(desc);
   carrying.block_mask = fakeMask();
