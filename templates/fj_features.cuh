@@ -90,6 +90,7 @@ template <typename F> struct ScoreHook {
     if constexpr (F::kAlibi)
       alibi_slope = p.alibi_slopes[(long long)b * p.alibi_batch_stride + h];
   }
+  static constexpr float kLog2e = 1.4426950408889634f;
 
   // The factor 2^(value * factor - max) takes for what apply() returns.
   __device__ static __forceinline__ float softmax_scale_log2(const FjForwardParams &p) {
@@ -125,23 +126,32 @@ template <typename F> struct ScoreHook {
     return keep;
   }
 
-  // Score s = q.k of row i and key j (< seqlen_k) -> what the family exponentiates
-  // (see above).
-  __device__ __forceinline__ float apply(float s, int i, int j) const {
+  // Score s = q.k of row i and key j = j_base + j_offset (< seqlen_k) -> what the family
+  // exponentiates (see above). Families pass as j_offset the part of the key that is a
+  // constant of the unrolled loop (its column within the thread's fragment), so that
+  // ALiBi's distance costs one int->float conversion per row and j_base (hoisted out of
+  // the tile's scores), then a float subtraction per score: the conversion shares the
+  // MUFU pipe with the softmax's exp2, and per score it made ALiBi MUFU-bound (PERF f1).
+  __device__ __forceinline__ float apply(float s, int i, int j_base, int j_offset) const {
     if constexpr (!Traits::kTransforms) {
       return s;
     } else {
-      constexpr float kLog2e = 1.4426950408889634f;
       if constexpr (F::kSoftcap > 0.f && !F::kAlibi && !F::kScoreMod) {
         // The common case in three operations.
         return tanh_approx(s * (scale * (1.f / F::kSoftcap))) * (F::kSoftcap * kLog2e);
+      } else if constexpr (F::kAlibi && !(F::kSoftcap > 0.f) && !F::kScoreMod) {
+        // ALiBi alone: the scale and log2(e) folded into two multiply-adds (exact small
+        // integers: the distance's subtraction rounds nothing below 2^24).
+        const float d = (float)(i + diag - j_base) - (float)j_offset;
+        return fmaf(fabsf(d), -(alibi_slope * kLog2e), s * (scale * kLog2e));
       } else {
+        const int j = j_base + j_offset;
         float x = s * scale;
         if constexpr (F::kSoftcap > 0.f)
           x = F::kSoftcap * tanh_approx(x * (1.f / F::kSoftcap));
         if constexpr (F::kAlibi) {
-          const int d = i + diag - j;
-          x -= alibi_slope * (float)(d < 0 ? -d : d);
+          const float d = (float)(i + diag - j_base) - (float)j_offset;
+          x -= alibi_slope * fabsf(d);
         }
         if constexpr (F::kScoreMod)
           x = i < seqlen_q ? F::score_mod(x, b, h, i, j, *args) : x;

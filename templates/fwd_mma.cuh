@@ -313,7 +313,8 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
             if (masked)
               acc_s[mt][nt][e] = neg_inf();
             else if (FeatureTraits<F>::kTransforms)
-              acc_s[mt][nt][e] = hook.apply(acc_s[mt][nt][e], row, col);
+              acc_s[mt][nt][e] =
+                  hook.apply(acc_s[mt][nt][e], row, key0 + 2 * t, nt * 8 + (e & 1));
           }
     }
 

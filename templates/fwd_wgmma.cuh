@@ -115,9 +115,17 @@ struct FwdWgmmaConfig {
   // slope * N towards the diagonal (the tiles come last to first), past what rebasing P
   // recovers, so every tile took rescore_tile's slow path (0.15x the plain kernel, H100,
   // docs/PERF.md f1); the user's score_mod may do the same.
+  // So ALiBi without causal or a mask walks its key tiles from the one that holds the
+  // work tile's first diagonal outwards (kDiagonalFirst: down to the first tile, then
+  // up), and takes the exact softmax only where a warp's scores can rise: on the way up,
+  // over the tiles up to its rows' diagonals (work_tile, rises_towards_diagonal).
+  // (Causal ALiBi would need no new order, last to first starts at the diagonal, but
+  // with the mask's code beside the fast softmax its default tile spilled 144 B.)
+  static constexpr bool kDiagonalFirst =
+      !kCausal && Features_::kAlibi && !Features_::kMaskMod;
   static constexpr bool kFastSoftmax =
       kOverlap && kBlockN / 2 + kBlockN / 4 + kDvPad / 2 + kDvPad / 8 + 24 <= kConsumerRegs &&
-      !Features_::kAlibi && !Features_::kScoreMod;
+      !Features_::kScoreMod && (!Features_::kAlibi || kDiagonalFirst);
   // Two consumer warpgroups take turns issuing their products.
   static constexpr bool kPingPong = kConsumers == 2;
   // A causal work tile's first key tile, which holds the diagonal, gets a masked softmax
@@ -209,6 +217,7 @@ struct Work {
   SeqExtent seq;  // this sequence's lengths and, with cu_seqlens, its packed rows
   int q0;         // first query row, within the sequence
   int n_first;    // key tiles n_first .. n_first + n_blocks - 1 (0 but with a window)
+  int n_diag;     // kDiagonalFirst: the tile of the first row's diagonal, walked first
   int n_blocks;   // how many (causal stops at the diagonal)
   int diag;       // query i sees keys j <= i + diag
   // Tensor-map coordinates: with cu_seqlens the maps hold one packed sequence (batch 0)
@@ -264,7 +273,33 @@ __device__ __forceinline__ Work work_of(const FjForwardParams &p, const TileId &
         w.q0, imin(w.q0 + Cfg::kBlockM, w.seq.seqlen_q) - 1, w.diag, w.n_first, end);
     w.n_blocks = imax(end - w.n_first, 0);
   }
+  w.n_diag = w.n_first;
+  if (Cfg::kDiagonalFirst && w.n_blocks > 0) {
+    const int key = w.q0 + w.diag;  // the first row's diagonal
+    w.n_diag = imin(imax(key < 0 ? 0 : key / Cfg::kBlockN, w.n_first),
+                    w.n_first + w.n_blocks - 1);
+  }
   return w;
+}
+
+// The key tile of a work tile's iteration i: last to first, or with kDiagonalFirst from
+// n_diag down to n_first, then up from n_diag + 1.
+template <typename Cfg> __device__ __forceinline__ int work_tile(const Work &w, int i) {
+  if (Cfg::kDiagonalFirst) {
+    const int down = w.n_diag - w.n_first + 1;
+    return i < down ? w.n_diag - i : w.n_diag + 1 + (i - down);
+  }
+  return w.n_first + w.n_blocks - 1 - i;
+}
+
+// kDiagonalFirst: whether the ALiBi bias of some row of the warp whose rows start at
+// warp_row rises in the tile at key0 over every tile before it, so that the fast softmax
+// (which keeps the row's max from earlier tiles) must not take it: on the way up, a tile
+// not past the warp's last diagonal.
+template <typename Cfg>
+__device__ __forceinline__ bool rises_towards_diagonal(const Work &w, int key0, int warp_row) {
+  return Cfg::kDiagonalFirst && key0 > w.n_diag * Cfg::kBlockN &&
+         key0 <= warp_row + 15 + w.diag;
 }
 // The work tile of query block m_block of (batch, head) bh; by_heads and by_group divide
 // by heads_q and heads_q / heads_kv.
@@ -455,7 +490,7 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
     for (int i = 0; i < w.n_blocks; ++i, ++kv_iter) {
       const int s = kv_iter % Cfg::kStages;
       const u32 free_parity = ((kv_iter / Cfg::kStages) & 1) ^ 1;
-      int tile = w.n_first + w.n_blocks - 1 - i;
+      int tile = work_tile<Cfg>(w, i);
       if constexpr (Cfg::kBlockMask) {
         if (block_list) {  // the entry goes to the stage's slot once the stage is free
           const u32 entry = (u32)block_list[w.n_blocks - 1 - i];
@@ -581,7 +616,7 @@ __device__ __forceinline__ void hook_score(float &v, const ScoreHook<typename Cf
   if (mask && (nt * 8 + (e & 1) > limit || !hook.keeps(row, col)))
     v = neg_inf();
   else
-    v = hook.apply(v, row, col);
+    v = hook.apply(v, row, key0 + 2 * t, nt * 8 + (e & 1));
 }
 // Masks keys past the sequence end and, when causal, past the diagonal (-inf scores).
 // With features: also what they mask, and (all of the tile when `mask` is false) their
@@ -1111,7 +1146,7 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
           return block_mask::entry_tile(entry) * Cfg::kBlockN;
         }
       }
-      return (w.n_first + w.n_blocks - 1 - i) * Cfg::kBlockN;
+      return work_tile<Cfg>(w, i) * Cfg::kBlockN;
     };
 
     float acc_s[NT * 4];
@@ -1198,7 +1233,10 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
           const bool needs_mask = tile_needs_mask<Cfg>(w, hook, key0, wg_row0, partial);
           if (Cfg::FeatureInfo::kTransforms || (!Cfg::kFastSoftmax && needs_mask))
             mask_tile<Cfg>(acc_s, w, hook, key0, row, t, needs_mask);
-          const SoftmaxLeft left = softmax_tile<Cfg>(acc_s, st, score_scale, needs_mask);
+          const bool exact =
+              needs_mask ||
+              rises_towards_diagonal<Cfg>(w, key0, w.q0 + wg_row0 + warp_in_wg * 16);
+          const SoftmaxLeft left = softmax_tile<Cfg>(acc_s, st, score_scale, exact);
           wgmma_wait<0>();
           pin_registers(st.acc_o);
           if (i > 0)

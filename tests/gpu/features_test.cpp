@@ -206,6 +206,34 @@ TEST(FeaturesTiles, WindowOverTileShapes) {
   }
 }
 
+// Non-causal ALiBi over tile shapes: fwd_wgmma walks its key tiles from the diagonal
+// outwards and takes the fast softmax off the tiles where the bias rises; the order and
+// that rule move with block_m and block_n, and with seqlen_q > seqlen_k (diagonals left
+// of the first key).
+TEST(FeaturesTiles, AlibiOverTileShapes) {
+  FLASHJIT_REQUIRE_GPU();
+  generator::Features alibi;
+  alibi.alibi = true;
+  for (generator::Family family : familiesHere())
+    for (DType dtype : {DType::FP16, DType::BF16}) {
+      KernelSpec spec = featureSpec(family, 128, dtype, false, alibi);
+      std::vector<TileConfig> tiles =
+          family == generator::Family::FwdWgmma
+              ? std::vector<TileConfig>{{64, 96, 8, 3}, {128, 80, 12, 2}, {128, 128, 12, 3},
+                                        {192, 96, 16, 2}}
+              : std::vector<TileConfig>{{64, 32, 4, 3}, {128, 64, 8, 2}};
+      for (const TileConfig &tile : tiles) {
+        if (llvm::Error err = generator::validateTile(spec, tile)) {
+          llvm::consumeError(std::move(err));
+          continue;
+        }
+        for (auto [sq, sk] : {std::pair{777, 901}, std::pair{901, 777}, std::pair{2000, 2000}})
+          EXPECT_EQ(checkShape(spec, tile, shapeOf(2, 4, 2, sq, sk), 11 + sq), "")
+              << spec.key() << " " << tile.key() << " " << sq << "x" << sk;
+      }
+    }
+}
+
 // d = 256 (one consumer-heavy tile each) with the combined features.
 TEST(FeaturesTiles, HeadDim256) {
   FLASHJIT_REQUIRE_GPU();
