@@ -455,9 +455,9 @@ typedef struct fj_block_mask_options {
 FJ_API void fj_block_mask_options_init(fj_block_mask_options *options);
 
 /* Builds a block mask for fj_forward(kernel, args) calls: args as fj_forward takes them
- * (checked the same way; its tensors need not be set, but mod_args, cu_seqlens and, with
- * ALiBi, alibi_slopes are read on the device as the kernel reads them, and must hold
- * what the calls will). Requires desc.mask_mod. options NULL: per sequence and per head.
+ * (checked the same way; the tensors' contents are not read, but mod_args, cu_seqlens
+ * and, with ALiBi, alibi_slopes are read on the device as the kernel reads them, and
+ * must hold what the calls will). Requires desc.mask_mod. options NULL: per sequence and per head.
  * Allocates the mask in device memory (batch x heads x ceil(seqlen_q / block_m) lists of
  * up to ceil(seqlen_k / block_n) entries, 4 bytes each, fewer when shared) and launches
  * its build on `stream` (asynchronous; fj_forward on the same stream sees it). The mask
