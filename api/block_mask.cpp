@@ -7,6 +7,8 @@
 
 #include "support/error.h"
 
+#include <algorithm>
+
 namespace flashjit::api {
 
 namespace {
@@ -43,14 +45,51 @@ const tuner::ForwardKernel &forwardVariant(const fj_kernel_s &kernel, int index)
 }
 
 // Builds `mask` for `params` (checked, with work) on `stream`.
-llvm::Error build(fj_block_mask_s &mask, FjForwardParams params, void *stream) {
+llvm::Error build(fj_block_mask_s &mask, const FjForwardParams &params, void *stream) {
   if (mask.shape.workTiles() == 0)
     return llvm::Error::success();
   if (llvm::Error error = mask.kernel->context->device->makeCurrent())
     return error;
-  mask.shape.describe(params, mask.buffer.ptr());
   return forwardVariant(*mask.kernel, mask.variant)
-      .buildBlockMask(params, mask.shape, mask.buffer.ptr(), static_cast<CUstream>(stream));
+      .buildBlockMask(params, mask.shape, mask.buffer, static_cast<CUstream>(stream));
+}
+
+// At most this much memory goes to the keep bits of partly masked tiles; a mask whose
+// tiles need more calls mask_mod in the rest.
+constexpr int64_t kMaxBitBytes = 256ll << 20;
+
+// Allocates `mask`'s buffer for its shape and builds it; then, once the build has counted
+// its partly masked tiles (read back: this synchronises `stream`), gives them keep bits
+// (with a quarter more for updates) and builds again.
+llvm::Error allocateAndBuild(fj_block_mask_s &mask, const FjForwardParams &params,
+                             void *stream) {
+  auto allocate = [&]() -> llvm::Error {
+    mask.buffer = runtime::DeviceBuffer();  // the old one first
+    auto buffer = runtime::DeviceBuffer::allocate((size_t)mask.shape.bytes());
+    if (!buffer)
+      return buffer.takeError();
+    mask.buffer = std::move(*buffer);
+    return llvm::Error::success();
+  };
+  mask.shape.bitCapacity = 0;
+  if (llvm::Error error = allocate())
+    return error;
+  if (llvm::Error error = build(mask, params, stream))
+    return error;
+  if (llvm::Error error = runtime::synchronizeStream(static_cast<CUstream>(stream)))
+    return error;
+  int32_t partial = 0;
+  if (llvm::Error error =
+          mask.buffer.download(&partial, sizeof partial, (size_t)mask.shape.usedOffset()))
+    return error;
+  if (partial <= 0)
+    return llvm::Error::success();
+  mask.shape.bitCapacity =
+      std::min({(int64_t)partial + partial / 4 + 16, mask.shape.entries(),
+                std::max<int64_t>(kMaxBitBytes / mask.shape.bytesPerSlot(), 1)});
+  if (llvm::Error error = allocate())
+    return error;
+  return build(mask, params, stream);
 }
 
 } // namespace
@@ -105,11 +144,7 @@ llvm::Expected<fj_block_mask_s *> createBlockMask(const fj_kernel_s *kernel,
         opts.shared_across_heads ? 1 : params.heads_q, params.seqlen_q, params.seqlen_k);
     if (llvm::Error error = kernel->context->device->makeCurrent())
       return std::move(error);
-    auto buffer = runtime::DeviceBuffer::allocate((size_t)mask->shape.bytes());
-    if (!buffer)
-      return buffer.takeError();
-    mask->buffer = std::move(*buffer);
-    if (llvm::Error error = build(*mask, params, stream))
+    if (llvm::Error error = allocateAndBuild(*mask, params, stream))
       return std::move(error);
   }
   kernel->blockMasks.fetch_add(1);

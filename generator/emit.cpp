@@ -141,9 +141,10 @@ std::string blockMaskEntryPoint(const KernelSpec &spec) {
     return "";
   return llvm::formatv(
              "\nextern \"C\" __global__ void __launch_bounds__(fj::block_mask::kThreads)\n"
-             "{0}(const FjForwardParams params, int *counts, int *tiles) {{\n"
+             "{0}(const FjForwardParams params, int *counts, int *tiles, int *slots,\n"
+             "    unsigned *bits, int *used) {{\n"
              "  fj::block_mask::build<FjFeatures, FjConfig::kBlockM, FjConfig::kBlockN, "
-             "FjConfig::kCausal>(params, counts, tiles);\n"
+             "FjConfig::kCausal>(params, counts, tiles, slots, bits, used);\n"
              "}\n",
              kBlockMaskEntry)
       .str();

@@ -67,7 +67,8 @@ struct EmittedKernel {
   int blockN = 0;                        // keys per tile (forward families)
   // Forward kernels with a mask_mod: the kernel that builds their block mask
   // (kBlockMaskEntry, grid (query blocks, heads, batch) of fj::block_mask::kThreads
-  // threads; parameters FjForwardParams, int *counts, int *tiles); "" otherwise.
+  // threads; parameters FjForwardParams, int *counts, int *tiles, int *slots,
+  // unsigned *bits, int *used); "" otherwise.
   std::string blockMaskEntry;
   // Kernel parameters after FjForwardParams, if enabled: the maps of Q, K, V and O, and
   // an int, 1 when the kernel may store O through its map.

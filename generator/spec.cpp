@@ -318,11 +318,11 @@ int roundUp(int x, int m) { return (x + m - 1) / m * m; }
 // fwd_wgmma (mirrors FwdWgmmaConfig::smem_bytes): head dims padded to 32, one or (where
 // they fit) two Q buffers + a K/V ring, two mbarriers per Q buffer and four per stage, a
 // work-tile slot (a TileId and its mbarrier) per Q buffer, 1024 bytes of alignment slack;
-// with a mask_mod, a 4-byte block-mask entry per stage, rounded up to 16 bytes.
+// with a mask_mod, a block-mask entry and bit slot (8 bytes) per stage, rounded up to 16.
 constexpr int kWgmmaTileSlotBytes = 32;
 int wgmmaBytes(const KernelSpec &spec, const TileConfig &tile, int qBuffers) {
   int d = roundUp(spec.headDim, 32), dv = roundUp(spec.headDimV, 32);
-  int stageSlots = spec.features.maskMod.empty() ? 0 : roundUp(4 * tile.stages, 16);
+  int stageSlots = spec.features.maskMod.empty() ? 0 : roundUp(8 * tile.stages, 16);
   return 1024 + qBuffers * tile.blockM * d * 2 + tile.stages * tile.blockN * (d + dv) * 2 +
          (2 * qBuffers + 4 * tile.stages) * 8 + qBuffers * kWgmmaTileSlotBytes + stageSlots;
 }

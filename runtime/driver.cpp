@@ -156,6 +156,13 @@ llvm::Error DeviceBuffer::fill(unsigned char value) {
   return FLASHJIT_CU(cuMemsetD8)(ptr_, value, size_);
 }
 
+llvm::Error DeviceBuffer::fillWordsAsync(uint32_t value, size_t offset, size_t count,
+                                         CUstream stream) {
+  if (llvm::Error error = checkRange(offset, 4 * count, size_))
+    return error;
+  return FLASHJIT_CU(cuMemsetD32Async)(ptr_ + offset, value, count, stream);
+}
+
 llvm::Error DeviceBuffer::copyFrom(const DeviceBuffer &source, size_t bytes, CUstream stream) {
   if (bytes > size_ || bytes > source.size_)
     return makeError(ErrorCode::InvalidValue,

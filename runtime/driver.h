@@ -85,6 +85,9 @@ public:
   llvm::Error download(void *host, size_t bytes, size_t offset = 0) const;
   // Fills every byte with `value` (0xFF poisons fp16/bf16 outputs with NaN).
   llvm::Error fill(unsigned char value);
+  // Asynchronously sets `count` 32-bit words from byte `offset` (4-byte aligned) to
+  // `value` on `stream` (a memset node when captured in a graph).
+  llvm::Error fillWordsAsync(uint32_t value, size_t offset, size_t count, CUstream stream);
   // Asynchronous device-to-device copy of `bytes` from `source` (benchmarks use it for
   // the copy bandwidth that memory-bound kernels are measured against).
   llvm::Error copyFrom(const DeviceBuffer &source, size_t bytes, CUstream stream);

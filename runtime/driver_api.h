@@ -20,7 +20,7 @@ namespace flashjit::runtime::detail {
   X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute)           \
   X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)            \
   X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuCtxGetDevice)                                                  \
-  X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoDAsync) X(cuMemsetD8)                \
+  X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoDAsync) X(cuMemsetD8) X(cuMemsetD32Async)                \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)                            \
   X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernel)                           \
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)            \

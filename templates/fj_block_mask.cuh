@@ -29,13 +29,28 @@ __device__ __forceinline__ bool entry_partial(u32 entry) { return (entry & 1) !=
 
 constexpr int kThreads = 256;
 
+// The keep bits of a partly masked tile: row r of the work tile (0 .. kBlockM - 1) is
+// kWords 32-bit words, bit c of word c / 32 for the tile's key c.
+template <int kBlockN> struct TileBits {
+  static constexpr int kWords = (kBlockN + 31) / 32;
+};
+
 // One CTA per (work tile blockIdx.x, head blockIdx.y, sequence blockIdx.z) of the mask
 // (one head or one sequence where the mask is shared): scores every (row, key) pair of
-// the key tiles the geometry leaves (causal, window), tile by tile, and writes the tiles
-// some pair keeps, in ascending order, and their count.
+// the key tiles the geometry leaves (causal, window), tile by tile, a warp per 32 keys of
+// a row (one ballot makes their word of bits), and writes the tiles some pair keeps, in
+// ascending order, and their count. A partly masked tile also takes a slot of
+// block_bits, counted by `used` (zeroed before the launch), while there are slots left.
 template <typename F, int kBlockM, int kBlockN, bool kCausal>
-__device__ __forceinline__ void build(const FjForwardParams &p, int *counts, int *tiles) {
+__device__ __forceinline__ void build(const FjForwardParams &p, int *counts, int *tiles,
+                                      int *slots, unsigned *bits, int *used) {
+  typedef TileBits<kBlockN> Bits;
+  constexpr int kWords = kBlockM * Bits::kWords;  // of the tile
+  constexpr int kWarps = kThreads / 32;
+  __shared__ unsigned tile_bits[kWords];
+  __shared__ int slot_taken;
   const int m = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const SeqExtent seq = seq_extent(p, b);
   const int q0 = m * kBlockM, diag = seq.seqlen_k - seq.seqlen_q;
   const long long w = work_index(p, b, h, m);
@@ -56,25 +71,63 @@ __device__ __forceinline__ void build(const FjForwardParams &p, int *counts, int
   for (int n = n_first; n < n_end; ++n) {
     const int key0 = n * kBlockN;
     int kept = 0, dropped = 0;
-    for (int e = threadIdx.x; e < kBlockM * kBlockN; e += kThreads) {
-      const int i = q0 + e / kBlockN, j = key0 + e % kBlockN;
-      if (i >= seq.seqlen_q)
-        continue;
-      const bool keep =
-          j < seq.seqlen_k && (!kCausal || j <= i + diag) && hook.keeps(i, j);
+    for (int rw = warp; rw < kWords; rw += kWarps) {
+      const int r = rw / Bits::kWords, c = (rw % Bits::kWords) * 32 + lane;
+      const int i = q0 + r, j = key0 + c;
+      const bool exists = i < seq.seqlen_q && c < kBlockN;  // rows past the end: no vote
+      const bool keep = exists && j < seq.seqlen_k && (!kCausal || j <= i + diag) &&
+                        hook.keeps(i, j);
+      const unsigned word = __ballot_sync(0xffffffffu, keep);
+      if (lane == 0)
+        tile_bits[rw] = word;
       kept |= keep;
-      dropped |= !keep;
+      dropped |= exists && !keep;
     }
     const bool any_kept = __syncthreads_or(kept) != 0;
     const bool any_dropped = __syncthreads_or(dropped) != 0;
     if (any_kept) {
-      if (threadIdx.x == 0)
+      int slot = -1;
+      if (any_dropped) {
+        if (threadIdx.x == 0)
+          slot_taken = atomicAdd(used, 1);
+        __syncthreads();
+        slot = slot_taken < p.block_bits_capacity ? slot_taken : -1;
+        if (slot >= 0)
+          for (int e = threadIdx.x; e < kWords; e += kThreads)
+            bits[(long long)slot * kWords + e] = tile_bits[e];
+      }
+      if (threadIdx.x == 0) {
         tiles[w * p.block_tiles_stride + count] = 2 * n + (any_dropped ? 1 : 0);
+        slots[w * p.block_tiles_stride + count] = slot;
+      }
       ++count;
     }
+    __syncthreads();  // tile_bits and slot_taken are the next tile's
   }
   if (threadIdx.x == 0)
     counts[w] = count;
+}
+
+// The keep bits of one row of a partly masked tile (slot `slot` of params.block_bits),
+// shifted so that bit (nt % 4) * 8 + e of word nt / 4 is the key nt * 8 + shift + e: a
+// thread whose keys start at 2 t within each group of 8 loads its rows with shift 2 t
+// and tests its scores with constant shifts.
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ void load_row_bits(const FjForwardParams &p, int slot, int r,
+                                              int shift,
+                                              unsigned (&row)[TileBits<kBlockN>::kWords]) {
+  constexpr int kWords = TileBits<kBlockN>::kWords;
+  const unsigned *src =
+      p.block_bits + ((long long)slot * kBlockM + r) * kWords;
+#pragma unroll
+  for (int k = 0; k < kWords; ++k)
+    row[k] = __ldg(src + k) >> shift;
+}
+// Whether key nt * 8 + e (e < 2) of a row loaded by load_row_bits is kept.
+template <int kBlockN>
+__device__ __forceinline__ bool row_bit(const unsigned (&row)[TileBits<kBlockN>::kWords],
+                                        int nt, int e) {
+  return (row[nt / 4] >> ((nt % 4) * 8 + e)) & 1u;
 }
 
 }  // namespace block_mask

@@ -48,8 +48,13 @@ struct FjForwardParams {
   // w = b * block_batch_stride + h * block_head_stride + m (a stride is 0 where the mask
   // is shared), block_counts[w] key tiles to compute, and their entries
   // block_tiles[w * block_tiles_stride + k], ascending: 2 * key tile, + 1 when the tile is
-  // partly masked.
+  // partly masked. A partly masked tile's keep bits are at slot block_slots[same index]
+  // of block_bits (rows of ceil(block_n / 32) words, block_m rows per slot), or, where
+  // the slot is -1 (the mask ran out of slots), mask_mod is called for each score.
   const int *block_counts;
   const int *block_tiles;
+  const int *block_slots;
+  const unsigned *block_bits;
   int block_batch_stride, block_head_stride, block_tiles_stride;
+  int block_bits_capacity;  // slots in block_bits (read by the builder)
 };

@@ -125,12 +125,13 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
   // The key blocks, i = 0 .. count - 1 in this order: n_first + i, or a block mask's list.
   // An entry is 2 * block + 1 when the features' mask may apply (fj_block_mask.cuh).
   int count = imax(n_blocks - n_first, 0);
-  const int *block_list = nullptr;
+  const int *block_list = nullptr, *slot_list = nullptr;
   if constexpr (F::kMaskMod) {
     if (p.block_counts) {
       const long long wi = block_mask::work_index(p, b, h, m_block);
       count = p.block_counts[wi];
       block_list = p.block_tiles + wi * p.block_tiles_stride;
+      slot_list = p.block_slots + wi * p.block_tiles_stride;
     }
   }
   auto entry_at = [&](int i) -> u32 {
@@ -298,6 +299,24 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
          hook.tile_needs_mask(key0, Cfg::kBlockN, q0 + warp_row0,
                               q0 + warp_row0 + Cfg::kRowsPerWarp - 1,
                               block_mask::entry_partial(entry)));
+    // A block mask's partly masked tile with a bit slot: its keep bits (which hold every
+    // mask) instead of mask_mod's calls.
+    typedef block_mask::TileBits<Cfg::kBlockN> Bits;
+    unsigned bits[MT][2][Bits::kWords];  // (unused and gone without a mask_mod)
+    bool use_bits = false;
+    if constexpr (F::kMaskMod) {
+      if (needs_mask && slot_list && block_mask::entry_partial(entry)) {
+        const int slot = __ldg(slot_list + i);
+        use_bits = slot >= 0;
+        if (use_bits)
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf)
+              block_mask::load_row_bits<Cfg::kBlockM, Cfg::kBlockN>(
+                  p, slot, warp_row0 + mt * 16 + g + 8 * hf, 2 * t, bits[mt][hf]);
+      }
+    }
     if (FeatureTraits<F>::kTransforms || needs_mask) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -307,9 +326,14 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
           for (int e = 0; e < 4; ++e) {
             int row = q0 + warp_row0 + mt * 16 + g + ((e >> 1) << 3);
             int col = key0 + nt * 8 + 2 * t + (e & 1);
-            bool masked = needs_mask && (col >= seq.seqlen_k ||
-                                         (Cfg::kCausal && col > row + diag) ||
-                                         !hook.keeps(row, col));
+            const bool geometry = col >= seq.seqlen_k || (Cfg::kCausal && col > row + diag);
+            bool masked;
+            if (F::kMaskMod && use_bits)  // rows past the end have no bits
+              masked = row >= seq.seqlen_q
+                           ? geometry
+                           : !block_mask::row_bit<Cfg::kBlockN>(bits[mt][e >> 1], nt, e & 1);
+            else
+              masked = needs_mask && (geometry || !hook.keeps(row, col));
             if (masked)
               acc_s[mt][nt][e] = neg_inf();
             else if (FeatureTraits<F>::kTransforms)

@@ -76,10 +76,11 @@ struct FwdWgmmaConfig {
   // block mask, the tile's count of key tiles at byte 24).
   static constexpr int kTileSlotBytes = 32;
   // A mask_mod's kernel takes a block mask when the call gives one (fj_block_mask.cuh):
-  // the producer walks the listed key tiles and hands each tile's entry to the consumers
-  // in a slot per ring stage, written before the stage's K load is announced.
+  // the producer walks the listed key tiles and hands each tile's entry and bit slot to
+  // the consumers in 8 bytes per ring stage, written before the stage's K load is
+  // announced.
   static constexpr bool kBlockMask = Features_::kMaskMod;
-  static constexpr int kStageSlotBytes = kBlockMask ? (4 * kStages + 15) / 16 * 16 : 0;
+  static constexpr int kStageSlotBytes = kBlockMask ? (8 * kStages + 15) / 16 * 16 : 0;
   // Shared memory with q Q buffers: 1024 bytes of slack to align the operands to the
   // 128-byte swizzle's period, the buffers, the K/V ring, two mbarriers per Q buffer and
   // four per stage, the tile slots and the stage slots (generator/spec.cpp's wgmmaBytes
@@ -196,9 +197,10 @@ template <typename Cfg> struct SmemLayout {
   }
   __device__ u32 tile_read(int round) const { return tile(round) + 16; }
   __device__ u32 tile_blocks(int round) const { return tile(round) + 24; }
-  // The block-mask entry of the key tile in ring stage s (Cfg::kBlockMask).
+  // The block-mask entry of the key tile in ring stage s, and its bit slot, 4 bytes on
+  // (Cfg::kBlockMask).
   __device__ u32 stage_entry(int s) const {
-    return bar + Cfg::kBarriers * 8 + kQB * Cfg::kTileSlotBytes + 4 * s;
+    return bar + Cfg::kBarriers * 8 + kQB * Cfg::kTileSlotBytes + 8 * s;
   }
   __device__ u32 q(int round) const { return q0 + (round % kQB) * Cfg::kQBytes; }
   __device__ u32 q_full(int round) const { return bar + 8 * (round % kQB); }
@@ -464,12 +466,12 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
   while (walk.next(p, w)) {
     // With a block mask the work tile's key tiles are the listed ones (read before the
     // wait for the slot, which hides the load).
-    const int *block_list = nullptr;
+    long long block_list = -1;  // the work tile's first entry
     if constexpr (Cfg::kBlockMask) {
       if (p.block_counts && w.n_blocks > 0) {
         const long long wi = block_mask::work_index(p, w.b, w.h, w.q0 / Cfg::kBlockM);
         w.n_blocks = p.block_counts[wi];
-        block_list = p.block_tiles + wi * p.block_tiles_stride;
+        block_list = wi * p.block_tiles_stride;
       }
     }
     claim_slot();
@@ -492,11 +494,14 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
       const u32 free_parity = ((kv_iter / Cfg::kStages) & 1) ^ 1;
       int tile = work_tile<Cfg>(w, i);
       if constexpr (Cfg::kBlockMask) {
-        if (block_list) {  // the entry goes to the stage's slot once the stage is free
-          const u32 entry = (u32)block_list[w.n_blocks - 1 - i];
+        if (block_list >= 0) {  // the entry goes to the stage's slot once it is free
+          const long long at = block_list + w.n_blocks - 1 - i;
+          const u32 entry = (u32)p.block_tiles[at];
+          const u32 bit_slot = (u32)p.block_slots[at];
           tile = block_mask::entry_tile(entry);
           mbar_wait(sm.empty_k(s), free_parity);
           st_shared_u32(sm.stage_entry(s), entry);
+          st_shared_u32(sm.stage_entry(s) + 4, bit_slot);
         }
       }
       const int key0 = w.tma_k_row(tile * Cfg::kBlockN);
@@ -620,14 +625,43 @@ __device__ __forceinline__ void hook_score(float &v, const ScoreHook<typename Cf
 }
 // Masks keys past the sequence end and, when causal, past the diagonal (-inf scores).
 // With features: also what they mask, and (all of the tile when `mask` is false) their
-// transform of the scores.
+// transform of the scores. A partly masked tile of a block mask with a bit slot takes
+// its keep bits (which hold every mask) instead of calling mask_mod.
 template <typename Cfg>
 __device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2], const Work &w,
                                           const ScoreHook<typename Cfg::Features> &hook,
                                           int key0, const int (&row)[2], int t,
-                                          bool mask = true) {
+                                          bool mask = true, const FjForwardParams *p = nullptr,
+                                          int bit_slot = -1) {
   const int limit[2] = {mask_limit<Cfg>(w, key0, row[0], t),
                         mask_limit<Cfg>(w, key0, row[1], t)};
+  if constexpr (Cfg::kBlockMask) {
+    if (mask && bit_slot >= 0) {
+      typedef block_mask::TileBits<Cfg::kBlockN> Bits;
+      unsigned bits[2][Bits::kWords];
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf)
+        block_mask::load_row_bits<Cfg::kBlockM, Cfg::kBlockN>(*p, bit_slot, row[hf] - w.q0,
+                                                             2 * t, bits[hf]);
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        // Rows past the sequence end have no bits: masked as without the features.
+        const bool past_end = row[hf] >= w.seq.seqlen_q;
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
+#pragma unroll
+          for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
+            float &v = acc_s[nt * 4 + e];
+            if (past_end ? nt * 8 + (e & 1) > limit[hf]
+                         : !block_mask::row_bit<Cfg::kBlockN>(bits[hf], nt, e & 1))
+              v = neg_inf();
+            else if (Cfg::FeatureInfo::kTransforms)
+              v = hook.apply(v, row[hf], key0 + 2 * t, nt * 8 + (e & 1));
+          }
+      }
+      return;
+    }
+  }
   if constexpr (!Cfg::FeatureInfo::kAny) {
     mask_groups<Cfg, 0, Cfg::kBlockN / 8>(acc_s, limit);
   } else {
@@ -1137,12 +1171,14 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
     // The first key of iteration i's tile (in ring stage s), and whether it needs the
     // features' mask: from the stage's block-mask entry, read before the stage is
     // released, else from the tile walk (last tile first).
-    auto key_tile = [&](int i, int s, bool &partial) {
+    auto key_tile = [&](int i, int s, bool &partial, int &bit_slot) {
       partial = true;
+      bit_slot = -1;
       if constexpr (Cfg::kBlockMask) {
         if (block_masked) {
           const u32 entry = ld_shared_u32(sm.stage_entry(s));
           partial = block_mask::entry_partial(entry);
+          bit_slot = (int)ld_shared_u32(sm.stage_entry(s) + 4);
           return block_mask::entry_tile(entry) * Cfg::kBlockN;
         }
       }
@@ -1163,13 +1199,14 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
       wgmma_wait<0>();
       pin_registers(acc_s);
       bool partial;
-      const int key0 = key_tile(i, s, partial);
+      int bit_slot;
+      const int key0 = key_tile(i, s, partial, bit_slot);
       release(sm.empty_k(s));
       if (!Cfg::kStageO && i == w.n_blocks - 1)
         release(sm.q_empty(q_this));
       const bool needs_mask = tile_needs_mask<Cfg>(w, hook, key0, wg_row0, partial);
       if (Cfg::FeatureInfo::kTransforms || needs_mask)
-        mask_tile<Cfg>(acc_s, w, hook, key0, row, t, needs_mask);
+        mask_tile<Cfg>(acc_s, w, hook, key0, row, t, needs_mask, &p, bit_slot);
       softmax_exact<Cfg>(acc_s, st, score_scale);  // no overlap: never kFastSoftmax
     };
     // O += P V of key tile i on its own, P packed from acc_s.
@@ -1223,7 +1260,8 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
         if (!Cfg::kFirstTileSoftmax || i >= first) {
           pin_registers(acc_s);
           bool partial;
-          const int key0 = key_tile(i, s, partial);
+          int bit_slot;
+          const int key0 = key_tile(i, s, partial, bit_slot);
           release(sm.empty_k(s));
           if (!Cfg::kStageO && i == w.n_blocks - 1)
             release(sm.q_empty(q_this));
@@ -1232,7 +1270,7 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
           // tile then goes through the hook here, masked or not.
           const bool needs_mask = tile_needs_mask<Cfg>(w, hook, key0, wg_row0, partial);
           if (Cfg::FeatureInfo::kTransforms || (!Cfg::kFastSoftmax && needs_mask))
-            mask_tile<Cfg>(acc_s, w, hook, key0, row, t, needs_mask);
+            mask_tile<Cfg>(acc_s, w, hook, key0, row, t, needs_mask, &p, bit_slot);
           const bool exact =
               needs_mask ||
               rises_towards_diagonal<Cfg>(w, key0, w.q0 + wg_row0 + warp_in_wg * 16);
@@ -1245,7 +1283,7 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
             if (__builtin_expect(left == SoftmaxLeft::kRescoreAndExact, 0))
               rescore_tile<Cfg>(acc_s, p, w, hook, key0, row, t);  // masks as it scores
             else if (needs_mask && !Cfg::FeatureInfo::kTransforms)
-              mask_tile<Cfg>(acc_s, w, hook, key0, row, t);
+              mask_tile<Cfg>(acc_s, w, hook, key0, row, t, true, &p, bit_slot);
             softmax_exact<Cfg>(acc_s, st, score_scale);
           }
           rescale_o<Cfg>(st);

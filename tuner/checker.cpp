@@ -136,25 +136,28 @@ ForwardChecker::create(const generator::KernelSpec &spec, const ForwardShape &sh
 }
 
 llvm::Expected<std::vector<uint16_t>> ForwardChecker::run(const ForwardKernel &kernel,
-                                                          CUstream stream, bool blockMask) {
+                                                          CUstream stream,
+                                                          BlockMaskUse blockMask) {
   if (auto err = poisonOutputs())
     return std::move(err);
   FjForwardParams p = makeParams(shape_, buffers_, false);
   // A block mask per sequence and head, built by the kernel's own builder into a buffer
-  // poisoned first (counts of -1: a list the build failed to write computes nothing).
+  // poisoned first (counts of -1: a list the build failed to write computes nothing),
+  // with a bit slot for every tile, or none (partly masked tiles call mask_mod).
   std::optional<runtime::DeviceBuffer> mask;
-  if (blockMask) {
-    const BlockMaskShape maskShape =
+  if (blockMask != BlockMaskUse::None) {
+    BlockMaskShape maskShape =
         BlockMaskShape::of(kernel.geometry(), p.batch, p.heads_q, p.seqlen_q, p.seqlen_k);
-    auto buffer = runtime::DeviceBuffer::allocate((size_t)std::max<int64_t>(maskShape.bytes(), 16));
+    maskShape.bitCapacity = blockMask == BlockMaskUse::WithBits ? maskShape.entries() : 0;
+    auto buffer = runtime::DeviceBuffer::allocate((size_t)maskShape.bytes());
     if (!buffer)
       return buffer.takeError();
     mask.emplace(std::move(*buffer));
     if (auto err = mask->fill(0xFF))
       return std::move(err);
-    maskShape.describe(p, mask->ptr());
-    if (auto err = kernel.buildBlockMask(p, maskShape, mask->ptr(), stream))
+    if (auto err = kernel.buildBlockMask(p, maskShape, *mask, stream))
       return std::move(err);
+    maskShape.describe(p, mask->ptr());
   }
   if (auto err = kernel.launch(p, stream))
     return std::move(err);
@@ -172,15 +175,21 @@ llvm::Expected<CheckReport> ForwardChecker::check(const LoadedKernel &loaded, CU
   if (!out)
     return out.takeError();
   auto report = compare(*out);
-  // A mask_mod's kernel takes a block mask or not, call by call: both ways must pass.
+  // A mask_mod's kernel takes a block mask or not, call by call, and a partly masked
+  // tile its keep bits or mask_mod: every way must pass.
   if (!report || !report->passed || !kernel->geometry().blockMask)
     return report;
-  out = run(*kernel, stream, /*blockMask=*/true);
-  if (!out)
-    return out.takeError();
-  report = compare(*out);
-  if (report && !report->passed)
-    report->output = "o with a block mask";
+  for (BlockMaskUse use : {BlockMaskUse::WithBits, BlockMaskUse::WithoutBits}) {
+    out = run(*kernel, stream, use);
+    if (!out)
+      return out.takeError();
+    report = compare(*out);
+    if (report && !report->passed) {
+      report->output = use == BlockMaskUse::WithBits ? "o with a block mask"
+                                                     : "o with a block mask without bits";
+      return report;
+    }
+  }
   return report;
 }
 

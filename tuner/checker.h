@@ -57,10 +57,12 @@ public:
 
   llvm::Expected<CheckReport> check(const LoadedKernel &kernel, CUstream stream) override;
 
-  // Runs the kernel and returns its raw output bits (for bitwise rerun checks); with
-  // `blockMask`, after building a block mask for it (kernels with a mask_mod).
+  // Whether run() builds a block mask first (kernels with a mask_mod), and with keep bits
+  // for every partly masked tile or for none.
+  enum class BlockMaskUse { None, WithBits, WithoutBits };
+  // Runs the kernel and returns its raw output bits (for bitwise rerun checks).
   llvm::Expected<std::vector<uint16_t>> run(const ForwardKernel &kernel, CUstream stream,
-                                            bool blockMask = false);
+                                            BlockMaskUse blockMask = BlockMaskUse::None);
 
   const ForwardShape &shape() const override { return shape_; }
   const ForwardBuffers &buffers() const { return buffers_; }

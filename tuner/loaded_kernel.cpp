@@ -3,6 +3,7 @@
 #include "support/error.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace flashjit::tuner {
 
@@ -67,22 +68,35 @@ ForwardKernel::load(llvm::StringRef cubin, llvm::StringRef entryName, LaunchGeom
 
 void BlockMaskShape::describe(FjForwardParams &params, uint64_t base) const {
   params.block_counts = reinterpret_cast<const int *>(base);
-  params.block_tiles = reinterpret_cast<const int *>(base + countsBytes());
+  params.block_tiles = reinterpret_cast<const int *>(base + tilesOffset());
+  params.block_slots = reinterpret_cast<const int *>(base + slotsOffset());
+  params.block_bits = reinterpret_cast<const unsigned *>(base + bitsOffset());
   params.block_head_stride = heads > 1 ? queryBlocks : 0;
   params.block_batch_stride = batches > 1 ? heads * queryBlocks : 0;
   params.block_tiles_stride = keyBlocks;
+  params.block_bits_capacity = (int)std::min<int64_t>(bitCapacity, INT32_MAX);
 }
 
-llvm::Error ForwardKernel::buildBlockMask(const FjForwardParams &params,
-                                          const BlockMaskShape &shape, uint64_t base,
+llvm::Error ForwardKernel::buildBlockMask(FjForwardParams params, const BlockMaskShape &shape,
+                                          runtime::DeviceBuffer &buffer,
                                           CUstream stream) const {
   if (!geometry_.blockMask)
     return makeError(ErrorCode::Internal, "this forward kernel has no block-mask builder");
   if (shape.workTiles() == 0)
     return llvm::Error::success();
+  if ((int64_t)buffer.size() < shape.bytes())
+    return makeError(ErrorCode::Internal, "block mask buffer of {0} bytes, {1} needed",
+                     buffer.size(), shape.bytes());
+  const uint64_t base = buffer.ptr();
+  shape.describe(params, base);
+  if (auto err = buffer.fillWordsAsync(0, (size_t)shape.usedOffset(), 1, stream))
+    return err;
   int *counts = reinterpret_cast<int *>(base);
-  int *tiles = reinterpret_cast<int *>(base + shape.countsBytes());
-  void *args[] = {const_cast<FjForwardParams *>(&params), &counts, &tiles};
+  int *tiles = reinterpret_cast<int *>(base + shape.tilesOffset());
+  int *slots = reinterpret_cast<int *>(base + shape.slotsOffset());
+  unsigned *bits = reinterpret_cast<unsigned *>(base + shape.bitsOffset());
+  int *used = reinterpret_cast<int *>(base + shape.usedOffset());
+  void *args[] = {&params, &counts, &tiles, &slots, &bits, &used};
   return blockMaskKernel_.launch((unsigned)shape.queryBlocks, (unsigned)shape.heads,
                                  (unsigned)shape.batches, generator::kBlockMaskThreads, 0,
                                  stream, args);

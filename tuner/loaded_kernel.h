@@ -31,18 +31,28 @@ struct LaunchGeometry {
 
 // The shape of a block mask for a forward kernel of these tiles (templates/
 // fj_block_mask.cuh): `batches` x `heads` x queryBlocks work tiles (a shared dimension
-// counts 1), each with a list of up to keyBlocks entries.
+// counts 1), each with a list of up to keyBlocks entries and their bit slots, and
+// bitCapacity slots of keep bits for partly masked tiles. In one device buffer: counts,
+// entries, slots, the builder's slot counter, the bits, each 16-byte aligned.
 struct BlockMaskShape {
   int batches = 0, heads = 0, queryBlocks = 0, keyBlocks = 0;
+  int blockM = 0, blockN = 0;
+  int64_t bitCapacity = 0;
   static BlockMaskShape of(const LaunchGeometry &geometry, int batches, int heads,
                            int seqlenQ, int seqlenK) {
     return {batches, heads, (seqlenQ + geometry.blockM - 1) / geometry.blockM,
-            (seqlenK + geometry.blockN - 1) / geometry.blockN};
+            (seqlenK + geometry.blockN - 1) / geometry.blockN, geometry.blockM,
+            geometry.blockN, 0};
   }
+  static int64_t align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
   int64_t workTiles() const { return (int64_t)batches * heads * queryBlocks; }
-  // counts (one int per work tile), then the lists, each 16-byte aligned.
-  int64_t countsBytes() const { return (workTiles() * 4 + 15) / 16 * 16; }
-  int64_t bytes() const { return countsBytes() + workTiles() * keyBlocks * 4; }
+  int64_t entries() const { return workTiles() * keyBlocks; }
+  int64_t tilesOffset() const { return align16(workTiles() * 4); }
+  int64_t slotsOffset() const { return tilesOffset() + align16(entries() * 4); }
+  int64_t usedOffset() const { return slotsOffset() + align16(entries() * 4); }
+  int64_t bitsOffset() const { return usedOffset() + 16; }
+  int64_t bytesPerSlot() const { return (int64_t)blockM * ((blockN + 31) / 32) * 4; }
+  int64_t bytes() const { return bitsOffset() + bitCapacity * bytesPerSlot(); }
   // Points `params` at a mask of this shape at device address `base`.
   void describe(FjForwardParams &params, uint64_t base) const;
 };
@@ -82,11 +92,11 @@ public:
   // Asynchronous; checks nothing but the launch itself (the caller validated params),
   // and for TMA kernels checkTmaArguments.
   llvm::Error launch(const FjForwardParams &params, CUstream stream) const;
-  // Builds the block mask of `shape` for `params` (its block_* fields already point at
-  // it, see BlockMaskShape::describe) at device address `base`. Asynchronous. Only for
-  // kernels whose geometry has blockMask.
-  llvm::Error buildBlockMask(const FjForwardParams &params, const BlockMaskShape &shape,
-                             uint64_t base, CUstream stream) const;
+  // Builds the block mask of `shape` for `params` into `buffer` (BlockMaskShape::bytes
+  // long), asynchronously. Only for kernels whose geometry has blockMask. The partly
+  // masked tiles wanted (kept or not) are counted at shape.usedOffset() (readBlockMaskUsed).
+  llvm::Error buildBlockMask(FjForwardParams params, const BlockMaskShape &shape,
+                             runtime::DeviceBuffer &buffer, CUstream stream) const;
   const LaunchGeometry &geometry() const { return geometry_; }
   generator::Operation operation() const override { return generator::Operation::Forward; }
   int registers() const override { return registers_; }

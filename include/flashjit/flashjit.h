@@ -457,19 +457,24 @@ FJ_API void fj_block_mask_options_init(fj_block_mask_options *options);
 /* Builds a block mask for fj_forward(kernel, args) calls: args as fj_forward takes them
  * (checked the same way; the tensors' contents are not read, but mod_args, cu_seqlens
  * and, with ALiBi, alibi_slopes are read on the device as the kernel reads them, and
- * must hold what the calls will). Requires desc.mask_mod. options NULL: per sequence and per head.
- * Allocates the mask in device memory (batch x heads x ceil(seqlen_q / block_m) lists of
- * up to ceil(seqlen_k / block_n) entries, 4 bytes each, fewer when shared) and launches
- * its build on `stream` (asynchronous; fj_forward on the same stream sees it). The mask
- * is for the variant fj_forward picks for these arguments, and fj_forward refuses it
- * for arguments of another shape (batch, seqlen_q, seqlen_k, cu_seqlens or not) or
- * another variant. The kernel cannot be released while it has masks. */
+ * must hold what the calls will). Requires desc.mask_mod. options NULL: per sequence and
+ * per head. Allocates the mask in device memory: batch x heads x ceil(seqlen_q /
+ * block_m) lists of up to ceil(seqlen_k / block_n) entries, 8 bytes each (fewer when
+ * shared), and block_m x block_n bits for each partly masked tile (a quarter more for
+ * updates; at most 256 MiB of them, tiles beyond call mask_mod). Builds it on `stream`
+ * twice, reading the count of partly masked tiles back in between, so it synchronises
+ * `stream` (not capturable in a CUDA graph; fj_block_mask_update is). The mask is for
+ * the variant fj_forward picks for these arguments, and fj_forward refuses it for
+ * arguments of another shape (batch, seqlen_q, seqlen_k, cu_seqlens or not) or another
+ * variant. The kernel cannot be released while it has masks. */
 FJ_API fj_status fj_block_mask_create(fj_kernel kernel, const fj_forward_args *args,
                                       const fj_block_mask_options *options, void *stream,
                                       fj_block_mask *mask);
 
 /* Rebuilds `mask` in place on `stream` for new contents of what mask_mod reads (args of
- * the shape it was created for): no allocation, so it may be captured in a CUDA graph. */
+ * the shape it was created for): no allocation and no synchronisation, so it may be
+ * captured in a CUDA graph. Partly masked tiles beyond the bits allocated at creation
+ * call mask_mod (same output, slower). */
 FJ_API fj_status fj_block_mask_update(fj_block_mask mask, const fj_forward_args *args,
                                       void *stream);
 
