@@ -17,7 +17,10 @@
 //   - variable-length batches (cu_seqlens), with the packed row counts (fwd_wgmma on
 //     sm_90a) and without total_k (the fwd_mma fallback).
 #include "api_context.h"
+#include "api_asserts.h"
 #include "gpu_skip.h"
+#include "graph_api.h"
+#include "tests/fails_with.h"
 
 #include "flashjit/flashjit.h"
 #include "tuner/check_support.h"
@@ -41,45 +44,11 @@ using namespace flashjit;
 
 namespace {
 
-#define FJ_ASSERT_OK(call)                                                               \
-  do {                                                                                   \
-    fj_status status_ = (call);                                                          \
-    ASSERT_EQ(status_, FJ_SUCCESS) << #call << ": " << fj_status_string(status_) << ": " \
-                                   << fj_last_error_message();                           \
-  } while (0)
-
-#define FJ_EXPECT_OK(call)                                                               \
-  do {                                                                                   \
-    fj_status status_ = (call);                                                          \
-    EXPECT_EQ(status_, FJ_SUCCESS) << #call << ": " << fj_status_string(status_) << ": " \
-                                   << fj_last_error_message();                           \
-  } while (0)
-
-// Unwraps an llvm::Expected in a test, failing it with the error's message.
-#define FJ_ASSERT_VALUE(var, expr)                                                       \
-  auto var = (expr);                                                                     \
-  ASSERT_TRUE((bool)var) << llvm::toString(var.takeError())
-
 #define FJ_ASSERT_NO_ERROR(expr)                                                         \
   do {                                                                                   \
     llvm::Error error_ = (expr);                                                         \
     ASSERT_FALSE((bool)error_) << #expr << ": " << llvm::toString(std::move(error_));    \
   } while (0)
-
-// The call's status is `expected` and the thread's message names every fragment.
-::testing::AssertionResult failsWith(fj_status status, fj_status expected,
-                                     std::initializer_list<const char *> fragments) {
-  std::string message = fj_last_error_message();
-  if (status != expected)
-    return ::testing::AssertionFailure()
-           << "status " << fj_status_string(status) << ", expected "
-           << fj_status_string(expected) << " (message: \"" << message << "\")";
-  for (const char *fragment : fragments)
-    if (message.find(fragment) == std::string::npos)
-      return ::testing::AssertionFailure()
-             << "message \"" << message << "\" does not mention \"" << fragment << "\"";
-  return ::testing::AssertionSuccess();
-}
 
 // For code that cannot ASSERT (lambdas returning values): reports a failure, consumed.
 bool succeeded(llvm::Error error, const char *what) {
@@ -717,40 +686,6 @@ TEST_F(ApiBlockMaskGpu, UpdateFollowsNewIds) {
 }
 
 // ---- CUDA graphs ---------------------------------------------------------------------
-
-#define FJ_GRAPH_STRINGIFY2(x) #x
-#define FJ_GRAPH_STRINGIFY(x) FJ_GRAPH_STRINGIFY2(x)
-
-// The few graph entry points the test needs (runtime/ does not wrap them), by the
-// versioned names cuda.h's macros give them (as tests/gpu/api_test.cpp).
-struct GraphApi {
-  decltype(&::cuStreamBeginCapture) beginCapture = nullptr;
-  decltype(&::cuStreamEndCapture) endCapture = nullptr;
-  decltype(&::cuGraphInstantiateWithFlags) instantiate = nullptr;
-  decltype(&::cuGraphLaunch) launch = nullptr;
-  decltype(&::cuGraphExecDestroy) execDestroy = nullptr;
-  decltype(&::cuGraphDestroy) destroy = nullptr;
-
-  static GraphApi load() {
-    GraphApi api;
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-      return api;
-#define FJ_GRAPH_LOAD(member, fn)                                                        \
-  api.member = reinterpret_cast<decltype(api.member)>(dlsym(lib, FJ_GRAPH_STRINGIFY(fn)))
-    FJ_GRAPH_LOAD(beginCapture, cuStreamBeginCapture);
-    FJ_GRAPH_LOAD(endCapture, cuStreamEndCapture);
-    FJ_GRAPH_LOAD(instantiate, cuGraphInstantiateWithFlags);
-    FJ_GRAPH_LOAD(launch, cuGraphLaunch);
-    FJ_GRAPH_LOAD(execDestroy, cuGraphExecDestroy);
-    FJ_GRAPH_LOAD(destroy, cuGraphDestroy);
-#undef FJ_GRAPH_LOAD
-    return api;
-  }
-  bool complete() const {
-    return beginCapture && endCapture && instantiate && launch && execDestroy && destroy;
-  }
-};
 
 // fj_block_mask_update then fj_forward, captured once (global mode: an allocation or a
 // synchronisation inside either would fail the capture) and replayed after the ids change

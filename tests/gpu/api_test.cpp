@@ -9,7 +9,9 @@
 #include "api_harness.h"
 #include "tuner/bucket.h"
 #include "tests/scoped_env.h"
+#include "api_asserts.h"
 #include "gpu_skip.h"
+#include "graph_api.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
@@ -35,25 +37,6 @@ using namespace flashjit::apitest;
 using flashjit::testing::ScopedEnv;
 
 namespace {
-
-#define FJ_ASSERT_OK(call)                                                               \
-  do {                                                                                   \
-    fj_status status_ = (call);                                                          \
-    ASSERT_EQ(status_, FJ_SUCCESS) << #call << ": " << fj_status_string(status_) << ": " \
-                                   << fj_last_error_message();                           \
-  } while (0)
-
-#define FJ_EXPECT_OK(call)                                                               \
-  do {                                                                                   \
-    fj_status status_ = (call);                                                          \
-    EXPECT_EQ(status_, FJ_SUCCESS) << #call << ": " << fj_status_string(status_) << ": " \
-                                   << fj_last_error_message();                           \
-  } while (0)
-
-// Unwraps an llvm::Expected in a test, failing it with the error's message.
-#define FJ_ASSERT_VALUE(var, expr)                                                       \
-  auto var = (expr);                                                                     \
-  ASSERT_TRUE((bool)var) << llvm::toString(var.takeError())
 
 std::string target() { return flashjit::testing::openTestDevice()->properties().target(); }
 
@@ -488,40 +471,6 @@ TEST(ApiGpuTune, ConcurrentRequestsForOneSpecAreTunedOnce) {
 }
 
 // ---- CUDA graphs ----------------------------------------------------------------------
-
-#define FJ_GRAPH_STRINGIFY2(x) #x
-#define FJ_GRAPH_STRINGIFY(x) FJ_GRAPH_STRINGIFY2(x)
-
-// The few graph entry points the test needs (runtime/ does not wrap them), by the
-// versioned names cuda.h's macros give them.
-struct GraphApi {
-  decltype(&::cuStreamBeginCapture) beginCapture = nullptr;
-  decltype(&::cuStreamEndCapture) endCapture = nullptr;
-  decltype(&::cuGraphInstantiateWithFlags) instantiate = nullptr;
-  decltype(&::cuGraphLaunch) launch = nullptr;
-  decltype(&::cuGraphExecDestroy) execDestroy = nullptr;
-  decltype(&::cuGraphDestroy) destroy = nullptr;
-
-  static GraphApi load() {
-    GraphApi api;
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-      return api;
-#define FJ_GRAPH_LOAD(member, fn)                                                        \
-  api.member = reinterpret_cast<decltype(api.member)>(dlsym(lib, FJ_GRAPH_STRINGIFY(fn)))
-    FJ_GRAPH_LOAD(beginCapture, cuStreamBeginCapture);
-    FJ_GRAPH_LOAD(endCapture, cuStreamEndCapture);
-    FJ_GRAPH_LOAD(instantiate, cuGraphInstantiateWithFlags);
-    FJ_GRAPH_LOAD(launch, cuGraphLaunch);
-    FJ_GRAPH_LOAD(execDestroy, cuGraphExecDestroy);
-    FJ_GRAPH_LOAD(destroy, cuGraphDestroy);
-#undef FJ_GRAPH_LOAD
-    return api;
-  }
-  bool complete() const {
-    return beginCapture && endCapture && instantiate && launch && execDestroy && destroy;
-  }
-};
 
 TEST(ApiGpu, GraphCaptureAndReplayGivesTheSameOutput) {
   FLASHJIT_REQUIRE_GPU();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "flashjit/flashjit.h"
+#include "tests/fails_with.h"
 
 #include <gtest/gtest.h>
 
@@ -64,21 +65,6 @@ inline fj_forward_args validArgs(const fj_attention_desc &desc) {
   a.v_head_stride = dv, a.v_seq_stride = hkv * dv, a.v_batch_stride = a.seqlen_k * hkv * dv;
   a.o_head_stride = dv, a.o_seq_stride = hq * dv, a.o_batch_stride = a.seqlen_q * hq * dv;
   return a;
-}
-
-// The call's status is `expected` and the thread's message contains every fragment.
-inline ::testing::AssertionResult failsWith(fj_status status, fj_status expected,
-                                            std::initializer_list<const char *> fragments) {
-  std::string message = fj_last_error_message();
-  if (status != expected)
-    return ::testing::AssertionFailure()
-           << "status " << fj_status_string(status) << ", expected "
-           << fj_status_string(expected) << " (message: \"" << message << "\")";
-  for (const char *fragment : fragments)
-    if (message.find(fragment) == std::string::npos)
-      return ::testing::AssertionFailure()
-             << "message \"" << message << "\" does not mention \"" << fragment << "\"";
-  return ::testing::AssertionSuccess();
 }
 
 inline ::testing::AssertionResult succeeds(fj_status status) {
