@@ -297,8 +297,10 @@ def create_block_mask(q, k, v, *, mask_mod, causal=False, scale=None, layout="bs
     sequence, built with b = 0; not with cu_seqlens); shared_across_heads: it does not
     depend on h (built with h = 0).
 
-    Launched on the current stream of q's device; gets the description's kernel first if
-    no call did (the cache, else compiled or tuned, with these mod_* as the tuner's)."""
+    Built on the current stream of q's device, which it synchronises once (the build
+    counts the partly masked tiles, whose keep bits are then allocated: not inside a CUDA
+    graph capture; BlockMask.update is capturable); gets the description's kernel first
+    if no call did (the cache, else compiled or tuned, with these mod_* as the tuner's)."""
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     if mask_mod is None or mask_mod == "":
         raise ValueError("create_block_mask needs mask_mod, the CUDA body of "
