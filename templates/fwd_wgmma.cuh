@@ -1271,8 +1271,19 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
           const bool needs_mask = tile_needs_mask<Cfg>(w, hook, key0, wg_row0, partial);
           if (Cfg::FeatureInfo::kTransforms || (!Cfg::kFastSoftmax && needs_mask))
             mask_tile<Cfg>(acc_s, w, hook, key0, row, t, needs_mask, &p, bit_slot);
+          // A partly masked tile with keep bits is masked here, while the previous P V
+          // runs, and keeps the fast softmax: with a block mask at short lengths nearly
+          // every tile is partial, and the exact path would serialise each after its P V.
+          bool masked_now = false;
+          if constexpr (Cfg::kBlockMask && Cfg::kFastSoftmax &&
+                        !Cfg::FeatureInfo::kTransforms) {
+            if (needs_mask && bit_slot >= 0) {
+              mask_tile<Cfg>(acc_s, w, hook, key0, row, t, true, &p, bit_slot);
+              masked_now = true;
+            }
+          }
           const bool exact =
-              needs_mask ||
+              (needs_mask && !masked_now) ||
               rises_towards_diagonal<Cfg>(w, key0, w.q0 + wg_row0 + warp_in_wg * 16);
           const SoftmaxLeft left = softmax_tile<Cfg>(acc_s, st, score_scale, exact);
           wgmma_wait<0>();
@@ -1282,7 +1293,7 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
           if (left != SoftmaxLeft::kNothing) {
             if (__builtin_expect(left == SoftmaxLeft::kRescoreAndExact, 0))
               rescore_tile<Cfg>(acc_s, p, w, hook, key0, row, t);  // masks as it scores
-            else if (needs_mask && !Cfg::FeatureInfo::kTransforms)
+            else if (needs_mask && !Cfg::FeatureInfo::kTransforms && !masked_now)
               mask_tile<Cfg>(acc_s, w, hook, key0, row, t, true, &p, bit_slot);
             softmax_exact<Cfg>(acc_s, st, score_scale);
           }
