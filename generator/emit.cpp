@@ -37,7 +37,7 @@ llvm::Expected<std::string> inlineTemplates(llvm::ArrayRef<llvm::StringRef> file
 }
 
 llvm::StringRef elementTypeName(DType dtype) {
-  return dtype == DType::FP16 ? "fj::f16" : "fj::bf16";
+  return dtype == DType::FP16 ? "fj::f16" : dtype == DType::E4M3 ? "fj::e4m3" : "fj::bf16";
 }
 
 std::string generatedHeader(llvm::StringRef what) {
@@ -129,9 +129,25 @@ std::string resumeLineNumbers(std::string source, llvm::StringRef programName) {
 namespace {
 
 // The template arguments a family's config adds for the features: none for the plain
-// kernel (whose source then stays what it was), else the FjFeatures struct.
+// kernel (whose source then stays what it was), else the FjFeatures struct. FP8 (which
+// takes no features) adds its output type.
 std::string featuresArgument(const KernelSpec &spec) {
+  if (spec.dtype == DType::E4M3)
+    return (", fj::NoFeatures, " + elementTypeName(spec.outDtype)).str();
   return spec.features.any() ? ", FjFeatures" : "";
+}
+
+// FP8 modules also hold the kernel that writes V transposed (templates/fj_fp8.cuh),
+// launched before each forward.
+std::string fp8TransposeEntryPoint(const KernelSpec &spec) {
+  if (spec.dtype != DType::E4M3)
+    return "";
+  return llvm::formatv("\nextern \"C\" __global__ void __launch_bounds__(fj::fp8::kTransposeThreads)\n"
+                       "{0}(const FjForwardParams params) {{\n"
+                       "  fj::fp8::transpose_v<FjConfig::kHeadDimV>(params);\n"
+                       "}\n",
+                       kFp8TransposeEntry)
+      .str();
 }
 
 // With a mask_mod, the module also holds the kernel that builds its block mask
@@ -179,7 +195,7 @@ std::string wgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
              sharedBytes(spec, tile), wgmmaStoresOByTma(spec, tile) ? "true" : "false",
              featuresBlock(spec.features), featuresArgument(spec))
              .str() +
-         blockMaskEntryPoint(spec);
+         blockMaskEntryPoint(spec) + fp8TransposeEntryPoint(spec);
 }
 
 } // namespace
@@ -260,7 +276,7 @@ llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConf
   if (spec.family == Family::FwdWgmma) {
     auto common =
         inlineTemplates({"fj_params.h", "fj_common.cuh", "fj_features.cuh",
-                         "fj_block_mask.cuh", "fj_hopper.cuh"});
+                         "fj_block_mask.cuh", "fj_hopper.cuh", "fj_fp8.cuh"});
     if (!common)
       return common.takeError();
     auto schedule = inlineTemplates({"fwd_wgmma.cuh"});
@@ -280,6 +296,16 @@ llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConf
     kernel.tma.oRows = wgmmaStoresOByTma(spec, tile) ? 64 : 0;
     kernel.tma.panelD = panelColumns(spec.headDim);
     kernel.tma.panelDv = panelColumns(spec.headDimV);
+    if (spec.dtype == DType::E4M3) {
+      // Mirrors FwdWgmmaConfig: Q and K in panels of 128 or 64 bytes (head_dim padded to
+      // 64), V^T in panels of 128 or 64 keys over all head_dim_v rows.
+      const int d = (spec.headDim + 63) / 64 * 64;
+      kernel.tma.panelD = d % 128 == 0 ? 128 : 64;
+      kernel.tma.vTransposed = true;
+      kernel.tma.panelDv = tile.blockN % 128 == 0 ? 128 : 64;
+      kernel.tma.vtRows = (spec.headDimV + 31) / 32 * 32;
+      kernel.fp8TransposeEntry = kFp8TransposeEntry;
+    }
   } else {
     auto body =
         inlineTemplates({"fj_params.h", "fj_common.cuh", "fj_features.cuh",
@@ -302,7 +328,7 @@ llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConf
 
 llvm::Expected<EmittedKernel> emitReference(DType dtype, bool emulateLowPrecision,
                                             const std::string &target,
-                                            const Features &features) {
+                                            const Features &features, DType outDtype) {
   auto info = targetInfo(target);
   if (!info)
     return info.takeError();
@@ -312,9 +338,11 @@ llvm::Expected<EmittedKernel> emitReference(DType dtype, bool emulateLowPrecisio
     return body.takeError();
   EmittedKernel kernel;
   kernel.source =
-      generatedHeader(llvm::formatv("reference.{0}.{1}{2}", dtypeName(dtype),
+      generatedHeader(llvm::formatv("reference.{0}{3}.{1}{2}", dtypeName(dtype),
                                     emulateLowPrecision ? "emulated" : "fp32",
-                                    features.keySuffix())
+                                    features.keySuffix(),
+                                    dtype == DType::E4M3 ? "_o" + dtypeName(outDtype).str()
+                                                         : std::string())
                           .str()) +
       *body + featuresBlock(features) +
       llvm::formatv("extern \"C\" __global__ void __launch_bounds__(fj::reference::kThreads)\n"
@@ -324,7 +352,9 @@ llvm::Expected<EmittedKernel> emitReference(DType dtype, bool emulateLowPrecisio
                     "causal != 0);\n"
                     "}\n",
                     elementTypeName(dtype), emulateLowPrecision ? "true" : "false",
-                    features.any() ? ", FjFeatures" : "")
+                    dtype == DType::E4M3
+                        ? (", fj::NoFeatures, " + elementTypeName(outDtype)).str()
+                        : std::string(features.any() ? ", FjFeatures" : ""))
           .str();
   kernel.source = resumeLineNumbers(std::move(kernel.source), kProgramName);
   kernel.entryName = "flashjit_reference";

@@ -23,6 +23,10 @@ struct TmaOperands {
   int qRows = 0, kvRows = 0;    // box rows: block_m for Q, block_n for K and V
   int oRows = 0;                // box rows of O's map (one warpgroup's); 0: no O map
   int panelD = 0, panelDv = 0;  // box columns for Q/K and for V and O
+  // FP8: V's map is over V^T (FjForwardParams::v_transposed: columns are keys, rows
+  // head_dim_v), boxes of panelDv keys x vtRows rows; elements of 1 byte for Q, K, V^T.
+  bool vTransposed = false;
+  int vtRows = 0;
 };
 
 // A backward module's kernels (families bwd_*), launched in this order by the host:
@@ -56,6 +60,12 @@ struct DecodeEntries {
 inline constexpr const char *kBlockMaskEntry = "flashjit_block_mask";
 // Its block size (templates/fj_block_mask.cuh's kThreads).
 inline constexpr int kBlockMaskThreads = 256;
+// FP8 modules' V transpose (EmittedKernel::fp8TransposeEntry): parameters FjForwardParams,
+// grid (vt_keys / kFp8TransposeKeys, heads_kv, batch) of kFp8TransposeThreads threads
+// (templates/fj_fp8.cuh).
+inline constexpr const char *kFp8TransposeEntry = "flashjit_fp8_transpose_v";
+inline constexpr int kFp8TransposeKeys = 64;
+inline constexpr int kFp8TransposeThreads = 256;
 
 struct EmittedKernel {
   std::string source;
@@ -70,6 +80,8 @@ struct EmittedKernel {
   // threads; parameters FjForwardParams, int *counts, int *tiles, int *slots,
   // unsigned *bits, int *used); "" otherwise.
   std::string blockMaskEntry;
+  // FP8 forward kernels: the V transpose to launch before them (kFp8TransposeEntry).
+  std::string fp8TransposeEntry;
   // Kernel parameters after FjForwardParams, if enabled: the maps of Q, K, V and O, and
   // an int, 1 when the kernel may store O through its map.
   TmaOperands tma;
@@ -95,9 +107,12 @@ llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConf
 // grid (seqlen_q, heads_q, batch), `threads` threads, no dynamic shared memory.
 // With features, the reference applies them too (written out on its own, see
 // templates/reference.cuh).
+// FP8 (E4M3) inputs: outDtype is the output's type (emulated) and the reference
+// dequantizes by FjForwardParams' descale factors.
 llvm::Expected<EmittedKernel> emitReference(DType dtype, bool emulateLowPrecision,
                                             const std::string &target,
-                                            const Features &features = {});
+                                            const Features &features = {},
+                                            DType outDtype = DType::BF16);
 
 // The name NVRTC compiles generated sources under (runtime::CompileOptions' default):
 // lines after the user's code are numbered in it again.

@@ -17,7 +17,16 @@
 
 namespace flashjit::generator {
 
-llvm::StringRef dtypeName(DType dtype) { return dtype == DType::FP16 ? "fp16" : "bf16"; }
+llvm::StringRef dtypeName(DType dtype) {
+  switch (dtype) {
+  case DType::FP16: return "fp16";
+  case DType::BF16: return "bf16";
+  case DType::E4M3: return "e4m3";
+  }
+  return "unknown";
+}
+
+int elementBytes(DType dtype) { return dtype == DType::E4M3 ? 1 : 2; }
 
 llvm::StringRef familyName(Family family) {
   switch (family) {
@@ -54,8 +63,11 @@ llvm::Expected<DType> parseDType(llvm::StringRef name) {
     return DType::FP16;
   if (name.equals_insensitive("bf16") || name.equals_insensitive("bfloat16"))
     return DType::BF16;
-  return makeError(ErrorCode::InvalidValue, "unknown dtype '{0}' (expected fp16 or bf16)",
-                   name);
+  if (name.equals_insensitive("e4m3") || name.equals_insensitive("fp8") ||
+      name.equals_insensitive("float8_e4m3fn"))
+    return DType::E4M3;
+  return makeError(ErrorCode::InvalidValue,
+                   "unknown dtype '{0}' (expected fp16, bf16 or e4m3)", name);
 }
 
 llvm::Expected<Family> parseFamily(llvm::StringRef name) {
@@ -114,8 +126,11 @@ bool Features::needsTuningArgs() const {
 std::string KernelSpec::key() const {
   std::string arch = target;
   llvm::erase_value(arch, '_');
-  return llvm::formatv("{0}.{1}.d{2}.dv{3}.{4}.{5}", familyName(family), dtypeName(dtype),
-                       headDim, headDimV, causal ? "causal" : "nocausal", arch)
+  std::string types = dtypeName(dtype).str();
+  if (dtype == DType::E4M3)
+    types += "_o" + dtypeName(outDtype).str();
+  return llvm::formatv("{0}.{1}.d{2}.dv{3}.{4}.{5}", familyName(family), types, headDim,
+                       headDimV, causal ? "causal" : "nocausal", arch)
              .str() +
          features.keySuffix();
 }
@@ -170,14 +185,20 @@ llvm::Expected<KernelSpec> KernelSpec::parse(llvm::StringRef key) {
       return bad();
   }
   llvm::Expected<Family> family = parseFamily(parts[0]);
-  llvm::Expected<DType> dtype = parseDType(parts[1]);
-  if (!family || !dtype) {
+  auto [inputs, output] = parts[1].split("_o");
+  llvm::Expected<DType> dtype = parseDType(inputs);
+  llvm::Expected<DType> outDtype = parseDType(output.empty() ? inputs : output);
+  if (!family || !dtype || !outDtype || (*dtype == DType::E4M3) == output.empty() ||
+      (*dtype == DType::E4M3 && *outDtype == DType::E4M3)) {
     llvm::consumeError(family.takeError());
     llvm::consumeError(dtype.takeError());
+    llvm::consumeError(outDtype.takeError());
     return bad();
   }
   spec.family = *family;
   spec.dtype = *dtype;
+  if (*dtype == DType::E4M3)
+    spec.outDtype = *outDtype;
   llvm::StringRef d = parts[2], dv = parts[3], arch = parts[5];
   if (!d.consume_front("d") || d.getAsInteger(10, spec.headDim) || !dv.consume_front("dv") ||
       dv.getAsInteger(10, spec.headDimV) || !arch.consume_front("sm") || arch.empty())
@@ -256,6 +277,27 @@ llvm::Error validateSpec(const KernelSpec &spec) {
                      "fwd_wgmma needs target sm_90a (wgmma, TMA and setmaxnreg), not '{0}'; "
                      "use fwd_mma there",
                      spec.target);
+  if (spec.dtype == DType::E4M3) {
+    if (spec.family != Family::FwdWgmma)
+      return makeError(ErrorCode::NotSupported,
+                       "{0} does not take FP8 (e4m3) inputs: only the forward on sm_90a "
+                       "(fwd_wgmma) does",
+                       familyName(spec.family));
+    if (spec.outDtype == DType::E4M3)
+      return makeError(ErrorCode::NotSupported,
+                       "an FP8 (e4m3) forward writes O as bf16 or fp16, not e4m3");
+    // One byte an element: a contiguous head of 8 elements would be an 8-byte stride,
+    // and TMA's strides are multiples of 16 bytes.
+    if (spec.headDim % 16 != 0 || spec.headDimV % 16 != 0)
+      return makeError(ErrorCode::NotSupported,
+                       "FP8 (e4m3) takes head dims that are multiples of 16 (TMA reads rows "
+                       "of 16-byte multiples); head_dim {0} / head_dim_v {1}",
+                       spec.headDim, spec.headDimV);
+    if (spec.features.any())
+      return makeError(ErrorCode::NotSupported,
+                       "FP8 (e4m3) kernels take no attention features yet ({0})",
+                       spec.features.keySuffix().substr(1));
+  }
   if (spec.family == Family::BwdWgmma) {
     if (!hopper)
       return makeError(ErrorCode::NotSupported,
@@ -320,10 +362,12 @@ int roundUp(int x, int m) { return (x + m - 1) / m * m; }
 // work-tile slot (a TileId and its mbarrier) per Q buffer, 1024 bytes of alignment slack;
 // with a mask_mod, a block-mask entry and bit slot (8 bytes) per stage, rounded up to 16.
 constexpr int kWgmmaTileSlotBytes = 32;
+// FP8: head_dim padded to 64 and one byte an element.
 int wgmmaBytes(const KernelSpec &spec, const TileConfig &tile, int qBuffers) {
-  int d = roundUp(spec.headDim, 32), dv = roundUp(spec.headDimV, 32);
+  const int bytes = elementBytes(spec.dtype);
+  int d = roundUp(spec.headDim, bytes == 1 ? 64 : 32), dv = roundUp(spec.headDimV, 32);
   int stageSlots = spec.features.maskMod.empty() ? 0 : roundUp(8 * tile.stages, 16);
-  return 1024 + qBuffers * tile.blockM * d * 2 + tile.stages * tile.blockN * (d + dv) * 2 +
+  return 1024 + qBuffers * tile.blockM * d * bytes + tile.stages * tile.blockN * (d + dv) * bytes +
          (2 * qBuffers + 4 * tile.stages) * 8 + qBuffers * kWgmmaTileSlotBytes + stageSlots;
 }
 bool wgmmaTwoQBuffers(const KernelSpec &spec, const TileConfig &tile) {
@@ -352,6 +396,11 @@ llvm::Error validateWgmmaTile(const KernelSpec &spec, const TileConfig &tile) {
     return makeError(ErrorCode::InvalidValue,
                      "tile {0}: fwd_wgmma block_n must be a multiple of 16 up to 256",
                      tile.key());
+  if (spec.dtype == DType::E4M3 && tile.blockN % 64 != 0)
+    return makeError(ErrorCode::InvalidValue,
+                     "tile {0}: FP8 fwd_wgmma block_n must be a multiple of 64 (panels of "
+                     "transposed V)",
+                     tile.key());
   // Live accumulators per consumer thread: S (block_n / 2) and O (head_dim_v / 2), plus
   // about 32 for addresses and softmax state. More would spill.
   int estimate = tile.blockN / 2 + roundUp(spec.headDimV, 32) / 2 + 32;
@@ -366,7 +415,7 @@ llvm::Error validateWgmmaTile(const KernelSpec &spec, const TileConfig &tile) {
 } // namespace
 
 bool wgmmaStoresOByTma(const KernelSpec &spec, const TileConfig &tile) {
-  return spec.family == Family::FwdWgmma &&
+  return spec.family == Family::FwdWgmma && spec.dtype != DType::E4M3 &&
          roundUp(spec.headDim, 32) == roundUp(spec.headDimV, 32) && wgmmaTwoQBuffers(spec, tile);
 }
 
@@ -449,12 +498,16 @@ TileConfig defaultTile(const KernelSpec &spec) {
     // wgmma (H100 run of FeaturesGrid, docs/PERF.md f1); 112 keys fit.
     if (dmax > 64 && dmax <= 128 && (spec.features.alibi || !spec.features.scoreMod.empty()))
       tile.blockN = 112;
-    while (tile.blockN > 16) {
+    // FP8 takes block_n in multiples of 64.
+    if (spec.dtype == DType::E4M3)
+      tile.blockN = std::max(64, tile.blockN / 64 * 64);
+    const int step = spec.dtype == DType::E4M3 ? 64 : 16;
+    while (tile.blockN > step) {
       llvm::Error err = validateTile(spec, tile);
       if (!err)
         return tile;
       llvm::consumeError(std::move(err));
-      tile.blockN -= 16;
+      tile.blockN -= step;
     }
     return tile;
   }

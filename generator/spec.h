@@ -11,12 +11,14 @@
 
 namespace flashjit::generator {
 
-enum class DType { FP16, BF16 };
+// E4M3: FP8 inputs (Q, K, V) with a 16-bit output (KernelSpec::outDtype); fwd_wgmma only.
+enum class DType { FP16, BF16, E4M3 };
 // A kernel family is one schedule of one operation (DESIGN.md, "Adding an operation").
 enum class Family { FwdMma, FwdWgmma, BwdMma, BwdWgmma, DecMma };
 enum class Operation { Forward, Backward, Decode };
 
-llvm::StringRef dtypeName(DType dtype);        // "fp16", "bf16"
+llvm::StringRef dtypeName(DType dtype);        // "fp16", "bf16", "e4m3"
+int elementBytes(DType dtype);                 // 2, 2, 1
 llvm::StringRef familyName(Family family);     // "fwd_mma", "fwd_wgmma", "bwd_mma",
                                                // "bwd_wgmma", "dec_mma"
 llvm::StringRef operationName(Operation op);   // "forward", "backward", "decode"
@@ -73,6 +75,8 @@ std::string userCodeHash(llvm::StringRef text);
 struct KernelSpec {
   Family family = Family::FwdMma;
   DType dtype = DType::BF16;
+  // O's type: dtype, except with E4M3 inputs, where it is BF16 or FP16.
+  DType outDtype = DType::BF16;
   int headDim = 128;
   int headDimV = 128;
   bool causal = false;
@@ -80,11 +84,13 @@ struct KernelSpec {
   Features features;
 
   // "fwd_mma.bf16.d128.dv128.causal.sm90a" (".nocausal" when not causal), then
-  // features.keySuffix().
+  // features.keySuffix(). FP8 names its output: "fwd_wgmma.e4m3_obf16.d128...".
   std::string key() const;
   // The inverse of key(), checked with validateSpec. A key that names user code
   // (score-/mask-) cannot be parsed back: the text is not in it (NotSupported).
   static llvm::Expected<KernelSpec> parse(llvm::StringRef key);
+  // The type of O (outDtype for E4M3, else dtype).
+  DType outputDtype() const { return dtype == DType::E4M3 ? outDtype : dtype; }
 };
 
 struct TileConfig {

@@ -21,7 +21,16 @@ std::string accumulatorConstraints(int count) {
   return out;
 }
 
-const char *typeName(DType dtype) { return dtype == DType::BF16 ? "bf16" : "f16"; }
+const char *typeName(DType dtype) {
+  return dtype == DType::BF16 ? "bf16" : dtype == DType::E4M3 ? "e4m3" : "f16";
+}
+// K of one wgmma: 32 bytes of each operand row.
+int kStep(DType dtype) { return dtype == DType::E4M3 ? 32 : 16; }
+// The immediate arguments after scale-d: scale-a, scale-b and, for 16-bit types only,
+// the transposes (8-bit operands are K-major only).
+std::string immediates(DType dtype, const char *transposes) {
+  return dtype == DType::E4M3 ? "1, 1" : llvm::formatv("1, 1, {0}", transposes).str();
+}
 
 } // namespace
 
@@ -33,31 +42,34 @@ std::string emitWgmmaSmemSmem(llvm::StringRef name, DType dtype, int n, bool tra
              "__device__ __forceinline__ void {8}(float (&d)[{0}], u64 a, u64 b, "
              "int accumulate) {{\n"
              "  asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{1}, 0;\\n\"\n"
-             "               \"wgmma.mma_async.sync.aligned.m64n{2}k16.f32.{3}.{3} \"\n"
-             "               \"{{{4}}, %{5}, %{6}, p, 1, 1, {9}, {10};\\n}\\n\"\n"
+             "               \"wgmma.mma_async.sync.aligned.m64n{2}k{10}.f32.{3}.{3} \"\n"
+             "               \"{{{4}}, %{5}, %{6}, p, {9};\\n}\\n\"\n"
              "               : {7}\n"
              "               : \"r\"(accumulate), \"l\"(a), \"l\"(b));\n"
              "}\n",
              regs, regs, n, typeName(dtype), operandList(0, regs), regs + 1, regs + 2,
-             accumulatorConstraints(regs), name, transA ? 1 : 0, transB ? 1 : 0)
+             accumulatorConstraints(regs), name,
+             immediates(dtype, transA ? (transB ? "1, 1" : "1, 0") : (transB ? "0, 1" : "0, 0")),
+             kStep(dtype))
       .str();
 }
 
 std::string emitWgmmaRegSmem(llvm::StringRef name, DType dtype, int n) {
   const int regs = n / 2;
-  // imm-trans-b = 1: B is N-major.
+  // imm-trans-b = 1: B is N-major (16-bit types; 8-bit B is K-major).
   return llvm::formatv(
              "__device__ __forceinline__ void {8}(float (&d)[{0}], const u32 (&a)[4], "
              "u64 b) {{\n"
              "  asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{7}, 0;\\n\"\n"
-             "               \"wgmma.mma_async.sync.aligned.m64n{1}k16.f32.{2}.{2} \"\n"
-             "               \"{{{3}}, {{{4}}, %{5}, p, 1, 1, 1;\\n}\\n\"\n"
+             "               \"wgmma.mma_async.sync.aligned.m64n{1}k{9}.f32.{2}.{2} \"\n"
+             "               \"{{{3}}, {{{4}}, %{5}, p, {10};\\n}\\n\"\n"
              "               : {6}\n"
              "               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(b), "
              "\"r\"(1));\n"
              "}\n",
              regs, n, typeName(dtype), operandList(0, regs), operandList(regs, 4), regs + 4,
-             accumulatorConstraints(regs), regs + 5, name)
+             accumulatorConstraints(regs), regs + 5, name, kStep(dtype),
+             dtype == DType::E4M3 ? "1, 1" : "1, 1, 1")
       .str();
 }
 
@@ -65,7 +77,7 @@ std::string emitWgmmaWrappers(DType dtype, int nQk, int nPv) {
   std::string out = "// ---- generated: wgmma wrappers ----\nnamespace fj {\n";
   // S = Q K^T: both descriptors K-major.
   out += emitWgmmaSmemSmem("wgmma_qk", dtype, nQk, false, false);
-  // O += P V: P from registers, V N-major.
+  // O += P V: P from registers, V N-major (FP8: V^T, K-major).
   out += emitWgmmaRegSmem("wgmma_pv", dtype, nPv);
   out += "}  // namespace fj\n";
   return out;

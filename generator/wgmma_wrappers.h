@@ -17,8 +17,9 @@ namespace flashjit::generator {
 //   instead of K-major.
 std::string emitWgmmaSmemSmem(llvm::StringRef name, DType dtype, int n, bool transA,
                               bool transB);
-//   name(float (&d)[n/2], const u32 (&a)[4], u64 b_desc): m64 x n x k16, A from
-//   registers, B MN-major (N contiguous) in shared memory, always accumulating.
+//   name(float (&d)[n/2], const u32 (&a)[4], u64 b_desc): m64 x n x k16 (k32 for e4m3),
+//   A from registers, B MN-major (N contiguous; e4m3: K-major) in shared memory,
+//   always accumulating.
 std::string emitWgmmaRegSmem(llvm::StringRef name, DType dtype, int n);
 
 // Device functions in namespace fj for fwd_wgmma (templates/fwd_wgmma.cuh calls them):

@@ -7,6 +7,7 @@
 
 namespace fj {
 
+typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -17,12 +18,21 @@ struct __align__(16) u32x4 {
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 __device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
 
-// Element type tags. Values are stored as raw 16-bit patterns.
+// Element type tags. Values are stored as raw bit patterns of kBytes bytes.
 struct f16 {
   static constexpr bool kIsBf16 = false;
+  static constexpr int kBytes = 2;
 };
 struct bf16 {
   static constexpr bool kIsBf16 = true;
+  static constexpr int kBytes = 2;
+};
+// FP8 e4m3 (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; no infinity, largest
+// finite 448): the inputs of the FP8 forward (fwd_wgmma on sm_90a), whose output is one
+// of the 16-bit types.
+struct e4m3 {
+  static constexpr bool kIsBf16 = false;
+  static constexpr int kBytes = 1;
 };
 
 // Division by a divisor fixed for a whole launch: one wide multiply and a shift, where a
@@ -80,6 +90,34 @@ template <typename T> __device__ __forceinline__ u16 from_float(float f) {
 // Rounds a float to the element type and back (the reference emulates it).
 template <typename T> __device__ __forceinline__ float round_to(float f) {
   return to_float<T>(from_float<T>(f));
+}
+
+// Four floats -> one register of four e4m3 values, `a` in the lowest byte. Rounds to
+// nearest and saturates to +-448 (the softmax keeps P below that, see fwd_wgmma).
+__device__ __forceinline__ u32 pack4_e4m3(float a, float b, float c, float d) {
+  unsigned short lo, hi;
+  // The first source goes to the upper byte of each pair.
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(b), "f"(a));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(d), "f"(c));
+  return (u32)lo | ((u32)hi << 16);
+}
+
+// One e4m3 value as a float, decoded from its bits (no conversion instruction: the
+// reference decodes what the kernels' tensor cores read, independently of them).
+__device__ __forceinline__ float e4m3_to_float(u8 x) {
+  const int e = (x >> 3) & 15, m = x & 7;
+  float v;
+  if (e == 15 && m == 7)
+    v = __int_as_float(0x7fc00000);                        // NaN
+  else if (e == 0)
+    v = (float)m * 0.001953125f;                           // subnormal: m / 8 * 2^-6
+  else
+    v = __int_as_float(((e + 120) << 23) | (m << 20));     // (1 + m / 8) * 2^(e - 7)
+  return (x & 0x80) ? -v : v;
+}
+// Rounds a float to e4m3 and back (saturating, as pack4_e4m3).
+__device__ __forceinline__ float round_to_e4m3(float f) {
+  return e4m3_to_float((u8)(pack4_e4m3(f, 0.f, 0.f, 0.f) & 0xff));
 }
 
 __device__ __forceinline__ float fast_exp2(float x) {

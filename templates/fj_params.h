@@ -57,4 +57,14 @@ struct FjForwardParams {
   const unsigned *block_bits;
   int block_batch_stride, block_head_stride, block_tiles_stride;
   int block_bits_capacity;  // slots in block_bits (read by the builder)
+  // FP8 (e4m3) kernels only. Dequantization factors: the tensors hold x / descale, and
+  // head h_kv of sequence b scales by descale[b * descale_batch_stride +
+  // h_kv * descale_head_stride] (per tensor: both strides 0); NULL: 1.
+  const float *q_descale, *k_descale, *v_descale;
+  long long descale_batch_stride, descale_head_stride;
+  // V transposed for 8-bit wgmma, which reads both operands K-major: written before each
+  // forward by the module's transpose kernel (templates/fj_fp8.cuh) as
+  // [batch][heads_kv][head_dim_v][vt_keys], vt_keys = seqlen_k rounded up to 64.
+  void *v_transposed;
+  long long vt_keys;
 };

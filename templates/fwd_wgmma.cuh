@@ -36,14 +36,17 @@
 #include "fj_block_mask.cuh"
 #include "fj_common.cuh"
 #include "fj_features.cuh"
+#include "fj_fp8.cuh"
 #include "fj_hopper.cuh"
 
 namespace fj {
 
 template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockN_, int kConsumers_,
-          int kStages_, bool kCausal_, typename Features_ = NoFeatures>
+          int kStages_, bool kCausal_, typename Features_ = NoFeatures,
+          typename OutElement_ = Element_>
 struct FwdWgmmaConfig {
-  typedef Element_ Element;
+  typedef Element_ Element;        // of Q, K and V
+  typedef OutElement_ OutElement;  // of O: Element, or a 16-bit type for FP8 inputs
   typedef Features_ Features;
   typedef FeatureTraits<Features_> FeatureInfo;
   static constexpr int kHeadDim = kHeadDim_;
@@ -55,18 +58,29 @@ struct FwdWgmmaConfig {
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kThreads = 128 * (kConsumers + 1);
 
+  // FP8 (e4m3) inputs: one wgmma takes 32 of K instead of 16, and V comes transposed
+  // (fj_fp8.cuh), loaded like K: rows of head_dim_v, keys contiguous, in panels of kPanelN
+  // keys (block_n is then a multiple of 64). O is written from registers (no kStageO: its
+  // 16-bit rows would not fit the 8-bit Q buffer).
+  static constexpr int kElementBytes = Element::kBytes;
+  static constexpr bool kFp8 = kElementBytes == 1;
+  static constexpr int kKStep = 32 / kElementBytes;  // K of one wgmma: 32 bytes
   // Head dims padded to whole swizzle panels: rows of 128 bytes when that divides,
   // else 64 bytes.
-  static constexpr int kDPad = (kHeadDim + 31) / 32 * 32;
+  static constexpr int kDPad = kFp8 ? (kHeadDim + 63) / 64 * 64 : (kHeadDim + 31) / 32 * 32;
   static constexpr int kDvPad = (kHeadDimV + 31) / 32 * 32;
-  static constexpr int kPanelD = kDPad % 64 == 0 ? 64 : 32;    // elements per panel row
-  static constexpr int kPanelDv = kDvPad % 64 == 0 ? 64 : 32;
-  static constexpr int kSwizzleD = kPanelD * 2;                // bytes per panel row
+  static constexpr int kPanelD =                               // elements per panel row
+      kFp8 ? (kDPad % 128 == 0 ? 128 : 64) : (kDPad % 64 == 0 ? 64 : 32);
+  static constexpr int kPanelDv = kDvPad % 64 == 0 ? 64 : 32;  // 16-bit V and O
+  static constexpr int kSwizzleD = kPanelD * kElementBytes;   // bytes per panel row
   static constexpr int kSwizzleDv = kPanelDv * 2;
+  static constexpr int kPanelN = kBlockN % 128 == 0 ? 128 : 64;  // FP8 V^T: keys per panel
+  // P's A fragments: one per wgmma of P V (16 keys, or 32 with FP8).
+  static constexpr int kPFrags = kBlockN / kKStep;
 
-  static constexpr int kQBytes = kBlockM * kDPad * 2;
-  static constexpr int kKBytes = kBlockN * kDPad * 2;
-  static constexpr int kVBytes = kBlockN * kDvPad * 2;
+  static constexpr int kQBytes = kBlockM * kDPad * kElementBytes;
+  static constexpr int kKBytes = kBlockN * kDPad * kElementBytes;
+  static constexpr int kVBytes = kBlockN * kDvPad * kElementBytes;
   // Two Q buffers where they fit, so the producer loads the next work tile's Q while the
   // consumers still read this one's (the consumers' step from one tile to the next then
   // never waits for Q).
@@ -103,10 +117,12 @@ struct FwdWgmmaConfig {
   // head_dim_v 128 keep an older, wider margin: at d = 64 overlapping moved their tiles
   // by -4.5 to +4.9 % (softmax-bound, docs/PERF.md v5.1 and v5.7), while at d = 128 it
   // gained 3 to 14 % (v5.7, once the tile walk had left the consumers).
+  // (P takes block_n / 4 registers, or block_n / 8 with FP8: four keys a register.)
+  static constexpr int kPRegs = kBlockN / (kFp8 ? 8 : 4);
   static constexpr bool kOverlap =
       kConsumers == 3 && kDvPad < 128
-          ? kBlockN / 2 + kBlockN / 4 + kDvPad / 2 + 56 <= kConsumerRegs
-          : kBlockN / 2 + kBlockN / 4 + kDvPad / 2 + kDvPad / 8 + 16 <= kConsumerRegs;
+          ? kBlockN / 2 + kPRegs + kDvPad / 2 + 56 <= kConsumerRegs
+          : kBlockN / 2 + kPRegs + kDvPad / 2 + kDvPad / 8 + 16 <= kConsumerRegs;
   // The softmax without the tile max (softmax_tile) where the loop overlaps and its rare
   // second pass fits too: 8 registers more than the overlap's rule, fitted to ptxas over
   // the tile space (of the tiles it admits, d128 causal bm128.bn176 and d256 bm128.bn64
@@ -125,7 +141,7 @@ struct FwdWgmmaConfig {
   static constexpr bool kDiagonalFirst =
       !kCausal && Features_::kAlibi && !Features_::kMaskMod;
   static constexpr bool kFastSoftmax =
-      kOverlap && kBlockN / 2 + kBlockN / 4 + kDvPad / 2 + kDvPad / 8 + 24 <= kConsumerRegs &&
+      kOverlap && kBlockN / 2 + kPRegs + kDvPad / 2 + kDvPad / 8 + 24 <= kConsumerRegs &&
       !Features_::kScoreMod && (!Features_::kAlibi || kDiagonalFirst);
   // Two consumer warpgroups take turns issuing their products.
   static constexpr bool kPingPong = kConsumers == 2;
@@ -156,12 +172,14 @@ struct FwdWgmmaConfig {
   // or of the Q two tiles ahead (two); measured a gain either way (docs/PERF.md, v5 and
   // v5.2). With one Q buffer (d > 128) the TMA path would not fit beside the copy in the
   // consumers' registers (d = 256 causal 128 x 80 spilled) and gained least there.
-  static constexpr bool kStageO = kDvPad == kDPad;
+  static constexpr bool kStageO = !kFp8 && kDvPad == kDPad;
   static constexpr bool kStoreOByTma = kStageO && kQBuffers == 2;
 
   static_assert(kHeadDim % 8 == 0 && kHeadDim >= 8 && kHeadDim <= 256, "head_dim");
   static_assert(kHeadDimV % 8 == 0 && kHeadDimV >= 8 && kHeadDimV <= 256, "head_dim_v");
   static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256, "block_n");
+  static_assert(!kFp8 || (kBlockN % 64 == 0 && !FeatureInfo::kAny && OutElement::kBytes == 2),
+                "FP8: block_n a multiple of 64, no features, a 16-bit output");
   static_assert(kConsumers >= 1 && kConsumers <= 3, "1 to 3 consumer warpgroups");
   static_assert(kStages >= 2, "the K/V ring needs at least two stages");
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536,
@@ -517,8 +535,18 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
       };
       load_kv(tm_k, sm.k + s * Cfg::kKBytes, sm.full_k(s), sm.empty_k(s), Cfg::kKBytes,
               kPanelsD, Cfg::kPanelD, Cfg::kSwizzleD);
-      load_kv(tm_v, sm.v + s * Cfg::kVBytes, sm.full_v(s), sm.empty_v(s), Cfg::kVBytes,
-              kPanelsDv, Cfg::kPanelDv, Cfg::kSwizzleDv);
+      if constexpr (Cfg::kFp8) {
+        // V^T (fj_fp8.cuh): all head_dim_v rows, kPanelN keys a box.
+        mbar_wait(sm.empty_v(s), free_parity);
+        mbar_arrive_expect_tx(sm.full_v(s), Cfg::kVBytes);
+#pragma unroll
+        for (int pn = 0; pn < Cfg::kBlockN / Cfg::kPanelN; ++pn)
+          tma_load_4d(sm.v + s * Cfg::kVBytes + pn * Cfg::kDvPad * Cfg::kPanelN, tm_v,
+                      sm.full_v(s), key0 + pn * Cfg::kPanelN, 0, w.h_kv, w.tma_batch());
+      } else {
+        load_kv(tm_v, sm.v + s * Cfg::kVBytes, sm.full_v(s), sm.empty_v(s), Cfg::kVBytes,
+                kPanelsDv, Cfg::kPanelDv, Cfg::kSwizzleDv);
+      }
     }
   }
   claim_slot();
@@ -526,16 +554,17 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
   mbar_arrive(sm.q_full(q_round));
 }
 
-// S = Q K^T for this warpgroup's 64 rows: K-major operands, one wgmma per 16 of d.
+// S = Q K^T for this warpgroup's 64 rows: K-major operands, one wgmma per 32 bytes of d
+// (16 elements, or 32 with FP8).
 template <typename Cfg>
 __device__ __forceinline__ void qk_product(float (&acc_s)[Cfg::kBlockN / 2], u32 q_rows,
                                            u32 k_tile) {
-  constexpr int kStepsPerPanel = Cfg::kPanelD / 16;
+  constexpr int kStepsPerPanel = Cfg::kPanelD / Cfg::kKStep;
   constexpr u32 kSbo = 8 * Cfg::kSwizzleD;  // 8 rows of one panel
   const u64 a0 = wgmma_desc(q_rows, 16, kSbo, Cfg::kSwizzleD);
   const u64 b0 = wgmma_desc(k_tile, 16, kSbo, Cfg::kSwizzleD);
 #pragma unroll
-  for (int ks = 0; ks < Cfg::kDPad / 16; ++ks) {
+  for (int ks = 0; ks < Cfg::kDPad / Cfg::kKStep; ++ks) {
     const int panel = ks / kStepsPerPanel, within = ks % kStepsPerPanel;
     const u64 a = wgmma_desc_add(a0, panel * Cfg::kBlockM * Cfg::kSwizzleD + within * 32);
     const u64 b = wgmma_desc_add(b0, panel * Cfg::kBlockN * Cfg::kSwizzleD + within * 32);
@@ -545,10 +574,23 @@ __device__ __forceinline__ void qk_product(float (&acc_s)[Cfg::kBlockN / 2], u32
 
 // O += P V: P from registers, V N-major (rows of keys, head_dim_v contiguous). A step
 // covers 16 keys = two 8-row groups (sbo); panels of head_dim_v are lbo apart.
+// FP8: V^T, K-major as K is in S = Q K^T: a step covers 32 keys (32 bytes of a panel
+// row), 8-row groups of head_dim_v are sbo apart, panels of keys kDvPad rows.
 template <typename Cfg>
 __device__ __forceinline__ void pv_product(float (&acc_o)[Cfg::kDvPad / 2],
-                                           const u32 (&p_frag)[Cfg::kBlockN / 16][4],
+                                           const u32 (&p_frag)[Cfg::kPFrags][4],
                                            u32 v_tile) {
+  if constexpr (Cfg::kFp8) {
+    constexpr int kStepsPerPanel = Cfg::kPanelN / 32;
+    const u64 b0 = wgmma_desc(v_tile, 16, 8 * Cfg::kPanelN, Cfg::kPanelN);
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kPFrags; ++kk) {
+      const int panel = kk / kStepsPerPanel, within = kk % kStepsPerPanel;
+      wgmma_pv(acc_o, p_frag[kk],
+               wgmma_desc_add(b0, panel * Cfg::kDvPad * Cfg::kPanelN + within * 32));
+    }
+    return;
+  }
   constexpr u32 kLbo = Cfg::kBlockN * Cfg::kSwizzleDv;
   constexpr u32 kSbo = 8 * Cfg::kSwizzleDv;
   const u64 b0 = wgmma_desc(v_tile, kLbo, kSbo, Cfg::kSwizzleDv);
@@ -677,10 +719,14 @@ __device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2], cons
 
 // P = 2^(S * scale - base) in place for row half hf of this thread, and its sum.
 // Groups from kLive on are masked for every row: their P is 0, without an exponential.
+// With FP8 the sum runs in four independent chains, not one 4-cycle add after another
+// (ncu: a third of the FP8 kernel's stalls waited on a fixed latency; +5 % at d = 128
+// causal, docs/PERF.md p1; the 16-bit kernels moved within noise and keep one chain).
 template <typename Cfg, int kLive = Cfg::kBlockN / 8>
 __device__ __forceinline__ float exp_row_half(float (&acc_s)[Cfg::kBlockN / 2], int hf,
                                               float scale_log2, float base) {
-  float sum = 0.f;
+  constexpr int kChains = Cfg::kFp8 ? 4 : 1;
+  float sum[kChains] = {};
 #pragma unroll
   for (int nt = kLive; nt < Cfg::kBlockN / 8; ++nt)
 #pragma unroll
@@ -692,9 +738,12 @@ __device__ __forceinline__ float exp_row_half(float (&acc_s)[Cfg::kBlockN / 2], 
     for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
       const float pv = fast_exp2(acc_s[nt * 4 + e] * scale_log2 - base);
       acc_s[nt * 4 + e] = pv;
-      sum += pv;
+      sum[(2 * nt + (e & 1)) % kChains] += pv;
     }
-  return sum;
+  if constexpr (kChains == 1)
+    return sum[0];
+  else
+    return (sum[0] + sum[1]) + (sum[2] + sum[3]);
 }
 
 // The largest of `init` and row half hf's values in acc_s, over the row's quad of lanes
@@ -774,7 +823,9 @@ __device__ __forceinline__ bool softmax_first(float (&acc_s)[Cfg::kBlockN / 2],
 
 // A thread's share of a row may sum to this much against the row's running max before
 // the row is rebased (softmax_tile): every P then stays below 2^15, inside fp16's range.
+// FP8: below 2^8, inside e4m3's (448), as the exact path's slack keeps it.
 constexpr float kFastSumBound = 32768.f;
+constexpr float kFastSumBoundFp8 = 256.f;
 // A row's largest P beyond this (or infinite) means its scores rose by 64 or more
 // (log2): too far to rebase P, which may have overflowed. The warp then computes its
 // S again (rescore_tile) and takes the exact path.
@@ -839,8 +890,8 @@ __device__ __forceinline__ SoftmaxLeft softmax_tile(float (&acc_s)[Cfg::kBlockN 
   for (int hf = 0; hf < 2; ++hf)
     sum[hf] = exp_row_half<Cfg>(acc_s, hf, scale_log2, st.row_max[hf]);
   // NaN fails the test too (scores from NaN inputs) and is rebased, staying NaN.
-  if (__builtin_expect(__any_sync(0xffffffff, !(sum[0] <= kFastSumBound) ||
-                                                  !(sum[1] <= kFastSumBound)),
+  constexpr float kBound = Cfg::kFp8 ? kFastSumBoundFp8 : kFastSumBound;
+  if (__builtin_expect(__any_sync(0xffffffff, !(sum[0] <= kBound) || !(sum[1] <= kBound)),
                        0)) {
     // The largest P of each row (P >= 0).
     const float mp[2] = {quad_row_max<Cfg>(acc_s, 0, 0.f), quad_row_max<Cfg>(acc_s, 1, 0.f)};
@@ -857,6 +908,37 @@ __device__ __forceinline__ SoftmaxLeft softmax_tile(float (&acc_s)[Cfg::kBlockN 
   return SoftmaxLeft::kNothing;
 }
 
+// rescore_tile for FP8 inputs: one score at a time, in plain loops (no features).
+template <typename Cfg>
+__device__ __forceinline__ void rescore_tile_fp8(float (&acc_s)[Cfg::kBlockN / 2],
+                                                 const FjForwardParams &p, const Work &w,
+                                                 int key0, const int (&row)[2], int t) {
+  const u8 *q = (const u8 *)p.q + tensor_base(w.seq.q_offset, w.b, w.h, p.q_batch_stride,
+                                               p.q_row_stride, p.q_head_stride);
+  const u8 *k = (const u8 *)p.k + tensor_base(w.seq.k_offset, w.b, w.h_kv, p.k_batch_stride,
+                                               p.k_row_stride, p.k_head_stride);
+  const int limit[2] = {mask_limit<Cfg>(w, key0, row[0], t),
+                        mask_limit<Cfg>(w, key0, row[1], t)};
+  float scores[Cfg::kBlockN / 2];
+#pragma unroll 1
+  for (int i = 0; i < Cfg::kBlockN / 2; ++i) {
+    const int nt = i / 4, e = i % 4, r = row[e >> 1];
+    const int key = key0 + nt * 8 + 2 * t + (e & 1);
+    float sc = 0.f;
+    if (r < w.seq.seqlen_q && key < w.seq.seqlen_k) {
+      const u8 *qr = q + (long long)r * p.q_row_stride, *kr = k + (long long)key * p.k_row_stride;
+#pragma unroll 1
+      for (int d = 0; d < Cfg::kHeadDim; ++d)
+        sc += e4m3_to_float(qr[d]) * e4m3_to_float(kr[d]);
+    }
+    mask_score(sc, nt, e, limit[e >> 1]);
+    scores[i] = sc;
+  }
+#pragma unroll
+  for (int i = 0; i < Cfg::kBlockN / 2; ++i)
+    acc_s[i] = scores[i];
+}
+
 // S of a tile again, masked as mask_tile masks it, for the warp's 16 rows, from Q and K
 // in global memory (softmax_tile's rare case: scores that rose beyond what rebasing P can
 // recover). With mma.sync, whose m16n8 accumulator is laid out as a warp's share of the
@@ -865,10 +947,10 @@ __device__ __forceinline__ SoftmaxLeft softmax_tile(float (&acc_s)[Cfg::kBlockN 
 // sequence end score 0, as the zero-filled rows of Q do in S = Q K^T. Strides are
 // multiples of 8 elements (the tensor maps need them), so pairs load as one 32-bit word.
 template <typename Cfg>
-__device__ __forceinline__ void rescore_tile(float (&acc_s)[Cfg::kBlockN / 2],
-                                             const FjForwardParams &p, const Work &w,
-                                             const ScoreHook<typename Cfg::Features> &hook,
-                                             int key0, const int (&row)[2], int t) {
+__device__ __forceinline__ void rescore_tile_16(float (&acc_s)[Cfg::kBlockN / 2],
+                                                const FjForwardParams &p, const Work &w,
+                                                const ScoreHook<typename Cfg::Features> &hook,
+                                                int key0, const int (&row)[2], int t) {
   typedef typename Cfg::Element T;
   const int g = (threadIdx.x & 31) >> 2;
   const u16 *q = (const u16 *)p.q + tensor_base(w.seq.q_offset, w.b, w.h, p.q_batch_stride,
@@ -918,6 +1000,16 @@ __device__ __forceinline__ void rescore_tile(float (&acc_s)[Cfg::kBlockN / 2],
   for (int i = 0; i < Cfg::kBlockN / 2; ++i)
     acc_s[i] = scores[i];
 }
+template <typename Cfg>
+__device__ __forceinline__ void rescore_tile(float (&acc_s)[Cfg::kBlockN / 2],
+                                             const FjForwardParams &p, const Work &w,
+                                             const ScoreHook<typename Cfg::Features> &hook,
+                                             int key0, const int (&row)[2], int t) {
+  if constexpr (Cfg::kFp8)
+    rescore_tile_fp8<Cfg>(acc_s, p, w, key0, row, t);
+  else
+    rescore_tile_16<Cfg>(acc_s, p, w, hook, key0, row, t);
+}
 template <typename Cfg> __device__ __forceinline__ void rescale_o(RowState<Cfg> &st) {
   if (__any_sync(0xffffffff, st.rescale)) {
 #pragma unroll
@@ -926,11 +1018,24 @@ template <typename Cfg> __device__ __forceinline__ void rescale_o(RowState<Cfg> 
   }
 }
 
-// P in the A-fragment layout: 16 keys = two 8-key column groups of S.
+// P in the A-fragment layout: 16 keys = two 8-key column groups of S. FP8: 32 keys =
+// four groups, each register four keys of one row in the order V^T holds them
+// (fj_fp8.cuh's permuted_key): register r holds groups 2 (r / 2) and 2 (r / 2) + 1 of
+// row g (r even) or g + 8 (r odd).
 template <typename Cfg>
-__device__ __forceinline__ void pack_p(u32 (&p_frag)[Cfg::kBlockN / 16][4],
+__device__ __forceinline__ void pack_p(u32 (&p_frag)[Cfg::kPFrags][4],
                                        const float (&acc_s)[Cfg::kBlockN / 2]) {
   typedef typename Cfg::Element T;
+  if constexpr (Cfg::kFp8) {
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kPFrags; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float *s = &acc_s[16 * kk + 8 * (r >> 1) + 2 * (r & 1)];
+        p_frag[kk][r] = pack4_e4m3(s[0], s[1], s[4], s[5]);
+      }
+    return;
+  }
 #pragma unroll
   for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk)
 #pragma unroll
@@ -971,13 +1076,14 @@ __device__ __forceinline__ float finish_row(const FjForwardParams &p, const Work
 template <typename Cfg>
 __device__ __forceinline__ void store_rows(const FjForwardParams &p, const Work &w,
                                            RowState<Cfg> &st, const int (&row)[2], int t) {
-  typedef typename Cfg::Element T;
+  typedef typename Cfg::OutElement T;
+  const float out_scale = Cfg::kFp8 ? fp8::descale(p.v_descale, p, w.b, w.h_kv) : 1.f;
   u16 *o = (u16 *)p.o + tensor_base(w.seq.q_offset, w.b, w.h, p.o_batch_stride,
                                      p.o_row_stride, p.o_head_stride);
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const float sum = finish_row<Cfg>(p, w, st, hf, row[hf], t);
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    const float inv = sum > 0.f ? out_scale / sum : 0.f;
     if (row[hf] >= w.seq.seqlen_q)
       continue;
     u16 *o_row = o + (long long)row[hf] * p.o_row_stride;
@@ -1010,7 +1116,7 @@ __device__ __forceinline__ u32 staged_chunk(u32 stage, int r, int chunk) {
 template <typename Cfg>
 __device__ __forceinline__ void stage_rows(const FjForwardParams &p, const Work &w,
                                            RowState<Cfg> &st, int wg_row0, u32 stage) {
-  typedef typename Cfg::Element T;
+  typedef typename Cfg::OutElement T;
   const int tid = threadIdx.x & 127, lane = tid & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
@@ -1167,7 +1273,10 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
     const u32 q_rows = sm.q(q_round) + wg_row0 * Cfg::kSwizzleD;
     const int q_this = q_round++;
     const ScoreHook<typename Cfg::Features> hook(p, w.b, w.h, w.seq);
-    const float score_scale = ScoreHook<typename Cfg::Features>::softmax_scale_log2(p);
+    float score_scale = ScoreHook<typename Cfg::Features>::softmax_scale_log2(p);
+    if constexpr (Cfg::kFp8)
+      score_scale *= fp8::descale(p.q_descale, p, w.b, w.h_kv) *
+                     fp8::descale(p.k_descale, p, w.b, w.h_kv);
     // The first key of iteration i's tile (in ring stage s), and whether it needs the
     // features' mask: from the stage's block-mask entry, read before the stage is
     // released, else from the tile walk (last tile first).
@@ -1186,7 +1295,7 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
     };
 
     float acc_s[NT * 4];
-    u32 p_frag[NT / 2][4];
+    u32 p_frag[Cfg::kPFrags][4];
     // S = Q K^T of key tile i on its own, then its mask and softmax (P left in acc_s).
     auto score_alone = [&](int i) {
       const int it = kv_iter + i, s = it % Cfg::kStages;

@@ -7,6 +7,9 @@
 // Features (fj_features.cuh's struct) are applied by the formulas written out again here,
 // not through the kernels' hook, so that the hook is checked against them: exact tanh,
 // and with kEmulateLowPrecision each step rounded as a framework would.
+// FP8 (e4m3) inputs: dequantized (x * descale) and computed in fp32; emulated, as
+// FlashAttention-3's test suite computes the naive FP8 attention it measures its kernel
+// against: in the output's 16-bit type, with the probabilities cast to e4m3 before P V.
 #pragma once
 
 #include "fj_common.cuh"
@@ -33,9 +36,31 @@ __device__ __forceinline__ float block_reduce(float x, bool is_max, float *scrat
   return x;
 }
 
-// `out` is float when !kEmulateLowPrecision, else the element type.
-template <typename T, bool kEmulateLowPrecision, typename F = NoFeatures>
+// The 16-bit type a naive computation on T works in: T, or for FP8 inputs the output's.
+template <typename T, typename TOut> struct FloatingType {
+  typedef T type;
+};
+template <typename TOut> struct FloatingType<e4m3, TOut> {
+  typedef TOut type;
+};
+
+// Element idx of a tensor of T as a float.
+template <typename T> __device__ __forceinline__ float load_element(const void *base, long long idx) {
+  if constexpr (T::kBytes == 1)
+    return e4m3_to_float(((const u8 *)base)[idx]);
+  else
+    return to_float<T>(((const u16 *)base)[idx]);
+}
+__device__ __forceinline__ float descale_of(const float *factors, const FjForwardParams &p,
+                                            int b, int h_kv) {
+  return factors ? factors[b * p.descale_batch_stride + h_kv * p.descale_head_stride] : 1.f;
+}
+
+// `out` is float when !kEmulateLowPrecision, else TOut (the element type, or the 16-bit
+// output type of FP8 inputs).
+template <typename T, bool kEmulateLowPrecision, typename F = NoFeatures, typename TOut = T>
 __device__ void run(const FjForwardParams &p, int head_dim, int head_dim_v, bool causal) {
+  constexpr bool kFp8 = T::kBytes == 1;
   __shared__ float probs[kThreads];
   __shared__ float scratch[kThreads / 32];
   const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
@@ -43,14 +68,17 @@ __device__ void run(const FjForwardParams &p, int head_dim, int head_dim_v, bool
   if (i >= seq.seqlen_q)
     return;
   const int h_kv = h / (p.heads_q / p.heads_kv);
-  const u16 *q = (const u16 *)p.q +
-                 tensor_base(seq.q_offset, b, h, p.q_batch_stride, p.q_row_stride,
-                             p.q_head_stride) +
-                 (long long)i * p.q_row_stride;
-  const u16 *k = (const u16 *)p.k + tensor_base(seq.k_offset, b, h_kv, p.k_batch_stride,
-                                                p.k_row_stride, p.k_head_stride);
-  const u16 *v = (const u16 *)p.v + tensor_base(seq.k_offset, b, h_kv, p.v_batch_stride,
-                                                p.v_row_stride, p.v_head_stride);
+  const long long q_off = tensor_base(seq.q_offset, b, h, p.q_batch_stride, p.q_row_stride,
+                                      p.q_head_stride) +
+                          (long long)i * p.q_row_stride;
+  const long long k_off = tensor_base(seq.k_offset, b, h_kv, p.k_batch_stride,
+                                      p.k_row_stride, p.k_head_stride);
+  const long long v_off = tensor_base(seq.k_offset, b, h_kv, p.v_batch_stride,
+                                      p.v_row_stride, p.v_head_stride);
+  const float qk_descale = kFp8 ? descale_of(p.q_descale, p, b, h_kv) *
+                                      descale_of(p.k_descale, p, b, h_kv)
+                                : 1.f;
+  const float v_descale = kFp8 ? descale_of(p.v_descale, p, b, h_kv) : 1.f;
   const long long o_off = tensor_base(seq.q_offset, b, h, p.o_batch_stride,
                                       p.o_row_stride, p.o_head_stride) +
                           (long long)i * p.o_row_stride;
@@ -60,13 +88,17 @@ __device__ void run(const FjForwardParams &p, int head_dim, int head_dim_v, bool
     n_keys = imax(0, imin(n_keys, i + seq.seqlen_k - seq.seqlen_q + 1));
 
   const int diag = seq.seqlen_k - seq.seqlen_q;
-  auto rounded = [](float x) { return kEmulateLowPrecision ? round_to<T>(x) : x; };
+  auto rounded = [](float x) {
+    if constexpr (kEmulateLowPrecision)
+      return round_to<typename FloatingType<T, TOut>::type>(x);
+    return x;
+  };
   auto score = [&](int j) {
     float s = 0.f;
     for (int d = 0; d < head_dim; ++d)
-      s += to_float<T>(q[d]) * to_float<T>(k[(long long)j * p.k_row_stride + d]);
-    float x = kEmulateLowPrecision ? round_to<T>(round_to<T>(s) * p.softmax_scale)
-                                   : s * p.softmax_scale;
+      s += load_element<T>(p.q, q_off + d) *
+           load_element<T>(p.k, k_off + (long long)j * p.k_row_stride + d);
+    float x = rounded(rounded(s * qk_descale) * p.softmax_scale);
     if (F::kSoftcap > 0.f)
       x = rounded(F::kSoftcap * tanhf(x / F::kSoftcap));
     if (F::kAlibi) {
@@ -104,7 +136,9 @@ __device__ void run(const FjForwardParams &p, int head_dim, int head_dim_v, bool
     float pr = 0.f;
     if (j < n_keys) {
       pr = expf(score(j) - mx) / sum;
-      if (kEmulateLowPrecision)
+      if constexpr (kEmulateLowPrecision && kFp8)
+        pr = round_to_e4m3(pr);
+      else if constexpr (kEmulateLowPrecision)
         pr = round_to<T>(pr);
     }
     __syncthreads();
@@ -112,11 +146,11 @@ __device__ void run(const FjForwardParams &p, int head_dim, int head_dim_v, bool
     __syncthreads();
     const int n = imin(kThreads, n_keys - j0);
     for (int jj = 0; jj < n; ++jj) {
-      const u16 *vrow = v + (long long)(j0 + jj) * p.v_row_stride;
+      const long long vrow = v_off + (long long)(j0 + jj) * p.v_row_stride;
       if (tid < head_dim_v)
-        acc0 += probs[jj] * to_float<T>(vrow[tid]);
+        acc0 += probs[jj] * load_element<T>(p.v, vrow + tid);
       if (tid + kThreads < head_dim_v)
-        acc1 += probs[jj] * to_float<T>(vrow[tid + kThreads]);
+        acc1 += probs[jj] * load_element<T>(p.v, vrow + tid + kThreads);
     }
   }
   // A row that sees no key: output 0, log-sum-exp -inf.
@@ -126,9 +160,9 @@ __device__ void run(const FjForwardParams &p, int head_dim, int head_dim_v, bool
   for (int c = tid, r = 0; r < 2; c += kThreads, ++r) {
     if (c >= head_dim_v)
       break;
-    float val = r == 0 ? acc0 : acc1;
+    float val = (r == 0 ? acc0 : acc1) * v_descale;
     if (kEmulateLowPrecision)
-      ((u16 *)p.o)[o_off + c] = from_float<T>(val);
+      ((u16 *)p.o)[o_off + c] = from_float<TOut>(val);
     else
       ((float *)p.o)[o_off + c] = val;
   }

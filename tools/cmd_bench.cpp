@@ -40,7 +40,7 @@ cl::opt<std::string> familyOpt("family",
                                cl::init("fwd_mma"), cl::sub(benchCommand));
 cl::list<int> headDims("head-dims", cl::desc("Head dims"), cl::CommaSeparated,
                        cl::sub(benchCommand));
-cl::list<std::string> dtypes("dtypes", cl::desc("bf16,fp16"), cl::CommaSeparated,
+cl::list<std::string> dtypes("dtypes", cl::desc("bf16,fp16,e4m3 (FP8 inputs, bf16 output)"), cl::CommaSeparated,
                              cl::sub(benchCommand));
 cl::opt<std::string> causalOpt("causal", cl::desc("yes, no or both"), cl::init("both"),
                                cl::sub(benchCommand));
@@ -70,7 +70,9 @@ const char *kDefaultMmaTiles[] = {
 const char *kDefaultWgmmaTiles[] = {
     "bm128.bn64.w12.s2",  "bm128.bn80.w12.s2",  "bm128.bn96.w12.s2",  "bm128.bn112.w12.s2",
     "bm128.bn128.w12.s2", "bm128.bn144.w12.s2", "bm128.bn176.w12.s2", "bm128.bn64.w12.s3",
-    "bm192.bn128.w16.s2", "bm192.bn160.w16.s2", "bm192.bn192.w16.s2", "bm64.bn128.w8.s2"};
+    "bm192.bn128.w16.s2", "bm192.bn160.w16.s2", "bm192.bn192.w16.s2", "bm64.bn128.w8.s2",
+    // FP8 (block_n a multiple of 64; its halved operands make room for wider tiles)
+    "bm128.bn192.w12.s2", "bm128.bn256.w12.s2", "bm192.bn64.w16.s2",  "bm128.bn128.w12.s3"};
 // bwd_mma: block_m is the query step, block_n the keys per CTA (those that do not fit a
 // head dim's registers or shared memory are skipped with the reason).
 const char *kDefaultBwdMmaTiles[] = {

@@ -32,8 +32,10 @@ cl::opt<int> headDim("head-dim", cl::desc("Head dim of Q and K (multiple of 8, <
                      cl::init(128), cl::sub(genCommand));
 cl::opt<int> headDimV("head-dim-v", cl::desc("Head dim of V (default: --head-dim)"),
                       cl::init(0), cl::sub(genCommand));
-cl::opt<std::string> dtype("dtype", cl::desc("fp16 or bf16"), cl::init("bf16"),
-                           cl::sub(genCommand));
+cl::opt<std::string> dtype("dtype", cl::desc("fp16, bf16 or e4m3 (FP8 inputs, fwd_wgmma)"),
+                           cl::init("bf16"), cl::sub(genCommand));
+cl::opt<std::string> outDtype("out-dtype", cl::desc("O's type with e4m3 inputs: bf16 or fp16"),
+                              cl::init("bf16"), cl::sub(genCommand));
 cl::opt<bool> causal("causal", cl::desc("Causal mask (bottom-right aligned)"),
                      cl::sub(genCommand));
 cl::opt<std::string> target("target", cl::desc("Exact target: sm_80, sm_86, sm_89, sm_90a"),
@@ -204,8 +206,12 @@ int runGen() {
     return fail(features.takeError());
   if (auto err = tools::checkFamilyTakesFeatures(*fam, *features, "--family " + family))
     return fail(std::move(err));
+  auto out = generator::parseDType(outDtype);
+  if (!out)
+    return fail(out.takeError());
   spec.family = *fam;
   spec.dtype = *dt;
+  spec.outDtype = *out;
   spec.features = std::move(*features);
   spec.headDim = headDim;
   spec.headDimV = headDimV ? int(headDimV) : int(headDim);

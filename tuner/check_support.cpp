@@ -15,6 +15,12 @@ uint16_t floatToHalf(generator::DType dtype, float value) {
 llvm::Error fillNormal(runtime::DeviceBuffer &buffer, generator::DType dtype,
                        std::mt19937_64 &rng) {
   std::normal_distribution<float> normal(0.f, 1.f);
+  if (dtype == generator::DType::E4M3) {
+    std::vector<uint8_t> host(buffer.size());
+    for (auto &x : host)
+      x = floatToE4m3(normal(rng));
+    return buffer.upload(host.data(), host.size());
+  }
   std::vector<uint16_t> host(buffer.size() / 2);
   for (auto &x : host)
     x = floatToHalf(dtype, normal(rng));

@@ -24,7 +24,7 @@ namespace flashjit::tuner {
 float halfToFloat(generator::DType dtype, uint16_t bits);
 uint16_t floatToHalf(generator::DType dtype, float value);
 
-// Fills a buffer of 16-bit values with normal(0, 1) samples of the dtype: real inputs,
+// Fills a buffer of 16-bit (or e4m3) values with normal(0, 1) samples of the dtype: real inputs,
 // never zeros, drawn from `rng` (seeded by the caller, so a check is repeatable).
 llvm::Error fillNormal(runtime::DeviceBuffer &buffer, generator::DType dtype,
                        std::mt19937_64 &rng);

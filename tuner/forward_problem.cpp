@@ -1,5 +1,7 @@
 #include "tuner/forward_problem.h"
 
+#include "tuner/loaded_kernel.h"
+
 #include <cmath>
 #include <numeric>
 
@@ -21,6 +23,7 @@ float ForwardShape::scale() const {
 
 ForwardShape withFeatureInputs(const generator::KernelSpec &spec, ForwardShape shape) {
   shape.alibi = spec.features.alibi;
+  shape.fp8 = spec.dtype == generator::DType::E4M3;
   if (spec.features.hasTuningArgs)
     shape.modArgs = spec.features.tuningArgs;
   return shape;
@@ -40,7 +43,7 @@ AttentionShape attentionShapeOf(const generator::KernelSpec &spec, const Forward
     a.windowLeft = spec.features.windowLeft;
     a.windowRight = spec.features.windowRight;
   }
-  a.elementBytes = 2;  // fp16 and bf16
+  a.elementBytes = generator::elementBytes(spec.dtype);  // of Q, K and V
   return a;
 }
 
@@ -75,12 +78,28 @@ llvm::Expected<ForwardBuffers> allocateBuffers(const ForwardShape &shape, bool w
     return llvm::Error::success();
   };
   long long tq = shape.totalQ(), tk = shape.totalK();
-  if (auto e = alloc(b.q, 2 * tensorElements(shape, shape.headsQ, shape.headDim, shape.seqQ, tq)))
+  const long long in = shape.fp8 ? 1 : 2;  // bytes of a Q, K or V element
+  if (auto e = alloc(b.q, in * tensorElements(shape, shape.headsQ, shape.headDim, shape.seqQ, tq)))
     return std::move(e);
-  if (auto e = alloc(b.k, 2 * tensorElements(shape, shape.headsKV, shape.headDim, shape.seqK, tk)))
+  if (auto e = alloc(b.k, in * tensorElements(shape, shape.headsKV, shape.headDim, shape.seqK, tk)))
     return std::move(e);
-  if (auto e = alloc(b.v, 2 * tensorElements(shape, shape.headsKV, shape.headDimV, shape.seqK, tk)))
+  if (auto e = alloc(b.v, in * tensorElements(shape, shape.headsKV, shape.headDimV, shape.seqK, tk)))
     return std::move(e);
+  if (shape.fp8) {
+    // Factors 0.5 .. 1.5 per (sequence, kv head), different for q, k and v, so that a
+    // factor applied to the wrong tensor, head or sequence shows.
+    const size_t n = (size_t)shape.batch * shape.headsKV;
+    std::vector<float> factors(3 * n);
+    for (size_t i = 0; i < factors.size(); ++i)
+      factors[i] = 0.5f + (float)((i * 37 + 11) % 64) / 64.0f;
+    if (auto e = alloc(b.descales, 4 * (long long)factors.size()))
+      return std::move(e);
+    if (auto e = b.descales.upload(factors.data(), 4 * factors.size()))
+      return std::move(e);
+    if (auto e = alloc(b.vTransposed, fp8TransposedBytes(shape.batch, shape.headsKV,
+                                                         shape.headDimV, shape.seqK)))
+      return std::move(e);
+  }
   long long oElems = tensorElements(shape, shape.headsQ, shape.headDimV, shape.seqQ, tq);
   if (auto e = alloc(b.o, 2 * oElems))
     return std::move(e);
@@ -154,6 +173,17 @@ FjForwardParams makeParams(const ForwardShape &shape, const ForwardBuffers &buff
     p.alibi_batch_stride = shape.headsQ;
   }
   p.mod_args = shape.modArgs;
+  if (shape.fp8) {
+    const float *factors = reinterpret_cast<const float *>(buffers.descales.ptr());
+    const long long n = (long long)shape.batch * shape.headsKV;
+    p.q_descale = factors;
+    p.k_descale = factors + n;
+    p.v_descale = factors + 2 * n;
+    p.descale_batch_stride = shape.headsKV;
+    p.descale_head_stride = 1;
+    p.v_transposed = reinterpret_cast<void *>(buffers.vTransposed.ptr());
+    p.vt_keys = fp8TransposedKeys(shape.seqK);
+  }
   return p;
 }
 

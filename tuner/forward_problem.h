@@ -32,6 +32,9 @@ struct ForwardShape {
   // made up by allocateBuffers, and the user code's `args`.
   bool alibi = false;
   FjModArgs modArgs = {};
+  // FP8 (e4m3) inputs: Q, K and V of one byte an element, made-up per-(batch, kv head)
+  // dequantization factors, and the V^T workspace the kernels write (O stays 16-bit).
+  bool fp8 = false;
   // Decode (dec_mma, tuner/decode_problem.h): seqQ query rows per sequence against a
   // KV cache of seqK tokens, or seqlensK[b] with seqlensQ empty; pageSize tokens per
   // page (0: a contiguous cache); decodeSplits the split count (0: the heuristic).
@@ -45,7 +48,7 @@ struct ForwardShape {
 };
 
 // `shape` with the inputs the spec's features need (ALiBi slopes, the user code's
-// tuning args).
+// tuning args) and its dtype's (FP8's descale factors and V^T workspace).
 ForwardShape withFeatureInputs(const generator::KernelSpec &spec, ForwardShape shape);
 
 // The roofline model's view of a problem (FLOPs, bytes) for a spec.
@@ -66,6 +69,7 @@ long long tensorElements(const ForwardShape &shape, int heads, int dim, int seq,
 // output with O's strides, for the fp32 reference.
 struct ForwardBuffers {
   runtime::DeviceBuffer q, k, v, o, o32, lse, cuSeqlensQ, cuSeqlensK, alibiSlopes;
+  runtime::DeviceBuffer descales, vTransposed;  // FP8: q, k, v factors; V^T
 };
 
 llvm::Expected<ForwardBuffers> allocateBuffers(const ForwardShape &shape, bool withFp32Output);

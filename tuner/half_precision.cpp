@@ -61,4 +61,37 @@ float fp16ToFloat(uint16_t bits) {
   return floatOf(sign | ((exponent - 15 + 127) << 23) | (mantissa << 13));
 }
 
+uint8_t floatToE4m3(float value) {
+  if (std::isnan(value))
+    return 0x7F;
+  const uint8_t sign = std::signbit(value) ? 0x80 : 0;
+  float a = std::fabs(value);
+  if (a >= 448.0f)
+    return sign | 0x7E;  // saturates to 448
+  // Subnormals are multiples of 2^-9; normals (from 2^-6) have 3 mantissa bits: both are
+  // multiples of the value's spacing, rounded to nearest even by the FPU.
+  int exponent = a < 0.015625f ? -6 : std::ilogb(a);
+  float spacing = std::ldexp(1.0f, exponent - 3);
+  float rounded = std::nearbyint(a / spacing) * spacing;  // may carry to the next binade
+  if (rounded >= 448.0f)
+    return sign | 0x7E;
+  if (rounded < 0.015625f)
+    return sign | (uint8_t)std::nearbyint(rounded * 512.0f);
+  int e = std::ilogb(rounded);
+  int m = (int)std::nearbyint((rounded / std::ldexp(1.0f, e) - 1.0f) * 8.0f);
+  return sign | (uint8_t)(((e + 7) << 3) | m);
+}
+
+float e4m3ToFloat(uint8_t bits) {
+  const int e = (bits >> 3) & 15, m = bits & 7;
+  float v;
+  if (e == 15 && m == 7)
+    v = std::nanf("");
+  else if (e == 0)
+    v = m / 512.0f;
+  else
+    v = std::ldexp(1.0f + m / 8.0f, e - 7);
+  return (bits & 0x80) ? -v : v;
+}
+
 } // namespace flashjit::tuner

@@ -60,6 +60,12 @@ ForwardKernel::load(llvm::StringRef cubin, llvm::StringRef entryName, LaunchGeom
       return builder.takeError();
     result->blockMaskKernel_ = *builder;
   }
+  if (geometry.tma.vTransposed) {
+    auto transpose = (*module)->kernel(generator::kFp8TransposeEntry);
+    if (!transpose)
+      return transpose.takeError();
+    result->transposeKernel_ = *transpose;
+  }
   result->module_ = std::move(*module);
   result->kernel_ = *kernel;
   result->geometry_ = geometry;
@@ -102,6 +108,14 @@ llvm::Error ForwardKernel::buildBlockMask(FjForwardParams params, const BlockMas
                                  stream, args);
 }
 
+int64_t fp8TransposedKeys(int seqlenK) {
+  const int64_t granule = generator::kFp8TransposeKeys;
+  return ((int64_t)seqlenK + granule - 1) / granule * granule;
+}
+int64_t fp8TransposedBytes(int batch, int headsKV, int headDimV, int seqlenK) {
+  return (int64_t)batch * headsKV * headDimV * fp8TransposedKeys(seqlenK);
+}
+
 namespace {
 // Variable-length batches (cu_seqlens): one packed sequence to TMA, batch strides ignored.
 bool variableLength(const FjForwardParams &params) {
@@ -113,7 +127,29 @@ long long tmaBatchStride(const FjForwardParams &params, long long stride) {
 bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 // 16-bit elements: a stride in multiples of 8 elements is a multiple of 16 bytes.
 bool tmaStride(long long stride) { return stride % 8 == 0 && stride >= 0 && stride < (1ll << 39); }
+// 8-bit elements (FP8 inputs): multiples of 16.
+bool tmaStride8(long long stride) {
+  return stride % 16 == 0 && stride >= 0 && stride < (1ll << 39);
+}
 } // namespace
+
+const char *fp8ArgumentProblem(const FjForwardParams &params) {
+  if (variableLength(params))
+    return "FP8 kernels do not take variable-length batches (cu_seqlens) yet";
+  if (params.seqlen_k <= 0)
+    return "FP8 kernels need at least one key";
+  if (!aligned16(params.q) || !aligned16(params.k) || !aligned16(params.v))
+    return "FP8 kernels need q, k and v aligned to 16 bytes";
+  for (long long stride : {params.q_row_stride, params.q_head_stride, params.q_batch_stride,
+                           params.k_row_stride, params.k_head_stride, params.k_batch_stride,
+                           params.v_row_stride, params.v_head_stride, params.v_batch_stride})
+    if (!tmaStride8(stride))
+      return "FP8 kernels need q, k and v strides that are multiples of 16 elements (16 "
+             "bytes) and below 2^39";
+  if (!params.v_transposed || !aligned16(params.v_transposed))
+    return "FP8 kernels need a workspace for V transposed, 16-byte aligned";
+  return nullptr;
+}
 
 const char *tmaArgumentProblem(const FjForwardParams &params, long long *badStride) {
   const bool varlen = variableLength(params);
@@ -165,14 +201,16 @@ llvm::Error checkTmaArguments(const FjForwardParams &params) {
 }
 
 namespace {
-// Rank-4 tensor map over (column, row, head, batch) of one operand. Strides in elements.
+// Rank-4 tensor map over (column, row, head, batch) of one operand. Strides in elements,
+// of 2 bytes or (`bytes8`: FP8 inputs and V^T) 1.
 llvm::Error encodeOperand(CUtensorMap &map, const generator::TmaOperands &tma, const void *base,
                           int columns, long long rows, int heads, int batch, long long rowStride,
                           long long headStride, long long batchStride, int boxColumns,
-                          int boxRows) {
+                          int boxRows, bool bytes8 = false) {
+  const uint64_t size = bytes8 ? 1 : 2;
   uint64_t dims[4] = {(uint64_t)columns, (uint64_t)rows, (uint64_t)heads, (uint64_t)batch};
-  uint64_t strides[3] = {(uint64_t)rowStride * 2, (uint64_t)headStride * 2,
-                         (uint64_t)batchStride * 2};
+  uint64_t strides[3] = {(uint64_t)rowStride * size, (uint64_t)headStride * size,
+                         (uint64_t)batchStride * size};
   // TMA rejects zero strides (broadcast views); with one head or one batch any
   // multiple of 16 describes the same memory.
   for (uint64_t &stride : strides)
@@ -180,9 +218,11 @@ llvm::Error encodeOperand(CUtensorMap &map, const generator::TmaOperands &tma, c
       stride = 16;
   unsigned box[4] = {(unsigned)boxColumns, (unsigned)boxRows, 1, 1};
   unsigned elementStrides[4] = {1, 1, 1, 1};
-  auto dtype = tma.dtype == generator::DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                   : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  auto swizzle = boxColumns == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  auto dtype = bytes8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+               : tma.dtype == generator::DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                     : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  // Rows of 128 bytes take the 128-byte swizzle, rows of 64 the 64-byte one.
+  auto swizzle = boxColumns * size == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   return runtime::encodeTensorMapTiled(&map, dtype, 4, const_cast<void *>(base), dims, strides,
                                        box, elementStrides, swizzle);
 }
@@ -193,6 +233,8 @@ llvm::Error ForwardKernel::launch(const FjForwardParams &params, CUstream stream
   if (blocks == 0 || params.batch == 0 || params.heads_q == 0)
     return llvm::Error::success();  // nothing to compute
   const generator::TmaOperands &tma = geometry_.tma;
+  if (tma.vTransposed)
+    return launchFp8(params, stream);
   if (tma.enabled) {
     if (auto err = checkTmaArguments(params))
       return err;
@@ -242,10 +284,49 @@ llvm::Error ForwardKernel::launch(const FjForwardParams &params, CUstream stream
                         args);
 }
 
+llvm::Error ForwardKernel::launchFp8(FjForwardParams params, CUstream stream) const {
+  if (const char *problem = fp8ArgumentProblem(params))
+    return makeError(ErrorCode::NotSupported, "{0}", problem);
+  const generator::TmaOperands &tma = geometry_.tma;
+  params.vt_keys = fp8TransposedKeys(params.seqlen_k);
+  void *transposeArgs[] = {&params};
+  if (auto err = transposeKernel_.launch(
+          (unsigned)(params.vt_keys / generator::kFp8TransposeKeys), (unsigned)params.heads_kv,
+          (unsigned)params.batch, generator::kFp8TransposeThreads, 0, stream, transposeArgs))
+    return err;
+  alignas(64) CUtensorMap maps[4] = {};
+  if (auto err = encodeOperand(maps[0], tma, params.q, tma.headDim, params.seqlen_q,
+                               params.heads_q, params.batch, params.q_row_stride,
+                               params.q_head_stride, params.q_batch_stride, tma.panelD,
+                               tma.qRows, /*bytes8=*/true))
+    return err;
+  if (auto err = encodeOperand(maps[1], tma, params.k, tma.headDim, params.seqlen_k,
+                               params.heads_kv, params.batch, params.k_row_stride,
+                               params.k_head_stride, params.k_batch_stride, tma.panelD,
+                               tma.kvRows, /*bytes8=*/true))
+    return err;
+  // V^T: columns are keys, rows head_dim_v (zero-filled up to vtRows).
+  const long long vtRow = params.vt_keys, vtHead = tma.headDimV * vtRow,
+                  vtBatch = params.heads_kv * vtHead;
+  if (auto err = encodeOperand(maps[2], tma, params.v_transposed, (int)params.vt_keys,
+                               tma.headDimV, params.heads_kv, params.batch, vtRow, vtHead,
+                               vtBatch, tma.panelDv, tma.vtRows, /*bytes8=*/true))
+    return err;
+  int oByTma = 0;
+  void *args[] = {&params, &maps[0], &maps[1], &maps[2], &maps[3], &oByTma};
+  const unsigned blocks = (unsigned)((params.seqlen_q + geometry_.blockM - 1) / geometry_.blockM);
+  const long long tiles = (long long)blocks * params.heads_q * params.batch;
+  return kernel_.launch((unsigned)std::min<long long>(tiles, smCount_), 1, 1,
+                        (unsigned)geometry_.threads, (unsigned)geometry_.sharedBytes, stream,
+                        args);
+}
+
 llvm::Expected<std::unique_ptr<ReferenceKernel>>
 ReferenceKernel::build(generator::DType dtype, bool emulateLowPrecision,
-                       const std::string &target, const generator::Features &features) {
-  auto emitted = generator::emitReference(dtype, emulateLowPrecision, target, features);
+                       const std::string &target, const generator::Features &features,
+                       generator::DType outDtype) {
+  auto emitted =
+      generator::emitReference(dtype, emulateLowPrecision, target, features, outDtype);
   if (!emitted)
     return emitted.takeError();
   auto binary = compileEmitted(*emitted, target);

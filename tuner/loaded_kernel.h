@@ -34,6 +34,11 @@ struct LaunchGeometry {
 // counts 1), each with a list of up to keyBlocks entries and their bit slots, and
 // bitCapacity slots of keep bits for partly masked tiles. In one device buffer: counts,
 // entries, slots, the builder's slot counter, the bits, each 16-byte aligned.
+// The bytes of V^T an FP8 forward needs (FjForwardParams::v_transposed): head_dim_v rows
+// of seqlen_k keys rounded up to 64, per kv head and sequence.
+int64_t fp8TransposedKeys(int seqlenK);
+int64_t fp8TransposedBytes(int batch, int headsKV, int headDimV, int seqlenK);
+
 struct BlockMaskShape {
   int batches = 0, heads = 0, queryBlocks = 0, keyBlocks = 0;
   int blockM = 0, blockN = 0;
@@ -66,6 +71,10 @@ llvm::Error checkTmaArguments(const FjForwardParams &params);
 // else a constant description of the first problem (`badStride`, when given, receives
 // the offending stride). Allocates nothing, for fj_forward's hot path.
 const char *tmaArgumentProblem(const FjForwardParams &params, long long *badStride = nullptr);
+// Why an FP8 forward (fwd_wgmma with e4m3 inputs) cannot take these arguments, or null:
+// cu_seqlens, no key, misaligned tensors, strides not multiples of 16 bytes, no V^T
+// workspace.
+const char *fp8ArgumentProblem(const FjForwardParams &params);
 
 // Whether a TMA kernel stores O through a tensor map (else with its own stores): not for
 // variable-length batches, and only where O's address and strides are what TMA takes.
@@ -90,7 +99,8 @@ public:
   static llvm::Expected<std::unique_ptr<ForwardKernel>>
   load(llvm::StringRef cubin, llvm::StringRef entryName, LaunchGeometry geometry);
   // Asynchronous; checks nothing but the launch itself (the caller validated params),
-  // and for TMA kernels checkTmaArguments.
+  // and for TMA kernels checkTmaArguments. FP8 kernels first write V^T into
+  // params.v_transposed (fp8TransposedBytes long; params.vt_keys is set here).
   llvm::Error launch(const FjForwardParams &params, CUstream stream) const;
   // Builds the block mask of `shape` for `params` into `buffer` (BlockMaskShape::bytes
   // long), asynchronously. Only for kernels whose geometry has blockMask. The partly
@@ -104,7 +114,10 @@ public:
 private:
   std::unique_ptr<runtime::Module> module_;
   runtime::Kernel kernel_;
+  // The FP8 launch: V^T first, then the forward over it.
+  llvm::Error launchFp8(FjForwardParams params, CUstream stream) const;
   runtime::Kernel blockMaskKernel_;  // when geometry_.blockMask
+  runtime::Kernel transposeKernel_;  // FP8 (geometry_.tma.vTransposed): V -> V^T
   LaunchGeometry geometry_;
   int registers_ = 0;
   int smCount_ = 0;  // of the device it was loaded on, for persistent grids
@@ -115,7 +128,8 @@ class ReferenceKernel {
 public:
   static llvm::Expected<std::unique_ptr<ReferenceKernel>>
   build(generator::DType dtype, bool emulateLowPrecision, const std::string &target,
-        const generator::Features &features = {});
+        const generator::Features &features = {},
+        generator::DType outDtype = generator::DType::BF16);
   llvm::Error launch(const FjForwardParams &params, int headDim, int headDimV, bool causal,
                      CUstream stream) const;
 

@@ -7,17 +7,29 @@
 #include <cmath>
 
 namespace flashjit::tuner {
-std::vector<uint16_t> randomHalves(size_t count, generator::DType dtype, uint64_t seed) {
-  std::vector<uint16_t> out(count);
+namespace {
+// Uniform samples in [-1, 1) from a seeded xorshift (fast for large timing inputs).
+template <typename Convert> auto randomValues(size_t count, uint64_t seed, Convert convert) {
+  std::vector<decltype(convert(0.f))> out(count);
   uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
   for (auto &x : out) {
     state ^= state << 13;
     state ^= state >> 7;
     state ^= state << 17;
-    float f = (float)((state >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;  // [-1, 1)
-    x = dtype == generator::DType::BF16 ? floatToBf16(f) : floatToFp16(f);
+    x = convert((float)((state >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f);
   }
   return out;
+}
+} // namespace
+
+std::vector<uint16_t> randomHalves(size_t count, generator::DType dtype, uint64_t seed) {
+  return randomValues(count, seed, [dtype](float f) {
+    return dtype == generator::DType::BF16 ? floatToBf16(f) : floatToFp16(f);
+  });
+}
+
+std::vector<uint8_t> randomE4m3(size_t count, uint64_t seed) {
+  return randomValues(count, seed, [](float f) { return floatToE4m3(f); });
 }
 
 int rotationSets(uint64_t bytesPerSet, uint64_t l2Bytes) {
@@ -80,8 +92,14 @@ ForwardTimingProblem::create(generator::DType dtype, const ForwardShape &shape,
   for (size_t i = 0; i < problem->sets_.size(); ++i) {
     ForwardBuffers &b = problem->sets_[i];
     for (runtime::DeviceBuffer *buffer : {&b.q, &b.k, &b.v}) {
-      auto host = randomHalves(buffer->size() / 2, dtype, seed + i * 3 + (buffer == &b.k) +
-                                                              2 * (buffer == &b.v));
+      const uint64_t setSeed = seed + i * 3 + (buffer == &b.k) + 2 * (buffer == &b.v);
+      if (dtype == generator::DType::E4M3) {
+        auto host = randomE4m3(buffer->size(), setSeed);
+        if (auto err = buffer->upload(host.data(), host.size()))
+          return std::move(err);
+        continue;
+      }
+      auto host = randomHalves(buffer->size() / 2, dtype, setSeed);
       if (auto err = buffer->upload(host.data(), host.size() * 2))
         return std::move(err);
     }

@@ -73,6 +73,8 @@ int rotationSets(uint64_t bytesPerSet, uint64_t l2Bytes);
 // Random 16-bit values in [-1, 1) of the dtype, made quickly (a xorshift generator):
 // timing inputs only need to be random-looking and not zero.
 std::vector<uint16_t> randomHalves(size_t count, generator::DType dtype, uint64_t seed);
+// The same for FP8 e4m3 inputs, one byte a value.
+std::vector<uint8_t> randomE4m3(size_t count, uint64_t seed);
 
 // The forward pass's timing problem.
 class ForwardTimingProblem : public TimingProblem {
