@@ -103,6 +103,12 @@ fj_status fj_forward_dispatch_info(fj_kernel kernel, const fj_forward_args *args
                     [&] { return api::forwardDispatchInfo(kernel, args, info); });
 }
 
+fj_status fj_forward_workspace_size(fj_kernel kernel, const fj_forward_args *args,
+                                    size_t *bytes) {
+  return api::guard("fj_forward_workspace_size",
+                    [&] { return api::forwardWorkspaceSize(kernel, args, bytes); });
+}
+
 fj_status fj_kernel_info(fj_kernel kernel, struct fj_kernel_info *info) {
   return api::guard("fj_kernel_info", [&] { return api::kernelInfo(kernel, info); });
 }

@@ -149,6 +149,8 @@ llvm::Error releaseKernel(fj_kernel_s *kernel);
 llvm::Error forward(const fj_kernel_s *kernel, const fj_forward_args *args, void *stream);
 llvm::Error forwardDispatchInfo(const fj_kernel_s *kernel, const fj_forward_args *args,
                                 fj_dispatch_info *info);
+llvm::Error forwardWorkspaceSize(const fj_kernel_s *kernel, const fj_forward_args *args,
+                                 size_t *bytes);
 // api/backward.cpp
 llvm::Error backwardWorkspaceSize(const fj_kernel_s *kernel, const fj_backward_args *args,
                                   size_t *bytes);

@@ -16,9 +16,18 @@ typedef char fj_check_variant_info[offsetof(fj_variant_info, struct_size) == 0 ?
  * (api/validate.cpp checks it against that in C++), with no padding on any ABI. */
 typedef char fj_check_mod_args[sizeof(fj_mod_args) == 4 * sizeof(void *) + 8 * 4 ? 1 : -1];
 /* 0.6: block masks. The options are versioned; the handle is an opaque pointer, and
- * fj_forward_args.block_mask is its last field (a 0.5 caller's struct_size ends before it). */
+ * fj_forward_args.block_mask ends 0.6's struct (a 0.5 caller's struct_size ends before it). */
 typedef char fj_check_block_mask_options[
     offsetof(fj_block_mask_options, struct_size) == 0 ? 1 : -1];
 typedef char fj_check_block_mask_handle[sizeof(fj_block_mask) == sizeof(void *) ? 1 : -1];
-typedef char fj_check_args_block_mask_last[
-    offsetof(fj_forward_args, block_mask) + sizeof(fj_block_mask) == sizeof(fj_forward_args) ? 1 : -1];
+/* 0.7: FP8. The descale factors and the workspace follow block_mask, and
+ * workspace_bytes ends the struct; out_dtype ends fj_attention_desc. */
+typedef char fj_check_args_fp8_after_block_mask[
+    offsetof(fj_forward_args, q_descale) == offsetof(fj_forward_args, block_mask) + sizeof(fj_block_mask) ? 1 : -1];
+typedef char fj_check_args_workspace_last[
+    offsetof(fj_forward_args, workspace_bytes) + sizeof(size_t) == sizeof(fj_forward_args) ? 1 : -1];
+typedef char fj_check_desc_out_dtype_last[  /* then 4 bytes of tail padding */
+    offsetof(fj_attention_desc, out_dtype) + 2 * sizeof(int32_t) == sizeof(fj_attention_desc) ? 1 : -1];
+/* ... past 0.6's tail padding (reserved_06), so that a 0.6 caller's sizeof ends before it. */
+typedef char fj_check_desc_out_dtype_after_06[
+    offsetof(fj_attention_desc, out_dtype) == offsetof(fj_attention_desc, tune_lengths) + 8 ? 1 : -1];

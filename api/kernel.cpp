@@ -2,6 +2,7 @@
 #include "api/handles.h"
 #include "api/live_handles.h"
 #include "api/validate_structs.h"
+#include "api/validate_tensor.h"
 
 #include "generator/spec.h"
 #include "support/error.h"
@@ -35,7 +36,13 @@ generator::KernelSpec specFor(const AttentionDesc &desc, llvm::StringRef target,
                               generator::Family family) {
   generator::KernelSpec spec;
   spec.family = family;
-  spec.dtype = desc.dtype == FJ_DTYPE_FP16 ? generator::DType::FP16 : generator::DType::BF16;
+  auto dtypeOf = [](fj_dtype dtype) {
+    return dtype == FJ_DTYPE_FP16   ? generator::DType::FP16
+           : dtype == FJ_DTYPE_E4M3 ? generator::DType::E4M3
+                                    : generator::DType::BF16;
+  };
+  spec.dtype = dtypeOf(desc.dtype);
+  spec.outDtype = dtypeOf(desc.outDtype);
   spec.headDim = desc.headDim;
   spec.headDimV = desc.headDimV;
   spec.causal = desc.causal;
@@ -123,7 +130,9 @@ std::vector<generator::KernelSpec> kernelSpecsFor(const AttentionDesc &desc,
                                                   const tuner::FamilyPlan &plan) {
   std::vector<generator::KernelSpec> specs;
   for (generator::Family family : plan.families())
-    specs.push_back(specFor(desc, target, family));
+    // FP8 is fwd_wgmma's alone: no fallback family (its calls take no cu_seqlens).
+    if (desc.dtype != FJ_DTYPE_E4M3 || family == generator::Family::FwdWgmma)
+      specs.push_back(specFor(desc, target, family));
   return specs;
 }
 
@@ -214,6 +223,11 @@ llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attentio
     return makeError(ErrorCode::Internal, "context {0} has no device", (const void *)context);
   std::vector<generator::KernelSpec> specs =
       kernelSpecsFor(*desc, context->target, context->families);
+  if (specs.empty())
+    return makeError(ErrorCode::NotSupported,
+                     "FP8 (FJ_DTYPE_E4M3) runs on fwd_wgmma, on an sm_90a device (H100, H200); "
+                     "this context's device is {0} and its families exclude it",
+                     context->target);
   for (const generator::KernelSpec &spec : specs)
     if (llvm::Error error = generator::validateSpec(spec))
       return std::move(error);
@@ -430,6 +444,31 @@ llvm::Error forward(const fj_kernel_s *kernel, const fj_forward_args *args, void
     return error;
   return static_cast<const tuner::ForwardKernel &>(*kernel->variants[*index].kernel)
       .launch(params, static_cast<CUstream>(stream));
+}
+
+llvm::Error forwardWorkspaceSize(const fj_kernel_s *kernel, const fj_forward_args *args,
+                                 size_t *bytes) {
+  if (llvm::Error error = checkLiveKernel(kernel))
+    return error;
+  if (!bytes)
+    return makeError(ErrorCode::InvalidValue, "bytes (the output pointer) is NULL");
+  *bytes = 0;
+  fj_forward_args a;
+  if (llvm::Error error = copyInStruct(args, "args", "fj_forward_args", a))
+    return error;
+  // Only the sizes matter here (the pointers and strides may not be set yet).
+  if (llvm::Error error = checkSize("batch", a.batch, kMaxGridYZ, "a CUDA grid dimension"))
+    return error;
+  if (llvm::Error error = checkSize("seqlen_k", a.seqlen_k, kMaxSeqlen, "2^30"))
+    return error;
+  const uint64_t needed = fp8WorkspaceBytes(kernel->desc, a);
+  if (needed != 0 &&
+      needed != (uint64_t)tuner::fp8TransposedBytes(a.batch, kernel->desc.headsKV,
+                                                    kernel->desc.headDimV, a.seqlen_k))
+    return makeError(ErrorCode::Internal,
+                     "the API and the kernels disagree on the FP8 workspace ({0} bytes)", needed);
+  *bytes = (size_t)needed;
+  return llvm::Error::success();
 }
 
 llvm::Error forwardDispatchInfo(const fj_kernel_s *kernel, const fj_forward_args *args,

@@ -90,6 +90,8 @@ llvm::Error copyUserCode(const char *field, const char *text, std::string &out) 
   return llvm::Error::success();
 }
 
+} // namespace
+
 // The fields of a description that enable features, for messages: "window, alibi".
 std::string featureFields(const generator::Features &f) {
   std::string out;
@@ -104,6 +106,8 @@ std::string featureFields(const generator::Features &f) {
   add(!f.maskMod.empty(), "mask_mod");
   return out;
 }
+
+namespace {
 
 // The features of a description (all zero: none), checked as generator::validateFeatures
 // checks a spec, with messages that name the fields.
@@ -247,10 +251,11 @@ llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *in) {
   if (llvm::Error error = copyInStruct(in, "desc", "fj_attention_desc", d))
     return std::move(error);
   AttentionDesc out;
-  if (d.dtype != FJ_DTYPE_FP16 && d.dtype != FJ_DTYPE_BF16)
+  if (d.dtype != FJ_DTYPE_FP16 && d.dtype != FJ_DTYPE_BF16 && d.dtype != FJ_DTYPE_E4M3)
     return makeError(ErrorCode::InvalidValue,
-                     "desc->dtype is {0}: expected FJ_DTYPE_FP16 ({1}) or FJ_DTYPE_BF16 ({2})",
-                     d.dtype, (int)FJ_DTYPE_FP16, (int)FJ_DTYPE_BF16);
+                     "desc->dtype is {0}: expected FJ_DTYPE_FP16 ({1}), FJ_DTYPE_BF16 ({2}) or "
+                     "FJ_DTYPE_E4M3 ({3})",
+                     d.dtype, (int)FJ_DTYPE_FP16, (int)FJ_DTYPE_BF16, (int)FJ_DTYPE_E4M3);
   out.dtype = static_cast<fj_dtype>(d.dtype);
   if (llvm::Error error = checkHeadDim("desc->head_dim", d.head_dim))
     return std::move(error);
@@ -315,6 +320,8 @@ llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *in) {
   if (out.decode)
     if (llvm::Error error = checkDecodeFeatures(out.features, "desc->decode is set"))
       return std::move(error);
+  if (llvm::Error error = checkFp8Desc(d, out))
+    return std::move(error);
   return out;
 }
 
@@ -449,6 +456,8 @@ llvm::Error checkForwardArgs(const AttentionDesc &desc, const fj_forward_args *i
     params.alibi_batch_stride = a.alibi_batch_stride;
   }
   std::memcpy(&params.mod_args, &a.mod_args, sizeof(params.mod_args));
+  if (desc.dtype == FJ_DTYPE_E4M3)
+    return checkFp8ForwardArgs(desc, a, params);
   return llvm::Error::success();
 }
 

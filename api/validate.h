@@ -52,6 +52,7 @@ llvm::Error copyOutStruct(const T &value, T *out, const char *name, const char *
 // The description, checked, with its defaults applied.
 struct AttentionDesc {
   fj_dtype dtype = FJ_DTYPE_BF16;
+  fj_dtype outDtype = FJ_DTYPE_BF16;  // o's type: dtype, or out_dtype for FJ_DTYPE_E4M3
   int headDim = 0, headDimV = 0;
   bool causal = false;
   int headsQ = 0, headsKV = 0;
@@ -74,6 +75,19 @@ struct AttentionDesc {
 };
 
 llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *desc);
+
+// "desc->window, desc->alibi": the description's fields that set `features`.
+std::string featureFields(const generator::Features &features);
+
+// FP8 (api/validate_fp8.cpp): the description's out_dtype into `out` (for any dtype) and,
+// for FJ_DTYPE_E4M3, what it cannot have yet (features, backward, decode: NotSupported).
+llvm::Error checkFp8Desc(const fj_attention_desc &desc, AttentionDesc &out);
+// An FP8 call's own arguments (no cu_seqlens, byte strides multiples of 16, descale
+// factors, workspace) into `params`, after checkForwardArgs' common checks.
+llvm::Error checkFp8ForwardArgs(const AttentionDesc &desc, const fj_forward_args &args,
+                                FjForwardParams &params);
+// The workspace an FP8 call of these sizes needs (0 for 16-bit descriptions).
+uint64_t fp8WorkspaceBytes(const AttentionDesc &desc, const fj_forward_args &args);
 
 // Checks `args` for a kernel of `desc` and fills the kernels' parameters. `noWork`
 // is set when there is nothing to compute (batch or seqlen_q is 0): then nothing

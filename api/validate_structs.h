@@ -56,7 +56,14 @@ template <> constexpr size_t fieldBytes<fj_attention_desc>(size_t size) {
   static_assert(offsetof(fj_attention_desc, tune_lengths) == fields04 + sizeof(int32_t) &&
                     offsetof(fj_attention_desc, tune_lengths) % alignof(fj_attention_desc) == 0,
                 "tune_lengths starts at 0.4's sizeof");
-  return versionFields(versionFields(size, fields02, align), fields04, align);
+  // 0.6 ends with `tune_lengths` and 4 bytes of padding (now reserved_06, never read), so
+  // its sizeof is where `out_dtype` starts.
+  constexpr size_t fields06 = offsetof(fj_attention_desc, tune_lengths) + sizeof(int32_t);
+  static_assert(offsetof(fj_attention_desc, out_dtype) == fields06 + sizeof(int32_t) &&
+                    offsetof(fj_attention_desc, out_dtype) % alignof(fj_attention_desc) == 0,
+                "out_dtype starts at 0.6's sizeof");
+  return versionFields(versionFields(versionFields(size, fields02, align), fields04, align),
+                       fields06, align);
 }
 
 // The host pointer field (one the library dereferences) that an older version's

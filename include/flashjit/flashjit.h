@@ -56,7 +56,7 @@ extern "C" {
 #endif
 
 #define FLASHJIT_VERSION_MAJOR 0
-#define FLASHJIT_VERSION_MINOR 6
+#define FLASHJIT_VERSION_MINOR 7
 #define FLASHJIT_VERSION_PATCH 0
 
 /* ---- Status codes ------------------------------------------------------------ */
@@ -91,10 +91,13 @@ FJ_API const char *fj_version(void);
  *      from a struct is well defined and can be checked) ----------------------- */
 
 /* Element type of q, k, v and o. 0 is deliberately not a type: a description whose
- * dtype was never set is reported rather than silently taken as fp16. */
+ * dtype was never set is reported rather than silently taken as fp16.
+ * FJ_DTYPE_E4M3 (added in 0.7): FP8 q, k and v (float8_e4m3fn, one byte), o of the
+ * description's out_dtype; the forward pass only, on sm_90a (H100, H200). */
 typedef enum fj_dtype {
   FJ_DTYPE_FP16 = 1,
-  FJ_DTYPE_BF16 = 2
+  FJ_DTYPE_BF16 = 2,
+  FJ_DTYPE_E4M3 = 3
 } fj_dtype;
 
 /* What fj_kernel_get does when the caches have no tuned kernel for a description. */
@@ -296,6 +299,12 @@ typedef struct fj_attention_desc {
    * of the kernel's identity. (Added in 0.5: a struct_size that ends before this field
    * is accepted and reads as 0.) */
   int32_t tune_lengths;
+  int32_t reserved_06;  /* 0.6's tail padding: never read */
+  /* With dtype FJ_DTYPE_E4M3: the type of o, FJ_DTYPE_BF16 or FJ_DTYPE_FP16 (0: bf16);
+   * with a 16-bit dtype: 0 or that dtype. An FP8 description takes no features, no
+   * backward and no decode (FJ_ERROR_NOT_SUPPORTED) and needs an sm_90a device.
+   * (Added in 0.7: a struct_size that ends before this field is accepted and reads as 0.) */
+  int32_t out_dtype;
 } fj_attention_desc;
 
 /* Zeroes `desc` and sets its struct_size (dtype must still be chosen). */
@@ -391,6 +400,24 @@ typedef struct fj_forward_args {
    * so that key tiles mask_mod drops everywhere are skipped and those it keeps everywhere
    * run without it. Only with desc.mask_mod. */
   fj_block_mask block_mask;
+  /* ---- FP8 (added in 0.7, read only for an FJ_DTYPE_E4M3 description; a struct_size
+   * that ends before them reads them as NULL / 0). */
+  /* Dequantization factors (fp32, device memory, 4-byte aligned; NULL: 1): q, k and v
+   * hold x / factor, and kv head h of sequence b uses
+   * factor[b * descale_batch_stride + h * descale_head_stride]; both strides 0 for one
+   * factor per tensor, (num_heads_kv, 1) for [batch, num_heads_kv] (FlashAttention-3's
+   * layout). The scores use q_descale * k_descale * softmax_scale, o is multiplied by
+   * v_descale. Strides >= 0. */
+  const float *q_descale;
+  const float *k_descale;
+  const float *v_descale;
+  int64_t descale_batch_stride;
+  int64_t descale_head_stride;
+  /* Device memory the FP8 kernel writes v into, transposed (8-bit tensor cores read it
+   * key-major), before each call: at least fj_forward_workspace_size bytes, 16-byte
+   * aligned, not used by anything else while the call runs on its stream. */
+  void *workspace;
+  size_t workspace_bytes;
 } fj_forward_args;
 
 /* Zeroes `args` and sets its struct_size. */
@@ -431,6 +458,12 @@ typedef struct fj_dispatch_info {
 
 FJ_API fj_status fj_forward_dispatch_info(fj_kernel kernel, const fj_forward_args *args,
                                           fj_dispatch_info *info);
+
+/* The workspace fj_forward needs for `args` (added in 0.7): 0 for 16-bit kernels; for an
+ * FP8 kernel batch * num_heads_kv * head_dim_v * (seqlen_k rounded up to 64) bytes. Reads
+ * only the sizes of `args` (batch, seqlen_k). */
+FJ_API fj_status fj_forward_workspace_size(fj_kernel kernel, const fj_forward_args *args,
+                                           size_t *bytes);
 
 /* ---- Block masks (added in 0.6) --------------------------------------------------
  *

@@ -7,6 +7,7 @@
     o = flashjit.decode(q, k_cache, v_cache, cache_seqlens, block_table)  # a decode step
     mask = flashjit.create_block_mask(q, k, v, mask_mod=doc_mask, mod_tensors=(doc_ids,))
     o = flashjit.attention(q, k, v, block_mask=mask)       # skips the tiles the mask drops
+    o = flashjit.attention(q8, k8, v8, q_descale=qs, k_descale=ks, v_descale=vs)  # FP8 -> bf16
 
 Importing needs neither torch, nor a GPU, nor the library: the library is loaded by the
 first call that needs it, torch by the first call on tensors.
@@ -17,16 +18,17 @@ import os
 import re
 
 from ._capi import FlashJitError, library
-from ._checks import (check_alibi_slopes, check_decode, check_features, check_inputs,
-                      check_kv_append, check_max_seqlens, check_mod_args, dtype_name, PLAIN)
+from ._checks import (check_alibi_slopes, check_decode, check_descales, check_features,
+                      check_fp8_features, check_inputs, check_kv_append, check_max_seqlens,
+                      check_mod_args, check_out_dtype, dtype_name, is_fp8, PLAIN)
 from . import _block_mask, _runtime
 from ._block_mask import BlockMask
 
-__version__ = "0.6.0"  # the package's version (python/pyproject.toml reads it from here)
+__version__ = "0.7.0"  # the package's version (python/pyproject.toml reads it from here)
 
 __all__ = ["attention", "sdpa", "decode", "kv_append", "create_block_mask", "BlockMask",
            "info", "configure", "tuning", "FlashJitError", "library_path", "version",
-           "has_backward", "has_decode", "has_block_mask", "__version__"]
+           "has_backward", "has_decode", "has_block_mask", "has_fp8", "__version__"]
 
 
 def library_path():
@@ -52,6 +54,14 @@ def has_decode():
 def has_block_mask():
     """Whether the library has block masks (fj_block_mask_create, 0.6 and later)."""
     return getattr(library(), "has_block_mask", False)
+
+
+def has_fp8():
+    """Whether the library has the FP8 (e4m3) forward pass (FJ_DTYPE_E4M3,
+    fj_forward_workspace_size; 0.7 and later). Its kernels also need an sm_90a GPU
+    (H100, H200): elsewhere the first FP8 call raises FlashJitError
+    (FJ_ERROR_NOT_SUPPORTED)."""
+    return getattr(library(), "has_fp8", False)
 
 
 def _torch_ops():
@@ -120,11 +130,11 @@ def _default_cache_path():
 
 def info():
     """What flashjit has, as a dict: the library (path, version, whether it has the
-    backward pass and the decode kernels), the package's version, the environment variables the library reads,
-    the settings and the user cache they point to, each context opened so far (device,
-    its name and compile target, tune mode, cache path, compilations and tunes) and each
-    kernel handle got so far (its description, family, tile, origin, backward and decode
-    families).
+    backward pass, the decode kernels, block masks and FP8), the package's version, the
+    environment variables the library reads, the settings and the user cache they point
+    to, each context opened so far (device, its name and compile target, tune mode, cache
+    path, compilations and tunes) and each kernel handle got so far (its description, o's
+    dtype, family, tile, origin, backward and decode families).
     The C API describes devices only through a context: there is no device list here
     before the first call on a GPU."""
     lib = library()
@@ -132,7 +142,7 @@ def info():
     return dict(
         library=lib.path, version=lib.version(), package_version=__version__,
         backward=lib.has_backward, decode=getattr(lib, "has_decode", False),
-        block_mask=getattr(lib, "has_block_mask", False),
+        block_mask=getattr(lib, "has_block_mask", False), fp8=getattr(lib, "has_fp8", False),
         environment={k: os.environ[k] for k in ("FLASHJIT_CACHE", "FLASHJIT_TUNE",
                                                 "FLASHJIT_FAMILY",
                                                 "FLASHJIT_BACKWARD_FAMILY",
@@ -147,9 +157,10 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=
               cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, return_lse=False,
               deterministic=False, window=None, softcap=0.0, alibi_slopes=None,
               score_mod=None, mask_mod=None, mod_tensors=(), mod_scalars=(), mod_ints=(),
-              block_mask=None):
-    """Exact attention softmax(q k^T * scale) v on CUDA fp16/bf16 tensors, launched on
-    the current stream.
+              block_mask=None, q_descale=None, k_descale=None, v_descale=None,
+              out_dtype=None):
+    """Exact attention softmax(q k^T * scale) v on CUDA fp16/bf16 tensors (or FP8, below),
+    launched on the current stream.
 
     layout 'bshd': q [batch, seq_q, heads_q, d], k [batch, seq_k, heads_kv, d],
     v [batch, seq_k, heads_kv, dv] (flash_attn_func's); 'bhsd': [batch, heads, seq, d]
@@ -183,6 +194,18 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=
     without calling it; the output is the same. Without mask_mod (and mod_*), the call
     takes the mask's (the mod_* it was built or last updated with).
 
+    FP8 (C API 0.7; docs/PYTHON.md, "FP8"): q, k and v all torch.float8_e4m3fn, on an
+    sm_90a GPU (H100, H200): the forward pass alone, o of out_dtype (torch.bfloat16 for
+    None, or torch.float16). q_descale / k_descale / v_descale: dequantization factors,
+    None (1) or torch.float32 CUDA tensors, () or (1,) per tensor, or [batch,
+    num_heads_kv] per sequence and key/value head (FlashAttention-3's; query head h uses
+    its key/value head's): q, k and v hold x / factor, so the scores are
+    (q k^T) * q_descale * k_descale * scale and o is multiplied by v_descale. Head dims
+    multiples of 16, strides multiples of 16 elements, at least one key; no features, no
+    block mask, no cu_seqlens (ValueError), and no backward pass (backward() raises
+    NotImplementedError). The workspace the kernel transposes v into is allocated with
+    torch on the current stream. return_lse gives the LSE of the dequantized scores.
+
     The first call of a description gets its kernel (from the cache, else compiled or
     tuned: do it before capturing a CUDA graph); later calls only launch.
     """
@@ -208,10 +231,20 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=
             and block_mask is None:
         # Eager inference: the launch without the operator dispatcher (its cost is most
         # of a small call's; docs/PYTHON.md, "Overhead").
-        out = ops.fast_forward(q, k, v, causal, scale, layout)
+        if out_dtype is None and q_descale is None and k_descale is None and v_descale is None:
+            out = ops.fast_forward(q, k, v, causal, scale, layout)
+        else:
+            out = ops.fast_forward_fp8(q, k, v, causal, scale, layout, q_descale, k_descale,
+                                       v_descale, out_dtype)
         if out is not None:
             return out
-    _, dims = check_inputs(q, k, v, layout, cu_seqlens_q, cu_seqlens_k)
+    _, dims = check_inputs(q, k, v, layout, cu_seqlens_q, cu_seqlens_k, fp8=True)
+    fp8 = is_fp8(q)
+    if fp8:
+        check_fp8_features(features, block_mask)
+    out_name = check_out_dtype(out_dtype, q, fp8)
+    check_descales((q_descale, k_descale, v_descale), fp8, dims["k"][0], dims["k"][2],
+                   q.device)
     if varlen:
         check_max_seqlens(max_seqlen_q, max_seqlen_k)
     d = dims["q"][3]
@@ -231,14 +264,17 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=
     # (and the library has one): inference never prepares the backward kernels.
     # With features there is no backward kernel to get: the forward runs, and backward()
     # raises NotImplementedError (_ops._backward).
+    # Nor with FP8 inputs: the forward runs, and backward() raises NotImplementedError.
     need_grad = _fast_ops.HAS_BACKWARD and torch.is_grad_enabled() and (
-        q.requires_grad or k.requires_grad or v.requires_grad) and features == PLAIN
+        q.requires_grad or k.requires_grad or v.requires_grad) and features == PLAIN \
+        and not fp8
     o, lse = torch.ops.flashjit.attention_fwd(
         q, k, v, bool(causal), float(scale), layout.lower(), cu_seqlens_q, cu_seqlens_k,
         int(max_seqlen_q or 0), int(max_seqlen_k or 0), bool(need_grad), bool(deterministic),
         None if features.window is None else list(features.window), features.softcap,
         alibi_slopes, features.score_mod, features.mask_mod, list(mod_tensors),
-        list(mod_scalars), list(mod_ints), int(mask_address))
+        list(mod_scalars), list(mod_ints), int(mask_address), q_descale, k_descale,
+        v_descale, _fast_ops.out_dtype_code(out_name if fp8 else None))
     return (o, lse.detach()) if return_lse else o
 
 

@@ -6,6 +6,9 @@ import logging
 import os
 
 FJ_DTYPE_FP16, FJ_DTYPE_BF16 = 1, 2
+FJ_DTYPE_E4M3 = 3  # FP8 q, k, v (0.7): the forward pass alone, o of desc.out_dtype
+# The package's dtype names (the kernel key's) as fj_dtype values.
+DTYPES = {"fp16": FJ_DTYPE_FP16, "bf16": FJ_DTYPE_BF16, "e4m3": FJ_DTYPE_E4M3}
 TUNE_MODES = {"auto": 0, "default": 1, "cached": 2, "heuristic": 3, "exhaustive": 4}
 TUNE_MODE_NAMES = {v: k for k, v in TUNE_MODES.items()}
 # fj_tune_lengths (0.5): the forward's shape buckets fj_kernel_get tunes
@@ -70,7 +73,9 @@ class AttentionDesc(C.Structure):
                 # the decode kernels (0.4): fj_decode, fj_kv_append
                 ("decode", C.c_int32),
                 # one handle, every length (0.5): an fj_tune_lengths
-                ("reserved_04", C.c_int32), ("tune_lengths", C.c_int32)]
+                ("reserved_04", C.c_int32), ("tune_lengths", C.c_int32),
+                # FP8 (0.7): 0.6's tail padding, then o's type for FJ_DTYPE_E4M3 inputs
+                ("reserved_06", C.c_int32), ("out_dtype", C.c_int32)]
 
 
 class ForwardArgs(C.Structure):
@@ -84,7 +89,11 @@ class ForwardArgs(C.Structure):
                 ("alibi_slopes", C.c_void_p), ("alibi_batch_stride", C.c_int64),
                 ("mod_args", ModArgs),
                 # a block mask of this kernel (0.6): an fj_block_mask handle, or NULL
-                ("block_mask", C.c_void_p)]
+                ("block_mask", C.c_void_p),
+                # FP8 (0.7): dequantization factors and the workspace for v transposed
+                ("q_descale", C.c_void_p), ("k_descale", C.c_void_p), ("v_descale", C.c_void_p),
+                ("descale_batch_stride", C.c_int64), ("descale_head_stride", C.c_int64),
+                ("workspace", C.c_void_p), ("workspace_bytes", C.c_size_t)]
 
 
 # fj_block_mask_options (0.6): what a block mask may share.
@@ -227,6 +236,12 @@ _DECODE = {
     "fj_validate_kv_append_args": (lambda: [C.POINTER(AttentionDesc),
                                             C.POINTER(KvAppendArgs)]),
 }
+# FP8 (0.7): the workspace an FP8 call needs; optional too (a library without it has no
+# FJ_DTYPE_E4M3 either).
+_FP8 = {
+    "fj_forward_workspace_size": (lambda: [C.c_void_p, C.POINTER(ForwardArgs),
+                                           C.POINTER(C.c_size_t)]),
+}
 # Block masks for mask_mod kernels (0.6): optional too.
 _BLOCK_MASK = {
     "fj_block_mask_create": (lambda: [C.c_void_p, C.POINTER(ForwardArgs),
@@ -289,6 +304,11 @@ class Library:
                 fn.argtypes, fn.restype = args(), C.c_int
             L.fj_block_mask_options_init.argtypes = [C.POINTER(BlockMaskOptions)]
             L.fj_block_mask_options_init.restype = None
+        self.has_fp8 = all(hasattr(L, name) for name in _FP8)
+        if self.has_fp8:
+            for name, args in _FP8.items():
+                fn = getattr(L, name)
+                fn.argtypes, fn.restype = args(), C.c_int
 
     def check(self, call, status):
         if status != 0:

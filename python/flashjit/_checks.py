@@ -7,6 +7,12 @@ import operator
 from collections import namedtuple
 
 SUPPORTED_DTYPES = {"torch.float16": "fp16", "torch.bfloat16": "bf16"}
+# FP8 inputs (C API 0.7, FJ_DTYPE_E4M3): flashjit.attention's forward pass alone, o of a
+# 16-bit type (OUT_DTYPES), on sm_90a.
+FP8_DTYPES = {"torch.float8_e4m3fn": "e4m3"}
+OUT_DTYPES = SUPPORTED_DTYPES  # o's types for FP8 inputs; None: bf16, as FlashAttention-3
+FP8_HEAD_DIM_STEP = 16  # FP8 head dims: multiples of 16 (TMA rows of 16-byte multiples)
+FP8_STRIDE_STEP = 16    # FP8 q, k, v strides: multiples of 16 elements (16 bytes)
 MAX_HEAD_DIM = 256
 MAX_GRID = 65535  # batch and heads: a CUDA grid dimension
 MAX_SEQLEN = 1 << 30
@@ -15,8 +21,18 @@ MOD_ARGS = 4  # entries of each of fj_mod_args' arrays
 INT32 = (-(1 << 31), (1 << 31) - 1)
 
 
-def dtype_name(t):
-    return SUPPORTED_DTYPES.get(str(t.dtype))
+def dtype_name(t, fp8=False):
+    """The kernel key's name of t's dtype ('fp16', 'bf16'; with fp8 also 'e4m3'), None
+    for any other."""
+    name = SUPPORTED_DTYPES.get(str(t.dtype))
+    if name is None and fp8:
+        return FP8_DTYPES.get(str(t.dtype))
+    return name
+
+
+def is_fp8(t):
+    """Whether t holds FP8 (e4m3) elements."""
+    return str(t.dtype) in FP8_DTYPES
 
 
 class Layout:
@@ -81,10 +97,13 @@ def _check_memory(name, t, lay, sizes, pointers):
                              f"with an offset?); call {name}.contiguous() or .clone()")
 
 
-def check_inputs(q, k, v, layout, cu_seqlens_q=None, cu_seqlens_k=None, pointers=False):
+def check_inputs(q, k, v, layout, cu_seqlens_q=None, cu_seqlens_k=None, pointers=False,
+                 fp8=False):
     """Checks q, k, v (and the cu_seqlens pair); returns the Layout and, per tensor, its
     (batch, seq, heads, dim). pointers: also check data_ptr()'s alignment (not under
-    torch.compile, which cannot trace data_ptr(); the library checks it again anyway)."""
+    torch.compile, which cannot trace data_ptr(); the library checks it again anyway).
+    fp8: torch.float8_e4m3fn inputs are taken too (flashjit.attention's), with the FP8
+    kernels' own rules (check_fp8_inputs)."""
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
         raise ValueError("cu_seqlens_q and cu_seqlens_k go together: pass both or neither")
@@ -101,15 +120,22 @@ def check_inputs(q, k, v, layout, cu_seqlens_q=None, cu_seqlens_k=None, pointers
                 "[batch, heads, seq, dim] (layout 'bhsd')"
             raise ValueError(f"{name} has {len(t.shape)} dimensions {tuple(t.shape)}: expected "
                              f"{rank}, {what}")
-        if dtype_name(t) is None:
+        if dtype_name(t, fp8) is None:
+            if is_fp8(t):
+                raise TypeError(f"{name}.dtype is {t.dtype}: this call takes torch.float16 or "
+                                f"torch.bfloat16 (FP8 inputs run in flashjit.attention "
+                                f"alone, without attention features)")
             raise TypeError(f"{name}.dtype is {t.dtype}: flashjit takes torch.float16 or "
-                            f"torch.bfloat16")
+                            f"torch.bfloat16" + (" (or torch.float8_e4m3fn: FP8, the forward "
+                                                 "pass alone)" if fp8 else ""))
         if str(t.device).split(":")[0] != "cuda":
             raise ValueError(f"{name} is on {t.device}: flashjit runs on CUDA tensors")
         dims[name] = lay.dims(t)
     if not (q.dtype == k.dtype == v.dtype):
+        hint = " (FP8 takes all three as torch.float8_e4m3fn)" if \
+            any(is_fp8(t) for t in (q, k, v)) else ""
         raise TypeError(f"q, k and v have dtypes {q.dtype}, {k.dtype}, {v.dtype}: they must "
-                        f"be the same")
+                        f"be the same{hint}")
     if not (str(q.device) == str(k.device) == str(v.device)):
         raise ValueError(f"q, k and v are on {q.device}, {k.device}, {v.device}: they must "
                          f"be on one device")
@@ -159,7 +185,131 @@ def check_inputs(q, k, v, layout, cu_seqlens_q=None, cu_seqlens_k=None, pointers
         if cu_seqlens_q.shape[0] - 1 > MAX_GRID:
             raise ValueError(f"cu_seqlens_q holds {cu_seqlens_q.shape[0] - 1} sequences: "
                              f"flashjit takes at most {MAX_GRID}")
+    if fp8 and is_fp8(q):
+        check_fp8_inputs(q, k, v, lay, dims)
     return lay, dims
+
+
+# ---- FP8 (0.7) ---------------------------------------------------------------------
+def check_fp8_inputs(q, k, v, lay, dims):
+    """What FP8 q, k and v need beyond check_inputs' rules (api/validate_fp8.cpp): no
+    cu_seqlens, head dims multiples of 16, strides (of dimensions with more than one
+    element) multiples of 16 elements, at least one key."""
+    if lay.varlen:
+        raise ValueError("FP8 (torch.float8_e4m3fn) inputs take no cu_seqlens "
+                         "(variable-length batches) yet: pad the sequences to one length, or "
+                         "call once per length")
+    d, dv = dims["q"][3], dims["v"][3]
+    for name, value in (("head dim", d), ("v's head dim", dv)):
+        if value % FP8_HEAD_DIM_STEP:
+            raise ValueError(f"{name} is {value}: FP8 (torch.float8_e4m3fn) takes head dims "
+                             f"that are multiples of {FP8_HEAD_DIM_STEP}")
+    if dims["k"][1] < 1:
+        raise ValueError(f"k has {dims['k'][1]} keys per sequence: FP8 kernels need at least "
+                         f"one key")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if 0 in dims[name]:
+            continue
+        for axis, size, stride in zip(lay.axis_names(), dims[name][:3], lay.strides(t)):
+            if size > 1 and stride % FP8_STRIDE_STEP:
+                raise ValueError(
+                    f"{name}'s {axis} stride is {stride} elements (strides "
+                    f"{tuple(t.stride())}): FP8 kernels load q, k and v by rows of 16 bytes, "
+                    f"so every stride but the last must be a multiple of {FP8_STRIDE_STEP} "
+                    f"elements; call {name}.contiguous()")
+
+
+def fp8_stride(size, stride):
+    """The stride an FP8 call passes for a dimension: its own, but 0 where the dimension
+    has one element and its stride (never multiplied by an index but 0) is not a multiple
+    of 16, which the FP8 kernels ask of every stride."""
+    return 0 if size <= 1 and stride % FP8_STRIDE_STEP else stride
+
+
+def check_out_dtype(out_dtype, q, fp8):
+    """o's dtype name ('bf16' or 'fp16'): with FP8 inputs out_dtype's (None: bf16); with
+    16-bit ones q's own, which out_dtype may only repeat."""
+    if fp8:
+        if out_dtype is None:
+            return "bf16"
+        name = OUT_DTYPES.get(str(out_dtype))
+        if name is None:
+            raise TypeError(f"out_dtype is {out_dtype!r}: FP8 inputs give o as torch.bfloat16 "
+                            f"(None, the default) or torch.float16")
+        return name
+    if out_dtype is not None and str(out_dtype) != str(q.dtype):
+        raise ValueError(f"out_dtype is {out_dtype}, q's dtype {q.dtype}: with 16-bit inputs "
+                         f"o has q's dtype (out_dtype chooses o's type for FP8 inputs, "
+                         f"torch.float8_e4m3fn, alone)")
+    return dtype_name(q)
+
+
+def check_fp8_features(features, block_mask=None):
+    """FP8 kernels take no attention features and no block mask (yet)."""
+    if features != PLAIN or block_mask is not None:
+        what = features_on(features) or "block_mask"
+        raise ValueError(f"FP8 (torch.float8_e4m3fn) inputs take no attention features yet "
+                         f"({what}): the FP8 kernel is the plain forward pass (causal or "
+                         f"not); use fp16/bf16 inputs for them")
+
+
+DESCALES = ("q_descale", "k_descale", "v_descale")
+
+
+def check_descale(name, t, batch, heads_kv, device, pointers=False):
+    """A dequantization factor of FP8 inputs (q, k, v hold x / factor): a torch.float32
+    tensor on q's device, one factor per tensor (shape () or (1,)) or one per sequence and
+    key/value head ([batch, num_heads_kv], FlashAttention-3's). Returns the C API's
+    (descale_batch_stride, descale_head_stride) for it, in elements: (0, 0) per tensor,
+    and 0 for a dimension of one element."""
+    for attr in ("shape", "stride", "dtype", "device"):
+        if not hasattr(t, attr):
+            raise TypeError(f"{name} is a {type(t).__name__}: expected a torch.float32 tensor, "
+                            f"() or (1,) (per tensor) or [batch, num_heads_kv]")
+    if str(t.dtype) != "torch.float32":
+        raise TypeError(f"{name}.dtype is {t.dtype}: expected torch.float32")
+    if str(t.device) != str(device):
+        raise ValueError(f"{name} is on {t.device}, q on {device}: they must be on one device "
+                         f"(the kernel reads the factors)")
+    shape = tuple(t.shape)
+    if pointers and t.data_ptr() % 4:
+        raise ValueError(f"{name}'s data is not 4-byte aligned")
+    if shape in ((), (1,)):
+        return (0, 0)
+    if shape != (batch, heads_kv):
+        raise ValueError(f"{name} is {shape}: expected () or (1,) (one factor per tensor) or "
+                         f"({batch}, {heads_kv}), [batch, num_heads_kv] (one per sequence and "
+                         f"key/value head)")
+    st = t.stride()
+    strides = (st[0] if batch > 1 else 0, st[1] if heads_kv > 1 else 0)
+    if min(strides) < 0:
+        raise ValueError(f"{name} has strides {tuple(st)}: they must not be negative")
+    return strides
+
+
+def check_descales(descales, fp8, batch, heads_kv, device, pointers=False):
+    """The (q, k, v) descales of a call, each checked (check_descale); for 16-bit inputs
+    they must all be None. Returns their check_descale results (None where not given)."""
+    if not fp8:
+        for name, t in zip(DESCALES, descales):
+            if t is not None:
+                raise ValueError(f"{name} is given, but the inputs are not FP8: dequantization "
+                                 f"factors are for torch.float8_e4m3fn q, k and v")
+        return (None, None, None)
+    return tuple(None if t is None else check_descale(name, t, batch, heads_kv, device,
+                                                      pointers)
+                 for name, t in zip(DESCALES, descales))
+
+
+def descale_strides(strides):
+    """The one (batch, head) stride pair the C API takes for all three factors, from
+    check_descales' results (a factor not given, NULL, reads as 1 whatever the strides):
+    the given factors' strides when they agree (per tensor: (0, 0)), else None (then the
+    factors are copied into contiguous [batch, num_heads_kv] tensors first)."""
+    given = {s for s in strides if s is not None}
+    if len(given) > 1:
+        return None
+    return given.pop() if given else (0, 0)
 
 
 def check_max_seqlens(max_seqlen_q, max_seqlen_k):

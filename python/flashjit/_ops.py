@@ -46,9 +46,13 @@ def _sizes(q, k, layout, varlen, max_q, max_k, cu_q):
     return lay, bq, sq, sk, hq, hk, d
 
 
-def _set_strides(args, lay, names_tensors):
+def _set_strides(args, lay, names_tensors, fp8=False):
     for name, t in names_tensors:
         b, s, h = lay.strides(t)
+        if fp8 and name in ("q", "k", "v"):  # FP8 q, k, v: every stride a multiple of 16
+            nb, ns, nh, _ = lay.dims(t)
+            b, s, h = (_checks.fp8_stride(nb, b), _checks.fp8_stride(ns, s),
+                       _checks.fp8_stride(nh, h))
         setattr(args, f"{name}_batch_stride", b)
         setattr(args, f"{name}_seq_stride", s)
         setattr(args, f"{name}_head_stride", h)
@@ -89,7 +93,9 @@ def forward_args(q, k, v, layout, batch, sq, sk, cu_seqlens_q, cu_seqlens_k, ali
     """The fj_forward_args of a call: what attention_fwd launches with, and what
     create_block_mask builds a mask with (its variant depends on them). Without `o`, o's
     strides are those of the contiguous o attention_fwd allocates, and q's pointer stands
-    in for o's (the C API wants one set; a mask's build neither reads nor writes o)."""
+    in for o's (the C API wants one set; a mask's build neither reads nor writes o).
+    FP8 inputs: their strides as the FP8 kernels take them (_checks.fp8_stride); the
+    descales and the workspace are the caller's to set (_set_fp8)."""
     varlen = cu_seqlens_q is not None
     lay = _checks.Layout(layout, varlen)
     args = _capi.new(_capi.ForwardArgs, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
@@ -101,7 +107,7 @@ def forward_args(q, k, v, layout, batch, sq, sk, cu_seqlens_q, cu_seqlens_k, ali
         args.o = o.data_ptr()
     if lse is not None:
         args.lse = lse.data_ptr()
-    _set_strides(args, lay, (("q", q), ("k", k), ("v", v), ("o", o)))
+    _set_strides(args, lay, (("q", q), ("k", k), ("v", v), ("o", o)), _checks.is_fp8(q))
     if varlen:
         args.cu_seqlens_q, args.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
         args.total_q, args.total_k = q.shape[0], k.shape[0]
@@ -112,6 +118,53 @@ def forward_args(q, k, v, layout, batch, sq, sk, cu_seqlens_q, cu_seqlens_k, ali
     return args
 
 
+# ---- FP8 (0.7) -----------------------------------------------------------------------
+# o's torch dtype for an FP8 call, by the operator's out_dtype argument (an fj_dtype: 0
+# for 16-bit inputs, whose o has their own dtype).
+_OUT_DTYPES = {_capi.FJ_DTYPE_BF16: torch.bfloat16, _capi.FJ_DTYPE_FP16: torch.float16}
+_OUT_NAMES = {_capi.FJ_DTYPE_BF16: "bf16", _capi.FJ_DTYPE_FP16: "fp16"}
+
+
+def out_dtype_code(name):
+    """The operator's out_dtype argument for o's dtype name (None: 16-bit inputs, 0)."""
+    return 0 if name is None else _capi.DTYPES[name]
+
+
+def _o_dtype(q, out_dtype):
+    """o's torch dtype: q's for 16-bit inputs, out_dtype's (0: bf16) for FP8 ones."""
+    return _OUT_DTYPES.get(out_dtype, torch.bfloat16) if _checks.is_fp8(q) else q.dtype
+
+
+def _fp8_descales(descales, batch, hk, device):
+    """The call's descales (q, k, v; None: 1) with the one (batch, head) stride pair the C
+    API takes for all three: as they are when their strides agree, else copied into
+    contiguous [batch, num_heads_kv] tensors (on the current stream; small)."""
+    strides = _checks.check_descales(descales, True, batch, hk, device)
+    pair = _checks.descale_strides(strides)
+    if pair is not None:
+        return descales, pair
+    descales = tuple(None if t is None else t.reshape(-1, 1).expand(batch, hk).contiguous()
+                     if t.dim() < 2 else t.contiguous() for t in descales)
+    return descales, (hk if batch > 1 else 0, 1 if hk > 1 else 0)
+
+
+def _set_fp8(args, handle, descales, strides, device):
+    """An FP8 call's descales and workspace (allocated here, by torch on the current
+    stream: the returned tensor must outlive the launch's enqueueing)."""
+    q_d, k_d, v_d = descales
+    args.q_descale = None if q_d is None else q_d.data_ptr()
+    args.k_descale = None if k_d is None else k_d.data_ptr()
+    args.v_descale = None if v_d is None else v_d.data_ptr()
+    args.descale_batch_stride, args.descale_head_stride = strides
+    lib = _capi.library()
+    size = C.c_size_t()
+    lib.check("fj_forward_workspace_size",
+              lib.lib.fj_forward_workspace_size(handle, C.byref(args), C.byref(size)))
+    workspace = torch.empty(max(size.value, 16), dtype=torch.uint8, device=device)
+    args.workspace, args.workspace_bytes = workspace.data_ptr(), workspace.numel()
+    return workspace
+
+
 @torch.library.custom_op("flashjit::attention_fwd", mutates_args=(), device_types="cuda")
 def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, layout: str,
                   cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
@@ -119,9 +172,13 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, l
                   deterministic: bool, window: Optional[List[int]], softcap: float,
                   alibi_slopes: Optional[Tensor], score_mod: Optional[str],
                   mask_mod: Optional[str], mod_tensors: List[Tensor], mod_scalars: List[float],
-                  mod_ints: List[int], block_mask: int) -> Tuple[Tensor, Tensor]:
+                  mod_ints: List[int], block_mask: int, q_descale: Optional[Tensor],
+                  k_descale: Optional[Tensor], v_descale: Optional[Tensor],
+                  out_dtype: int) -> Tuple[Tensor, Tensor]:
     # block_mask: the address of an open flashjit.BlockMask's fj_block_mask, 0 for none.
+    # q/k/v_descale and out_dtype (an fj_dtype, 0 for 16-bit inputs): FP8 inputs' (0.7).
     varlen = cu_seqlens_q is not None
+    fp8 = _checks.is_fp8(q)
     lay, batch, sq, sk, hq, hk, d = _sizes(q, k, layout, varlen, max_seqlen_q, max_seqlen_k,
                                            cu_seqlens_q)
     dv = v.shape[-1]
@@ -139,15 +196,22 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, l
     else:
         # The call's own args serve the tuner too: valid now, sized for this shape (the
         # hints).
-        handle, _ = kernel(device, _checks.dtype_name(q), d, dv, hq, hk, causal, scale,
-                           with_backward, (sq, sk, batch), features, mod)
-    o = q.new_empty(o_shape)
+        handle, _ = kernel(device, _checks.dtype_name(q, fp8=True), d, dv, hq, hk, causal,
+                           scale, with_backward and not fp8, (sq, sk, batch), features, mod,
+                           out_dtype=_OUT_NAMES.get(out_dtype) if fp8 else None)
+    o = q.new_empty(o_shape, dtype=_o_dtype(q, out_dtype))
     lse = q.new_empty(lse_shape, dtype=torch.float32)
     lib = _capi.library()
     args = forward_args(q, k, v, layout, batch, sq, sk, cu_seqlens_q, cu_seqlens_k,
                         alibi_slopes, mod, o, lse)
     args.block_mask = block_mask or None
+    workspace = None
+    if fp8:
+        descales, strides = _fp8_descales((q_descale, k_descale, v_descale), batch, hk,
+                                          q.device)
+        workspace = _set_fp8(args, handle, descales, strides, q.device)
     lib.check("fj_forward", lib.lib.fj_forward(handle, C.byref(args), _stream(device)))
+    del workspace  # enqueued: the caching allocator's stream order covers the rest
     return o, lse
 
 
@@ -155,9 +219,10 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, l
 def _attention_fwd_fake(q, k, v, causal, scale, layout, cu_seqlens_q, cu_seqlens_k,
                         max_seqlen_q, max_seqlen_k, with_backward, deterministic, window,
                         softcap, alibi_slopes, score_mod, mask_mod, mod_tensors, mod_scalars,
-                        mod_ints, block_mask):
+                        mod_ints, block_mask, q_descale, k_descale, v_descale, out_dtype):
     o_shape, lse_shape = _out_shapes(q, v, layout, cu_seqlens_q is not None)
-    return q.new_empty(o_shape), q.new_empty(lse_shape, dtype=torch.float32)
+    return (q.new_empty(o_shape, dtype=_o_dtype(q, out_dtype)),
+            q.new_empty(lse_shape, dtype=torch.float32))
 
 
 @torch.library.custom_op("flashjit::attention_bwd", mutates_args=(), device_types="cuda")
@@ -201,17 +266,21 @@ def _attention_bwd_fake(dout, q, k, v, o, lse, causal, scale, layout, cu_seqlens
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
-_FEATURE_INPUTS = 9  # window, softcap, alibi_slopes, score_mod, mask_mod, mod_*, block_mask
+# attention_fwd's inputs: q .. deterministic, then the features (window, softcap,
+# alibi_slopes, score_mod, mask_mod, mod_*, block_mask), then FP8's (the descales,
+# out_dtype).
+_BASE_INPUTS = 12
 
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, causal, scale, layout, cu_q, cu_k, max_q, max_k, with_backward,
-     deterministic) = inputs[:-_FEATURE_INPUTS]
-    window, softcap, alibi_slopes, score_mod, mask_mod = inputs[-_FEATURE_INPUTS:][:5]
+     deterministic) = inputs[:_BASE_INPUTS]
+    window, softcap, alibi_slopes, score_mod, mask_mod = inputs[_BASE_INPUTS:_BASE_INPUTS + 5]
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
     ctx.args = (causal, scale, layout, max_q, max_k, with_backward, deterministic)
     ctx.features = op_features(window, softcap, alibi_slopes, score_mod, mask_mod)
+    ctx.fp8 = _checks.is_fp8(q)
     # backward returns one entry per input, shaped like it: a list input (mod_tensors, ...)
     # gets a list of as many Nones.
     ctx.no_grads = tuple([None] * len(x) if isinstance(x, (list, tuple)) else None
@@ -221,6 +290,8 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, dout, dlse):
     q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
     causal, scale, layout, max_q, max_k, with_backward, deterministic = ctx.args
+    if ctx.fp8:  # no FP8 backward pass: a gradient is never made up
+        raise NotImplementedError(_runtime.fp8_backward_message())
     if ctx.features != _checks.PLAIN:  # a gradient is never made up
         raise NotImplementedError(_runtime.features_backward_message(ctx.features))
     if not with_backward:
@@ -299,11 +370,14 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 class _Plan:
-    __slots__ = ("handle", "args", "args_ref", "o_shape", "dtype", "device", "index")
+    # fp8: None, or for FP8 inputs (o's dtype, the workspace's bytes)
+    __slots__ = ("handle", "args", "args_ref", "o_shape", "dtype", "device", "index", "fp8")
 
 
-def _make_plan(q, k, v, causal, scale, layout):
-    _, dims = _checks.check_inputs(q, k, v, layout, pointers=True)
+def _make_plan(q, k, v, causal, scale, layout, descales=(None, None, None), out_dtype=None):
+    """The plan of a call, None where the general path must take it (it raises the
+    errors the checks here let through, or copies FP8 descales whose strides differ)."""
+    _, dims = _checks.check_inputs(q, k, v, layout, pointers=True, fp8=True)
     d = dims["q"][3]
     if scale is None:
         scale = 0.0
@@ -317,19 +391,35 @@ def _make_plan(q, k, v, causal, scale, layout):
     lay = _checks.Layout(layout, False)
     b, sq, hq, _ = lay.dims(q)
     _, sk, hk, _ = lay.dims(k)
+    fp8 = _checks.is_fp8(q)
+    out = _checks.check_out_dtype(out_dtype, q, fp8)
+    strides = _checks.descale_strides(_checks.check_descales(descales, fp8, b, hk, q.device,
+                                                             pointers=True))
+    if strides is None:
+        return None
     plan = _Plan()
     plan.index = _device_index(q)
-    plan.handle, _ = kernel(plan.index, _checks.dtype_name(q), d, v.shape[-1], hq, hk,
-                            bool(causal), float(scale), False, (sq, sk, b))
+    plan.handle, _ = kernel(plan.index, _checks.dtype_name(q, fp8=True), d, v.shape[-1], hq,
+                            hk, bool(causal), float(scale), False, (sq, sk, b),
+                            out_dtype=out if fp8 else None)
     plan.o_shape, _ = _out_shapes(q, v, layout, False)
     plan.dtype, plan.device = q.dtype, q.device
     template = _capi.new(_capi.ForwardArgs, batch=b, seqlen_q=sq, seqlen_k=sk)
     # o is allocated contiguous in q's layout.
     o_strides = _contiguous_strides(plan.o_shape)
-    _set_strides(template, lay, (("q", q), ("k", k), ("v", v)))
+    _set_strides(template, lay, (("q", q), ("k", k), ("v", v)), fp8)
     ob, os_, oh = (o_strides[0], o_strides[1], o_strides[2]) if lay.name == "bshd" else \
         (o_strides[0], o_strides[2], o_strides[1])
     template.o_batch_stride, template.o_seq_stride, template.o_head_stride = ob, os_, oh
+    plan.fp8 = None
+    if fp8:
+        template.descale_batch_stride, template.descale_head_stride = strides
+        lib = _capi.library()
+        size = C.c_size_t()
+        lib.check("fj_forward_workspace_size",
+                  lib.lib.fj_forward_workspace_size(plan.handle, C.byref(template),
+                                                    C.byref(size)))
+        plan.fp8 = (_OUT_DTYPES[_capi.DTYPES[out]], max(size.value, 16))
     plan.args = template
     plan.args_ref = C.byref(template)
     return plan
@@ -369,9 +459,65 @@ def fast_forward(q, k, v, causal, scale, layout):
         if len(_plans) >= _MAX_PLANS:  # many shapes (e.g. every length): start over
             _plans.clear()
         _plans[key] = plan
+    if plan.fp8 is not None:  # FP8 inputs without descales: o bf16
+        return _launch_fp8(plan, q, k, v, None, None, None)
     o = q.new_empty(plan.o_shape)  # q's dtype and device (fewer arguments to parse)
     args = plan.args
     args.q, args.k, args.v, args.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+    stream = _raw_stream(plan.index) if _raw_stream else \
+        torch.cuda.current_stream(plan.device).cuda_stream
+    status = _forward(plan.handle, plan.args_ref, stream)
+    if status:
+        _capi.library().check("fj_forward", status)
+    return o
+
+
+def _descale_key(t):
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.get_device())
+
+
+def fast_forward_fp8(q, k, v, causal, scale, layout, q_descale, k_descale, v_descale,
+                     out_dtype):
+    """fast_forward for calls with FP8 arguments (descales, out_dtype): o, or None when
+    the call needs the operator or the general path's checks and messages."""
+    if _is_compiling():
+        return None
+    try:
+        if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            return None
+        key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype,
+               k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), causal,
+               scale, layout, _thread_id(), _descale_key(q_descale), _descale_key(k_descale),
+               _descale_key(v_descale), out_dtype)
+        plan = _plans.get(key)
+    except (AttributeError, TypeError):  # not tensors, or an unhashable argument
+        return None
+    if plan is None:
+        plan = _make_plan(q, k, v, causal, scale, layout, (q_descale, k_descale, v_descale),
+                          out_dtype)
+        if plan is None:
+            return None
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()
+        _plans[key] = plan
+    if plan.fp8 is None:  # 16-bit inputs with out_dtype their own dtype
+        return fast_forward(q, k, v, causal, scale, layout)
+    return _launch_fp8(plan, q, k, v, q_descale, k_descale, v_descale)
+
+
+def _launch_fp8(plan, q, k, v, q_descale, k_descale, v_descale):
+    """An FP8 plan's launch: o of its 16-bit dtype, and the workspace fj_forward needs
+    (allocated by torch on the current stream, freed once the launch is enqueued: the
+    caching allocator's stream order keeps it for the kernel)."""
+    out_dtype, workspace_bytes = plan.fp8
+    o = q.new_empty(plan.o_shape, dtype=out_dtype)
+    workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=plan.device)
+    args = plan.args
+    args.q, args.k, args.v, args.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+    args.q_descale = None if q_descale is None else q_descale.data_ptr()
+    args.k_descale = None if k_descale is None else k_descale.data_ptr()
+    args.v_descale = None if v_descale is None else v_descale.data_ptr()
+    args.workspace, args.workspace_bytes = workspace.data_ptr(), workspace_bytes
     stream = _raw_stream(plan.index) if _raw_stream else \
         torch.cuda.current_stream(plan.device).cuda_stream
     status = _forward(plan.handle, plan.args_ref, stream)

@@ -10,9 +10,11 @@ from . import _capi, _checks
 
 _lock = threading.Lock()
 _contexts = {}   # (device, tune mode, cache path, budget) -> fj_context handle
-# (device, dtype, d, dv, heads_q, heads_kv, causal, scale, backward, features, decode) ->
-# (handle, info, context key); features is a _checks.Features (the user code's text
-# included), decode whether the handle carries the decode kernels (desc.decode). The
+# (device, dtype, d, dv, heads_q, heads_kv, causal, scale, backward, features, decode,
+# tune_lengths, out_dtype) -> (handle, info, context key); features is a _checks.Features
+# (the user code's text included), decode whether the handle carries the decode kernels
+# (desc.decode), out_dtype o's type ('bf16' / 'fp16'; dtype's own for 16-bit inputs,
+# desc.out_dtype for FP8 ones, 'e4m3'). The
 # settings in force when a description is first got decide how its kernel is got (cache,
 # tune, compile); later calls reuse the handle whatever the settings.
 _kernels = {}
@@ -93,6 +95,18 @@ def no_decode_message(lib):
             f"later")
 
 
+def no_fp8_message(lib):
+    return (f"flashjit: {lib.path} (version {lib.version()}) has no FP8 kernels (no "
+            f"fj_forward_workspace_size): torch.float8_e4m3fn inputs need a library of 0.7 or "
+            f"later")
+
+
+def fp8_backward_message():
+    return ("flashjit: the backward pass does not support FP8 (torch.float8_e4m3fn) inputs: "
+            "gradients through an FP8 flashjit.attention cannot be computed; run it under "
+            "torch.no_grad() (or detach its inputs), or use fp16/bf16 inputs to train")
+
+
 def features_backward_message(features):
     return (f"flashjit: the backward pass does not support attention features yet "
             f"({_checks.features_on(features)}): gradients through flashjit.attention with "
@@ -101,20 +115,28 @@ def features_backward_message(features):
 
 
 def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints,
-           features=_checks.PLAIN, tuning_args=None, decode=False):
+           features=_checks.PLAIN, tuning_args=None, decode=False, out_dtype=None):
     """(handle, info) for a description: got once per device (fj_kernel_get may compile
-    or tune), then reused. dtype 'fp16' or 'bf16'; scale 0.0 for 1/sqrt(d); hints
-    (seqlen_q, seqlen_k, batch) choose the shape bucket tuned first; features a checked
-    _checks.Features; tuning_args (an _capi.ModArgs, or None) what the tuner runs the
-    user code with if this call gets the kernel (not part of the key); decode: the handle
-    also carries the decode kernels (desc.decode, 0.4)."""
+    or tune), then reused. dtype 'fp16', 'bf16' or 'e4m3' (FP8, 0.7); scale 0.0 for
+    1/sqrt(d); hints (seqlen_q, seqlen_k, batch) choose the shape bucket tuned first;
+    features a checked _checks.Features; tuning_args (an _capi.ModArgs, or None) what the
+    tuner runs the user code with if this call gets the kernel (not part of the key);
+    decode: the handle also carries the decode kernels (desc.decode, 0.4); out_dtype: o's
+    type with 'e4m3' inputs, 'bf16' (None) or 'fp16' (desc.out_dtype); 16-bit inputs
+    write o in their own."""
     lengths = current_settings().get("tune_lengths", "auto")
+    fp8 = dtype == "e4m3"
+    out = (out_dtype or "bf16") if fp8 else dtype
     key = (device, dtype, d, dv, hq, hkv, bool(causal), float(scale), bool(backward),
-           features, bool(decode), lengths)
+           features, bool(decode), lengths, out)
     found = _kernels.get(key)
     if found is not None:
         return found[0], found[1]
     lib = _capi.library()
+    if fp8 and not getattr(lib, "has_fp8", False):
+        raise RuntimeError(no_fp8_message(lib))
+    if fp8 and backward:
+        raise NotImplementedError(fp8_backward_message())
     if backward and not lib.has_backward:
         raise RuntimeError(no_backward_message(lib))
     if decode and not getattr(lib, "has_decode", False):
@@ -122,8 +144,9 @@ def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints,
     if backward and features != _checks.PLAIN:
         raise NotImplementedError(features_backward_message(features))
     ctx_key, ctx = context(device)
-    desc = _capi.new(_capi.AttentionDesc, dtype=_capi.FJ_DTYPE_BF16 if dtype == "bf16"
-                     else _capi.FJ_DTYPE_FP16, head_dim=d, head_dim_v=dv, causal=int(causal),
+    desc = _capi.new(_capi.AttentionDesc, dtype=_capi.DTYPES[dtype],
+                     out_dtype=_capi.DTYPES[out] if fp8 else 0,
+                     head_dim=d, head_dim_v=dv, causal=int(causal),
                      num_heads_q=hq, num_heads_kv=hkv, softmax_scale=scale,
                      seqlen_q_hint=_hint(hints[0]), seqlen_k_hint=_hint(hints[1]),
                      # the ladder's rungs are a 16k-token step's unless a batch is
@@ -226,10 +249,12 @@ def kernels_info():
         now = _capi.new(_capi.KernelInfo)
         if lib.lib.fj_kernel_info(handle, C.byref(now)) == 0:
             info = now
-        device, dtype, d, dv, hq, hkv, causal, scale, backward, features, decode, lengths = key
-        entry = dict(device=device, dtype=dtype, head_dim=d, head_dim_v=dv, num_heads_q=hq,
-                     num_heads_kv=hkv, causal=causal, softmax_scale=scale, backward=backward,
-                     decode=decode, tune_lengths=lengths, features=features._asdict())
+        (device, dtype, d, dv, hq, hkv, causal, scale, backward, features, decode, lengths,
+         out_dtype) = key
+        entry = dict(device=device, dtype=dtype, out_dtype=out_dtype, head_dim=d, head_dim_v=dv,
+                     num_heads_q=hq, num_heads_kv=hkv, causal=causal, softmax_scale=scale,
+                     backward=backward, decode=decode, tune_lengths=lengths,
+                     features=features._asdict())
         entry.update(_capi.struct_dict(info))
         entry["origin"] = _capi.ORIGINS.get(info.origin, info.origin)
         out.append(entry)

@@ -23,7 +23,8 @@ full and NaN past every sequence's keys; query rows 1, 4, 16; MHA, GQA, MQA; cau
 not; fp16/bf16; head dims 64/128; split counts; a 70,000-key cache; empty sequences; its
 LSE), kv_append (bitwise against torch indexing, then decode), both in a CUDA graph and
 under torch.compile. The decode bar: 2x the error of the same formula in the inputs'
-dtype against the fp32 reference, + 1e-5.
+dtype against the fp32 reference, + 1e-5. FP8 (0.7): gpu_test_fp8.py's cases, run here too
+(skipped off sm_90), with FlashAttention-3's bar (that file's docstring).
 
 The bar: 2x the error of PyTorch's own SDPA in the same dtype against the same fp32
 reference, plus 1e-3 of the reference's largest value (a floor for shapes where SDPA
@@ -36,8 +37,16 @@ import sys
 import traceback
 import warnings
 
-import torch
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # run by hand: without torch there is nothing to test
+    if __name__ == "__main__":
+        print("SKIP  every case: torch is not installed (run on the GPU machine, "
+              "docs/GPU-TESTING.md)")
+        print("0 passed, 0 failed, 1 skipped")
+        sys.exit(0)
+    raise
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import flashjit  # noqa: E402
@@ -1300,6 +1309,8 @@ def main():
     block_mask_cases()
     decode_cases()
     length_ladder()
+    import gpu_test_fp8  # FP8 (0.7): counted here too
+    gpu_test_fp8.run_all(results)
     info = flashjit.info()
     print(f"{len(info['kernels'])} kernel handles; contexts: "
           f"{[(c['device_name'], c['target'], c['tune_mode']) for c in info['contexts']]}")

@@ -284,8 +284,9 @@ class StructLayouts(unittest.TestCase):
         self.assertEqual(L.fj_validate_forward_args(C.byref(alibi), C.byref(a)), 0, message())
 
     def test_block_mask_field_is_where_the_library_reads_it(self):
-        """fj_forward_args.block_mask (0.6), the last field: set, it is read (refused
-        without a mask_mod); a 0.5-sized struct ends before it; none ends inside it."""
+        """fj_forward_args.block_mask (0.6), 0.6's last field (0.7's FP8 fields follow
+        it): set, it is read (refused without a mask_mod); a 0.5-sized struct ends before
+        it; none ends inside it."""
         L = _capi.library().lib
         base = dict(batch=1, seqlen_q=8, seqlen_k=8, q=0x7f0000000000, k=0x7f0000100000,
                     v=0x7f0000200000, o=0x7f0000300000, block_mask=0x7f0000400000)
@@ -300,13 +301,97 @@ class StructLayouts(unittest.TestCase):
         self.assertEqual(L.fj_validate_forward_args(C.byref(masked), C.byref(a)), 0,
                          message())
         at = _capi.ForwardArgs.block_mask.offset
-        self.assertEqual(at + 8, C.sizeof(_capi.ForwardArgs))
+        self.assertEqual(at + 8, _capi.ForwardArgs.q_descale.offset)
         a.struct_size = at  # 0.5's sizeof: the mask is not read
         self.assertEqual(L.fj_validate_forward_args(C.byref(self.desc()), C.byref(a)), 0,
                          message())
         a.struct_size = at + 4
         self.assertEqual(L.fj_validate_forward_args(C.byref(self.desc()), C.byref(a)), 1)
         self.assertIn("ends inside the pointer `block_mask`", message())
+
+    def test_fp8_fields_are_where_the_library_reads_them(self):
+        """FP8 (0.7): desc.out_dtype, the last field of the description (a 0.6-sized one
+        reads it as 0), and the forward fields after block_mask, each read by the library
+        where the ctypes struct puts it."""
+        L = _capi.library().lib
+        e4m3 = dict(dtype=_capi.FJ_DTYPE_E4M3)
+        for fields, status, expected in (
+                (dict(e4m3, out_dtype=7), 1, "desc->out_dtype is 7"),
+                (dict(e4m3, out_dtype=_capi.FJ_DTYPE_E4M3), 1, "desc->out_dtype is 3"),
+                (dict(out_dtype=_capi.FJ_DTYPE_FP16), 1, "with a 16-bit dtype o has the dtype"),
+                (dict(e4m3, backward=1), 2, "does not take desc->backward"),
+                (dict(e4m3, softcap=30.0), 2, "does not take attention features"),
+                (dict(e4m3, decode=1), 2, "does not take desc->decode")):
+            d = self.desc(**fields)
+            self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), status, fields)
+            self.assertIn(expected, message())
+        for out in (0, _capi.FJ_DTYPE_BF16, _capi.FJ_DTYPE_FP16):
+            d = self.desc(**e4m3, out_dtype=out)
+            self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), 0, message())
+        d = self.desc(out_dtype=_capi.FJ_DTYPE_FP16)
+        d.struct_size = _capi.AttentionDesc.out_dtype.offset  # 0.6's: out_dtype reads as 0
+        self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), 0, message())
+        self.assertEqual(_capi.AttentionDesc._fields_[-1][0], "out_dtype")  # the last field
+        # Forward arguments of an FP8 description (batch 1, 8 x 8, 4 and 2 heads of 64):
+        # the workspace is batch * heads_kv * dv * round_up(seqlen_k, 64) = 8192 bytes.
+        fp8 = self.desc(**e4m3)
+        base = dict(batch=1, seqlen_q=8, seqlen_k=8, q=0x7f0000000000, k=0x7f0000100000,
+                    v=0x7f0000200000, o=0x7f0000300000, workspace=0x7f0000400000,
+                    workspace_bytes=8192)
+        for t, heads in (("q", 4), ("k", 2), ("v", 2), ("o", 4)):
+            base.update({f"{t}_head_stride": 64, f"{t}_seq_stride": heads * 64,
+                         f"{t}_batch_stride": 8 * heads * 64})
+        a = _capi.new(_capi.ForwardArgs, **base)
+        self.assertEqual(L.fj_validate_forward_args(C.byref(fp8), C.byref(a)), 0, message())
+        per_head = dict(base, q_descale=0x7f0000500000, k_descale=0x7f0000500010,
+                        v_descale=0x7f0000500020, descale_batch_stride=2,
+                        descale_head_stride=1)
+        a = _capi.new(_capi.ForwardArgs, **per_head)
+        self.assertEqual(L.fj_validate_forward_args(C.byref(fp8), C.byref(a)), 0, message())
+        for field, value, status, expected in (
+                ("workspace", None, 1, r"args->workspace is NULL: an FP8 call needs 8192 bytes"),
+                ("workspace", 0x7f0000400008, 1, r"args->workspace is 0x0*7f0000400008: not "
+                                                 r"16-byte aligned"),
+                ("workspace_bytes", 8191, 1, r"args->workspace_bytes is 8191: this call needs "
+                                             r"8192"),
+                ("q_descale", 0x7f0000500002, 1, r"args->q_descale is 0x0*7f0000500002: not "
+                                                 r"4-byte aligned"),
+                ("k_descale", 0x7f0000500012, 1, r"args->k_descale is 0x0*7f0000500012"),
+                ("v_descale", 0x7f0000500022, 1, r"args->v_descale is 0x0*7f0000500022"),
+                ("descale_batch_stride", -1, 1, r"args->descale_batch_stride is -1"),
+                ("descale_head_stride", -2, 1, r"args->descale_head_stride is -2"),
+                ("k_seq_stride", 136, 2, r"args->k_seq_stride is 136: FP8 kernels need q, k "
+                                         r"and v strides that are multiples of 16"),
+                ("seqlen_k", 0, 2, r"args->seqlen_k is 0: FP8 kernels need at least one key")):
+            a = _capi.new(_capi.ForwardArgs, **dict(per_head, **{field: value}))
+            self.assertEqual(L.fj_validate_forward_args(C.byref(fp8), C.byref(a)), status,
+                             field)
+            self.assertRegex(message(), "(?i)" + expected)
+        a = _capi.new(_capi.ForwardArgs, **dict(per_head, cu_seqlens_q=0x7f0000600000,
+                                                cu_seqlens_k=0x7f0000700000, total_q=8,
+                                                total_k=8))
+        self.assertEqual(L.fj_validate_forward_args(C.byref(fp8), C.byref(a)), 2)
+        self.assertIn("FP8 kernels do not take variable-length batches", message())
+        # A 16-bit description reads none of them.
+        a = _capi.new(_capi.ForwardArgs, **dict(per_head, workspace=None, q_descale=3,
+                                                descale_batch_stride=-1))
+        self.assertEqual(L.fj_validate_forward_args(C.byref(self.desc()), C.byref(a)), 0,
+                         message())
+
+    def test_forward_workspace_size_is_bound(self):
+        """fj_forward_workspace_size (0.7) is declared (optional: has_fp8) and its
+        failures are FlashJitError; a kernel needs a device, so only the refusals here."""
+        lib = _capi.library()
+        self.assertTrue(lib.has_fp8)
+        self.assertTrue(flashjit.has_fp8())
+        self.assertTrue(flashjit.info()["fp8"])
+        size = C.c_size_t(123)
+        a = _capi.new(_capi.ForwardArgs, batch=2, seqlen_k=100)
+        with self.assertRaisesRegex(flashjit.FlashJitError,
+                                    r"fj_forward_workspace_size failed with "
+                                    r"FJ_ERROR_INVALID_VALUE: .*kernel"):
+            lib.check("fj_forward_workspace_size",
+                      lib.lib.fj_forward_workspace_size(None, C.byref(a), C.byref(size)))
 
     @unittest.skipUnless(_capi.library().has_backward, "the library has no fj_backward")
     def test_backward_fields_are_where_the_library_reads_them(self):
@@ -552,6 +637,7 @@ class FakeKernelLibrary:
                              softcap=d.softcap, alibi=d.alibi, score_mod=d.score_mod,
                              mask_mod=d.mask_mod, backward=d.backward, tuning=tuning,
                              decode=d.decode, heads=(d.num_heads_q, d.num_heads_kv),
+                             dtype=d.dtype, out_dtype=d.out_dtype,
                              causal=d.causal,
                              hints=(d.seqlen_q_hint, d.seqlen_k_hint, d.batch_hint),
                              tune_mode=_runtime.current_settings()["tune_mode"]))
@@ -709,6 +795,205 @@ class DecodeKernels(unittest.TestCase):
         self.assertEqual(plans, {})
         self.assertEqual(self.get(decode=False), plain)
         self.assertNotEqual(self.get(), dec)  # got again (the fake hands out a new handle)
+
+
+class Fp8Kernels(unittest.TestCase):
+    """_runtime.kernel for FP8 inputs (0.7) on a stand-in fj_kernel_get: dtype e4m3 and
+    o's type reach the description, and o's type keys the handle."""
+
+    def setUp(self):
+        self.saved = (_capi._library, _runtime.context, dict(_runtime._kernels))
+        self.fake = FakeKernelLibrary()
+        real = _capi.library()
+        _capi._library = type("L", (), dict(lib=self.fake, has_backward=True, has_fp8=True,
+                                             path="fake", check=real.check.__func__,
+                                             version=lambda self: "fake"))()
+        _runtime.context = lambda device: (("fake", device), C.c_void_p(1))
+        _runtime._kernels.clear()
+
+    def tearDown(self):
+        _capi._library, _runtime.context = self.saved[0], self.saved[1]
+        _runtime._kernels.clear()
+        _runtime._kernels.update(self.saved[2])
+
+    def get(self, dtype="e4m3", out_dtype=None, backward=False):
+        handle, _ = _runtime.kernel(0, dtype, 128, 128, 8, 2, True, 0.0, backward,
+                                    (257, 389, 2), out_dtype=out_dtype)
+        return handle.value
+
+    def test_dtype_and_out_dtype_reach_the_description(self):
+        bf16_out = self.get()
+        self.assertEqual((self.fake.got[-1]["dtype"], self.fake.got[-1]["out_dtype"]),
+                         (_capi.FJ_DTYPE_E4M3, _capi.FJ_DTYPE_BF16))
+        self.assertEqual(self.get(out_dtype="bf16"), bf16_out)  # None is bf16
+        fp16_out = self.get(out_dtype="fp16")
+        self.assertNotEqual(fp16_out, bf16_out)
+        self.assertEqual((self.fake.got[-1]["dtype"], self.fake.got[-1]["out_dtype"]),
+                         (_capi.FJ_DTYPE_E4M3, _capi.FJ_DTYPE_FP16))
+        plain = self.get(dtype="bf16")  # 16-bit: out_dtype 0 (o has the dtype)
+        self.assertNotIn(plain, (bf16_out, fp16_out))
+        self.assertEqual((self.fake.got[-1]["dtype"], self.fake.got[-1]["out_dtype"]),
+                         (_capi.FJ_DTYPE_BF16, 0))
+        self.assertEqual(len(self.fake.got), 3)
+        kinds = sorted((k["dtype"], k["out_dtype"]) for k in _runtime.kernels_info())
+        self.assertEqual(kinds, [("bf16", "bf16"), ("e4m3", "bf16"), ("e4m3", "fp16")])
+
+    def test_no_backward_and_no_fp8_library(self):
+        with self.assertRaisesRegex(NotImplementedError, r"the backward pass does not support "
+                                                         r"FP8 \(torch\.float8_e4m3fn\)"):
+            self.get(backward=True)
+        _capi._library.has_fp8 = False
+        with self.assertRaisesRegex(RuntimeError, r"has no FP8 kernels \(no "
+                                                  r"fj_forward_workspace_size\)"):
+            self.get()
+        self.assertEqual(self.fake.got, [])
+
+
+def fp8_qkv(**kw):
+    """qkv() as float8_e4m3fn stand-ins: batch 2, 100 queries, 107 keys, 8 and 2 heads."""
+    return qkv(dtype="torch.float8_e4m3fn", **kw)
+
+
+def descale(shape=(), **kw):
+    kw.setdefault("dtype", "torch.float32")
+    return FakeTensor(shape, **kw)
+
+
+class BadFp8Arguments(unittest.TestCase):
+    """flashjit.attention's FP8 arguments (0.7) on stand-in tensors: the checks that fail
+    before torch is imported or anything reaches a device."""
+
+    def expect(self, exc, pattern, *args, **kw):
+        with self.assertRaisesRegex(exc, pattern):
+            flashjit.attention(*args, **kw)
+
+    def test_valid_arguments_pass_the_checks(self):
+        q, k, v = fp8_qkv()
+        lay, dims = _checks.check_inputs(q, k, v, "bshd", pointers=True, fp8=True)
+        self.assertEqual(dims["k"], (2, 107, 2, 64))
+        self.assertEqual(_checks.dtype_name(q, fp8=True), "e4m3")
+        self.assertIsNone(_checks.dtype_name(q))  # decode, block masks: 16-bit alone
+        # BHSD views; one-element dimensions with strides that are no multiple of 16
+        # (sent as 0: fp8_stride).
+        bhsd = FakeTensor((1, 8, 100, 64), dtype="torch.float8_e4m3fn",
+                          strides=(8, 64, 512, 1))
+        _checks.check_inputs(bhsd, bhsd, bhsd, "bhsd", pointers=True, fp8=True)
+        self.assertEqual((_checks.fp8_stride(1, 8), _checks.fp8_stride(1, 32),
+                          _checks.fp8_stride(5, 32)), (0, 32, 32))
+        for shape, strides, expected in (((), (), (0, 0)), ((1,), (1,), (0, 0)),
+                                         ((2, 2), (2, 1), (2, 1)), ((2, 2), (0, 0), (0, 0)),
+                                         ((2, 2), (1, 2), (1, 2))):
+            self.assertEqual(_checks.check_descale("q_descale", descale(shape, strides=strides),
+                                                   2, 2, "cuda:0", pointers=True), expected)
+        self.assertEqual(_checks.check_descale("k_descale", descale((1, 2)), 1, 2, "cuda:0"),
+                         (0, 1))
+        self.assertEqual(_checks.check_descales((None, None, None), False, 2, 2, "cuda:0"),
+                         (None, None, None))
+        for strides, expected in (((None, None, None), (0, 0)), (((0, 0), None, (0, 0)), (0, 0)),
+                                  (((2, 1), (2, 1), None), (2, 1)),
+                                  (((0, 0), (2, 1), None), None), (((2, 1), (1, 2), (2, 1)), None)):
+            self.assertEqual(_checks.descale_strides(strides), expected, strides)
+        self.assertEqual(_checks.check_out_dtype(None, q, True), "bf16")
+        self.assertEqual(_checks.check_out_dtype("torch.float16", q, True), "fp16")
+        self.assertEqual(_checks.check_out_dtype("torch.bfloat16", q, True), "bf16")
+        bf16 = FakeTensor((1,))
+        self.assertEqual(_checks.check_out_dtype(None, bf16, False), "bf16")
+        self.assertEqual(_checks.check_out_dtype("torch.bfloat16", bf16, False), "bf16")
+
+    @unittest.skipIf(HAVE_TORCH, "torch is installed")
+    def test_valid_calls_reach_torch(self):
+        q, k, v = fp8_qkv()
+        for kw in (dict(), dict(causal=True, out_dtype="torch.float16"),
+                   dict(q_descale=descale(), k_descale=descale((1,)),
+                        v_descale=descale((2, 2))),
+                   dict(return_lse=True, scale=0.125, layout="bshd")):
+            self.expect(ImportError, "torch", q, k, v, **kw)
+
+    def test_dtypes(self):
+        q, k, v = fp8_qkv()
+        self.expect(TypeError, r"q, k and v have dtypes torch.float8_e4m3fn, torch.bfloat16, "
+                               r"torch.bfloat16: they must be the same \(FP8 takes all three "
+                               r"as torch.float8_e4m3fn\)", q, *qkv()[1:])
+        self.expect(TypeError, r"must be the same \(FP8", qkv()[0], k, v)
+        self.expect(TypeError, r"q\.dtype is torch\.float8_e5m2: flashjit takes torch\.float16 "
+                               r"or torch\.bfloat16 \(or torch\.float8_e4m3fn",
+                    *qkv(dtype="torch.float8_e5m2"))
+        # Where FP8 does not run: a clear TypeError, not a missing kernel.
+        with self.assertRaisesRegex(TypeError, r"q\.dtype is torch\.float8_e4m3fn: this call "
+                                               r"takes torch\.float16 or torch\.bfloat16 \(FP8 "
+                                               r"inputs run in flashjit\.attention alone"):
+            flashjit.create_block_mask(q, k, v, mask_mod=DOC)
+        with self.assertRaisesRegex(TypeError, r"q\.dtype is torch\.float8_e4m3fn"):
+            flashjit.decode(*decode_args(dtype="torch.float8_e4m3fn")[:3])
+
+    def test_shapes_and_strides(self):
+        self.expect(ValueError, r"head dim is 72: FP8 \(torch.float8_e4m3fn\) takes head dims "
+                                r"that are multiples of 16", *fp8_qkv(d=72))
+        q, k, v = fp8_qkv()
+        self.expect(ValueError, r"v's head dim is 40: FP8", q, k,
+                    FakeTensor((2, 107, 2, 40), dtype="torch.float8_e4m3fn"))
+        self.expect(ValueError, r"k's sequence stride is 136 elements \(strides \(15408, 136, "
+                                r"64, 1\)\): FP8 kernels load q, k and v by rows of 16 bytes",
+                    q, FakeTensor(k.shape, dtype="torch.float8_e4m3fn",
+                                  strides=(15408, 136, 64, 1)), v)
+        self.expect(ValueError, r"q's head stride is 72 elements", FakeTensor(
+            q.shape, dtype="torch.float8_e4m3fn", strides=(57600, 576, 72, 1)), k, v)
+        empty = FakeTensor((2, 0, 2, 64), dtype="torch.float8_e4m3fn")
+        self.expect(ValueError, r"k has 0 keys per sequence: FP8 kernels need at least one "
+                                r"key", q, empty, empty)
+        pq, pk = (FakeTensor((300, 8, 64), dtype="torch.float8_e4m3fn"),
+                  FakeTensor((280, 2, 64), dtype="torch.float8_e4m3fn"))
+        cu = FakeTensor((4,), dtype="torch.int32")
+        self.expect(ValueError, r"FP8 \(torch.float8_e4m3fn\) inputs take no cu_seqlens",
+                    pq, pk, pk, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=100,
+                    max_seqlen_k=100)
+
+    def test_no_features(self):
+        q, k, v = fp8_qkv()
+        for kw, named in ((dict(window=(64, 0)), "window"), (dict(softcap=30.0), "softcap"),
+                          (dict(alibi_slopes=descale((8,))), "alibi"),
+                          (dict(score_mod="return score;"), "score_mod"),
+                          (dict(mask_mod=DOC), "mask_mod"),
+                          (dict(window=(8, 8), mask_mod=DOC), "window, mask_mod")):
+            self.expect(ValueError, r"FP8 \(torch.float8_e4m3fn\) inputs take no attention "
+                                    rf"features yet \({named}\)", q, k, v, **kw)
+        mask = fake_mask(FakeMaskLibrary())
+        try:
+            self.expect(ValueError, r"take no attention features yet \(mask_mod\)", q, k, v,
+                        block_mask=mask)
+        finally:
+            mask.close()
+
+    def test_bad_descales(self):
+        q, k, v = fp8_qkv()  # batch 2, 2 key/value heads (8 query heads)
+        for kw, exc, pattern in (
+                (dict(q_descale=0.5), TypeError, r"q_descale is a float: expected a "
+                                                 r"torch\.float32 tensor"),
+                (dict(k_descale=descale(dtype="torch.bfloat16")), TypeError,
+                 r"k_descale\.dtype is torch\.bfloat16: expected torch\.float32"),
+                (dict(v_descale=descale(device="cpu")), ValueError,
+                 r"v_descale is on cpu, q on cuda:0"),
+                (dict(q_descale=descale((3,))), ValueError,
+                 r"q_descale is \(3,\): expected \(\) or \(1,\) \(one factor per tensor\) "
+                 r"or \(2, 2\), \[batch, num_heads_kv\]"),
+                (dict(k_descale=descale((2, 8))), ValueError,
+                 r"k_descale is \(2, 8\): expected .*\(2, 2\)"),
+                (dict(v_descale=descale((2, 2, 1))), ValueError, r"v_descale is \(2, 2, 1\)"),
+                (dict(out_dtype="torch.float32"), TypeError,
+                 r"out_dtype is 'torch\.float32': FP8 inputs give o as torch\.bfloat16 "
+                 r"\(None, the default\) or torch\.float16"),
+                (dict(out_dtype="torch.float8_e4m3fn"), TypeError, r"out_dtype is")):
+            self.expect(exc, pattern, q, k, v, **kw)
+        with self.assertRaisesRegex(ValueError, r"q_descale's data is not 4-byte aligned"):
+            _checks.check_descale("q_descale", descale(ptr=0x7f0000000002), 2, 2, "cuda:0",
+                                  pointers=True)
+        # 16-bit inputs take neither descales nor another out_dtype.
+        b16 = qkv()
+        self.expect(ValueError, r"k_descale is given, but the inputs are not FP8", *b16,
+                    k_descale=descale())
+        self.expect(ValueError, r"out_dtype is torch\.float16, q's dtype torch\.bfloat16: with "
+                                r"16-bit inputs o has q's dtype", *b16,
+                    out_dtype="torch.float16")
 
 
 class Settings(unittest.TestCase):

@@ -31,8 +31,10 @@ std::vector<BadInput> badInputs() {
       // dtype
       {"DtypeUnset", [](D &d, A &) { d.dtype = 0; }, FJ_ERROR_INVALID_VALUE,
        {"desc->dtype is 0", "FJ_DTYPE_FP16", "FJ_DTYPE_BF16"}},
-      {"DtypeTooLarge", [](D &d, A &) { d.dtype = 3; }, FJ_ERROR_INVALID_VALUE,
-       {"desc->dtype is 3"}},
+      // 3 is FJ_DTYPE_E4M3 since 0.7 (tests/unit/api/fp8_validate_test.cpp): 4 is the
+      // first value that is no type.
+      {"DtypeTooLarge", [](D &d, A &) { d.dtype = 4; }, FJ_ERROR_INVALID_VALUE,
+       {"desc->dtype is 4", "FJ_DTYPE_E4M3 (3)"}},
       {"DtypeNegative", [](D &d, A &) { d.dtype = -1; }, FJ_ERROR_INVALID_VALUE,
        {"desc->dtype is -1"}},
       // head dims

@@ -1,0 +1,110 @@
+// The FP8 (e4m3) parts of a description and of forward arguments: the output type,
+// what FP8 kernels do not take yet, and the descale factors and workspace of a call.
+#include "api/validate.h"
+#include "api/validate_tensor.h"
+
+#include "support/error.h"
+
+namespace flashjit::api {
+
+llvm::Error checkFp8Desc(const fj_attention_desc &d, AttentionDesc &out) {
+  if (d.dtype != FJ_DTYPE_E4M3) {
+    if (d.out_dtype != 0 && d.out_dtype != d.dtype)
+      return makeError(ErrorCode::InvalidValue,
+                       "desc->out_dtype is {0}: with a 16-bit dtype o has the dtype ({1}); "
+                       "leave it 0",
+                       d.out_dtype, d.dtype);
+    out.outDtype = out.dtype;
+    return llvm::Error::success();
+  }
+  if (d.out_dtype != 0 && d.out_dtype != FJ_DTYPE_BF16 && d.out_dtype != FJ_DTYPE_FP16)
+    return makeError(ErrorCode::InvalidValue,
+                     "desc->out_dtype is {0}: FP8 (FJ_DTYPE_E4M3) writes o as FJ_DTYPE_BF16 "
+                     "({1}, the default for 0) or FJ_DTYPE_FP16 ({2})",
+                     d.out_dtype, (int)FJ_DTYPE_BF16, (int)FJ_DTYPE_FP16);
+  out.outDtype = d.out_dtype == FJ_DTYPE_FP16 ? FJ_DTYPE_FP16 : FJ_DTYPE_BF16;
+  const std::string unsupported =
+      out.features.any() ? "attention features (" + featureFields(out.features) + ")"
+      : out.backward     ? "desc->backward"
+      : out.decode       ? "desc->decode"
+                         : "";
+  if (!unsupported.empty())
+    return makeError(ErrorCode::NotSupported,
+                     "FP8 (FJ_DTYPE_E4M3) does not take {0} yet: the FP8 kernel is the "
+                     "forward pass alone",
+                     unsupported);
+  return llvm::Error::success();
+}
+
+namespace {
+// The FP8 kernels load q, k and v by TMA in bytes: every stride a multiple of 16 from 0
+// to below 2^39 (tuner::fp8ArgumentProblem's rule, also for dimensions of one element).
+llvm::Error checkByteStrides(const fj_forward_args &a) {
+  const std::pair<const char *, int64_t> strides[] = {
+      {"q_batch_stride", a.q_batch_stride}, {"q_seq_stride", a.q_seq_stride},
+      {"q_head_stride", a.q_head_stride},   {"k_batch_stride", a.k_batch_stride},
+      {"k_seq_stride", a.k_seq_stride},     {"k_head_stride", a.k_head_stride},
+      {"v_batch_stride", a.v_batch_stride}, {"v_seq_stride", a.v_seq_stride},
+      {"v_head_stride", a.v_head_stride}};
+  for (auto [field, stride] : strides)
+    if (stride % 16 != 0 || stride < 0 || stride >= (INT64_C(1) << 39))
+      return makeError(ErrorCode::NotSupported,
+                       "args->{0} is {1}: FP8 kernels need q, k and v strides that are "
+                       "multiples of 16 elements (16 bytes), from 0 to below 2^39",
+                       field, stride);
+  return llvm::Error::success();
+}
+} // namespace
+
+llvm::Error checkFp8ForwardArgs(const AttentionDesc &desc, const fj_forward_args &a,
+                                FjForwardParams &params) {
+  if (a.cu_seqlens_q || a.cu_seqlens_k)
+    return makeError(ErrorCode::NotSupported,
+                     "args->cu_seqlens_q/k are set: FP8 kernels do not take variable-length "
+                     "batches yet");
+  if (a.seqlen_k == 0)
+    return makeError(ErrorCode::NotSupported,
+                     "args->seqlen_k is 0: FP8 kernels need at least one key");
+  if (llvm::Error error = checkByteStrides(a))
+    return error;
+  for (auto [field, ptr] : {std::pair{"q_descale", a.q_descale},
+                            std::pair{"k_descale", a.k_descale},
+                            std::pair{"v_descale", a.v_descale}})
+    if (llvm::Error error = checkAligned(field, ptr, 4))
+      return error;
+  for (auto [field, stride] : {std::pair{"descale_batch_stride", a.descale_batch_stride},
+                               std::pair{"descale_head_stride", a.descale_head_stride}})
+    if (stride < 0 || stride > (INT64_C(1) << 40))
+      return makeError(ErrorCode::InvalidValue, "args->{0} is {1}: must be from 0 to 2^40",
+                       field, stride);
+  const uint64_t needed = fp8WorkspaceBytes(desc, a);
+  if (!a.workspace)
+    return makeError(ErrorCode::InvalidValue,
+                     "args->workspace is NULL: an FP8 call needs {0} bytes of device memory "
+                     "for v transposed (fj_forward_workspace_size)",
+                     needed);
+  if (llvm::Error error = checkAligned("workspace", a.workspace, 16))
+    return error;
+  if (a.workspace_bytes < needed)
+    return makeError(ErrorCode::InvalidValue,
+                     "args->workspace_bytes is {0}: this call needs {1} "
+                     "(fj_forward_workspace_size)",
+                     a.workspace_bytes, needed);
+  params.q_descale = a.q_descale;
+  params.k_descale = a.k_descale;
+  params.v_descale = a.v_descale;
+  params.descale_batch_stride = a.descale_batch_stride;
+  params.descale_head_stride = a.descale_head_stride;
+  params.v_transposed = a.workspace;
+  return llvm::Error::success();
+}
+
+uint64_t fp8WorkspaceBytes(const AttentionDesc &desc, const fj_forward_args &a) {
+  if (desc.dtype != FJ_DTYPE_E4M3 || a.batch <= 0 || a.seqlen_k <= 0)
+    return 0;
+  // Mirrors tuner::fp8TransposedBytes (api/kernel.cpp checks they agree).
+  const uint64_t keys = ((uint64_t)a.seqlen_k + 63) / 64 * 64;
+  return (uint64_t)a.batch * desc.headsKV * desc.headDimV * keys;
+}
+
+} // namespace flashjit::api
