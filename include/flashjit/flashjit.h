@@ -355,7 +355,8 @@ typedef struct fj_forward_args {
   /* Device pointers. q: [batch, seqlen_q, num_heads_q, head_dim], k:
    * [batch, seqlen_k, num_heads_kv, head_dim], v: [batch, seqlen_k, num_heads_kv,
    * head_dim_v], o (written): [batch, seqlen_q, num_heads_q, head_dim_v], all of the
-   * description's dtype. May be NULL only when the tensor is empty. */
+   * description's dtype (FJ_DTYPE_E4M3: q, k and v one byte an element, their strides
+   * multiples of 16; o of desc.out_dtype). May be NULL only when the tensor is empty. */
   const void *q;
   const void *k;
   const void *v;

@@ -652,23 +652,34 @@ class FakeKernelLibrary:
         return 0
 
 
-class FeatureKernels(unittest.TestCase):
-    """_runtime.kernel with features: they go into the description, and they (the user
-    code's text included) are part of what picks the cached handle."""
+class FakeKernelsTestCase(unittest.TestCase):
+    """Tests of _runtime's kernel handles on a FakeKernelLibrary (self.fake) standing in for
+    libflashjit.so, with a fake context: _runtime's library, context, handles and plan
+    caches are restored after each test. `library` adds the library's has_* flags."""
+
+    library = {}
 
     def setUp(self):
-        self.saved = (_capi._library, _runtime.context, dict(_runtime._kernels))
+        self.saved = (_capi._library, _runtime.context, dict(_runtime._kernels),
+                      list(_runtime.plan_caches))
         self.fake = FakeKernelLibrary()
         real = _capi.library()
-        _capi._library = type("L", (), dict(lib=self.fake, has_backward=True,
+        _capi._library = type("L", (), dict(lib=self.fake, has_backward=True, path="fake",
                                              check=real.check.__func__,
-                                             version=lambda self: "fake"))()
+                                             version=lambda self: "fake", **self.library))()
         _runtime.context = lambda device: (("fake", device), C.c_void_p(1))
+        _runtime._kernels.clear()
 
     def tearDown(self):
         _capi._library, _runtime.context = self.saved[0], self.saved[1]
         _runtime._kernels.clear()
         _runtime._kernels.update(self.saved[2])
+        _runtime.plan_caches[:] = self.saved[3]
+
+
+class FeatureKernels(FakeKernelsTestCase):
+    """_runtime.kernel with features: they go into the description, and they (the user
+    code's text included) are part of what picks the cached handle."""
 
     def get(self, features=_checks.PLAIN, backward=False, tuning=None):
         handle, _ = _runtime.kernel(0, "bf16", 64, 64, 4, 2, True, 0.0, backward,
@@ -721,25 +732,10 @@ class FeatureKernels(unittest.TestCase):
         self.assertEqual(self.fake.got[-1]["backward"], 1)
 
 
-class DecodeKernels(unittest.TestCase):
+class DecodeKernels(FakeKernelsTestCase):
     """_runtime.kernel(decode=True) and the append's handle, on a stand-in fj_kernel_get."""
 
-    def setUp(self):
-        self.saved = (_capi._library, _runtime.context, dict(_runtime._kernels),
-                      list(_runtime.plan_caches))
-        self.fake = FakeKernelLibrary()
-        real = _capi.library()
-        _capi._library = type("L", (), dict(lib=self.fake, has_backward=True, has_decode=True,
-                                             path="fake", check=real.check.__func__,
-                                             version=lambda self: "fake"))()
-        _runtime.context = lambda device: (("fake", device), C.c_void_p(1))
-        _runtime._kernels.clear()
-
-    def tearDown(self):
-        _capi._library, _runtime.context = self.saved[0], self.saved[1]
-        _runtime._kernels.clear()
-        _runtime._kernels.update(self.saved[2])
-        _runtime.plan_caches[:] = self.saved[3]
+    library = dict(has_decode=True)
 
     def get(self, hq=8, hkv=2, causal=True, decode=True, hints=(1, 4096, 16)):
         handle, _ = _runtime.kernel(0, "bf16", 128, 128, hq, hkv, causal, 0.0, False, hints,
@@ -797,24 +793,11 @@ class DecodeKernels(unittest.TestCase):
         self.assertNotEqual(self.get(), dec)  # got again (the fake hands out a new handle)
 
 
-class Fp8Kernels(unittest.TestCase):
+class Fp8Kernels(FakeKernelsTestCase):
     """_runtime.kernel for FP8 inputs (0.7) on a stand-in fj_kernel_get: dtype e4m3 and
     o's type reach the description, and o's type keys the handle."""
 
-    def setUp(self):
-        self.saved = (_capi._library, _runtime.context, dict(_runtime._kernels))
-        self.fake = FakeKernelLibrary()
-        real = _capi.library()
-        _capi._library = type("L", (), dict(lib=self.fake, has_backward=True, has_fp8=True,
-                                             path="fake", check=real.check.__func__,
-                                             version=lambda self: "fake"))()
-        _runtime.context = lambda device: (("fake", device), C.c_void_p(1))
-        _runtime._kernels.clear()
-
-    def tearDown(self):
-        _capi._library, _runtime.context = self.saved[0], self.saved[1]
-        _runtime._kernels.clear()
-        _runtime._kernels.update(self.saved[2])
+    library = dict(has_fp8=True)
 
     def get(self, dtype="e4m3", out_dtype=None, backward=False):
         handle, _ = _runtime.kernel(0, dtype, 128, 128, 8, 2, True, 0.0, backward,

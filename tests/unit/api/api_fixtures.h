@@ -2,6 +2,7 @@
 // check that a call failed with the expected status and a message naming the field.
 #pragma once
 
+#include "api/validate.h"
 #include "flashjit/flashjit.h"
 #include "tests/fails_with.h"
 
@@ -67,6 +68,36 @@ inline fj_forward_args validArgs(const fj_attention_desc &desc) {
   return a;
 }
 
+// The description as api::checkDesc reads it (a failure is reported, and gives the
+// default description).
+inline api::AttentionDesc checked(const fj_attention_desc &desc) {
+  auto out = api::checkDesc(&desc);
+  EXPECT_TRUE((bool)out) << (out ? "" : llvm::toString(out.takeError()));
+  return out ? *out : api::AttentionDesc{};
+}
+
+// The stride fields of fj_forward_args, by name: q's, k's and v's, then (withO) o's.
+struct StrideField {
+  const char *name;
+  int64_t fj_forward_args::*member;
+};
+
+inline std::vector<StrideField> forwardStrides(bool withO = true) {
+  using A = fj_forward_args;
+  std::vector<StrideField> fields = {
+      {"q_batch_stride", &A::q_batch_stride}, {"q_seq_stride", &A::q_seq_stride},
+      {"q_head_stride", &A::q_head_stride},   {"k_batch_stride", &A::k_batch_stride},
+      {"k_seq_stride", &A::k_seq_stride},     {"k_head_stride", &A::k_head_stride},
+      {"v_batch_stride", &A::v_batch_stride}, {"v_seq_stride", &A::v_seq_stride},
+      {"v_head_stride", &A::v_head_stride},
+  };
+  if (withO)
+    fields.insert(fields.end(), {{"o_batch_stride", &A::o_batch_stride},
+                                 {"o_seq_stride", &A::o_seq_stride},
+                                 {"o_head_stride", &A::o_head_stride}});
+  return fields;
+}
+
 inline ::testing::AssertionResult succeeds(fj_status status) {
   if (status == FJ_SUCCESS)
     return ::testing::AssertionSuccess();
@@ -86,10 +117,8 @@ struct BadInput {
 
 inline void PrintTo(const BadInput &input, std::ostream *os) { *os << input.name; }
 
-// Spoils validDesc() / validArgs() with `bad` and checks the status and the message.
-inline void expectRejected(const BadInput &bad) {
-  fj_attention_desc desc = validDesc();
-  fj_forward_args args = validArgs(desc);
+// Spoils `desc` and `args` with `bad` and checks the status and the message.
+inline void expectRejected(const BadInput &bad, fj_attention_desc desc, fj_forward_args args) {
   bad.mutate(desc, args);
   fj_status status = fj_validate_forward_args(&desc, &args);
   std::string message = fj_last_error_message();
@@ -98,6 +127,12 @@ inline void expectRejected(const BadInput &bad) {
     EXPECT_NE(message.find(fragment), std::string::npos)
         << "message \"" << message << "\" does not mention \"" << fragment << "\"";
   EXPECT_EQ(message.rfind("fj_validate_forward_args: ", 0), 0u) << message;
+}
+
+// The same from validDesc() / validArgs().
+inline void expectRejected(const BadInput &bad) {
+  const fj_attention_desc desc = validDesc();
+  expectRejected(bad, desc, validArgs(desc));
 }
 
 } // namespace flashjit::apitest

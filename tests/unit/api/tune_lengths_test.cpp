@@ -15,12 +15,6 @@ using namespace flashjit::apitest;
 
 namespace {
 
-api::AttentionDesc checked(const fj_attention_desc &desc) {
-  auto out = api::checkDesc(&desc);
-  EXPECT_TRUE((bool)out) << (out ? "" : llvm::toString(out.takeError()));
-  return out ? *out : api::AttentionDesc{};
-}
-
 TEST(ApiTuneLengths, AutoTunesTheLadderOnlyWhenNoLengthIsHinted) {
   fj_attention_desc desc = validDesc();
   EXPECT_TRUE(checked(desc).tunesLadder()) << "no hint: every length";

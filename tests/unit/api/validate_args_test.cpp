@@ -159,20 +159,9 @@ std::vector<BadInput> badInputs() {
        {"args->o", "o_batch_stride"}},
   };
   // Every stride: 0 where its dimension is > 1, negative, not a multiple of 8.
-  struct StrideField {
-    const char *name;
-    int64_t fj_forward_args::*member;
-  };
-  const StrideField strides[] = {
-      {"q_batch_stride", &A::q_batch_stride}, {"q_seq_stride", &A::q_seq_stride},
-      {"q_head_stride", &A::q_head_stride},   {"k_batch_stride", &A::k_batch_stride},
-      {"k_seq_stride", &A::k_seq_stride},     {"k_head_stride", &A::k_head_stride},
-      {"v_batch_stride", &A::v_batch_stride}, {"v_seq_stride", &A::v_seq_stride},
-      {"v_head_stride", &A::v_head_stride},   {"o_batch_stride", &A::o_batch_stride},
-      {"o_seq_stride", &A::o_seq_stride},     {"o_head_stride", &A::o_head_stride},
-  };
+  const std::vector<StrideField> strides = forwardStrides();
   static std::vector<std::string> names;  // the test names must outlive the table
-  names.reserve(3 * 12);
+  names.reserve(3 * strides.size());
   for (const StrideField &field : strides) {
     auto member = field.member;
     for (auto [kind, value, fragment] :

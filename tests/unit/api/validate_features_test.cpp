@@ -41,12 +41,6 @@ fj_forward_args featureArgs(const fj_attention_desc &desc) {
   return args;
 }
 
-api::AttentionDesc checked(const fj_attention_desc &desc) {
-  auto out = api::checkDesc(&desc);
-  EXPECT_TRUE((bool)out) << llvm::toString(out.takeError());
-  return out ? *out : api::AttentionDesc{};
-}
-
 TEST(ApiFeatures, GoodDescriptionIsAcceptedAndRead) {
   fj_attention_desc desc = featureDesc();
   EXPECT_TRUE(succeeds(fj_validate_attention_desc(&desc)));
