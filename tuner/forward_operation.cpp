@@ -49,7 +49,12 @@ public:
   RooflinePoint floor(const generator::KernelSpec &spec, const ForwardShape &shape,
                       const GpuSpec &gpu) const override {
     AttentionShape a = attentionShapeOf(spec, shape);
-    return rooflinePoint(attentionFlops(a), compulsoryAttentionBytes(a, shape.withLse), gpu);
+    // GpuSpec's peak is the 16-bit tensor cores'; 8-bit ones run at twice that (sm_89,
+    // sm_90), so an FP8 kernel's floor is half the time.
+    GpuSpec peak = gpu;
+    if (spec.dtype == generator::DType::E4M3)
+      peak.peakFlops *= 2;
+    return rooflinePoint(attentionFlops(a), compulsoryAttentionBytes(a, shape.withLse), peak);
   }
 };
 
