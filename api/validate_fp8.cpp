@@ -3,6 +3,7 @@
 #include "api/validate.h"
 #include "api/validate_tensor.h"
 
+#include "generator/emit.h"
 #include "support/error.h"
 
 namespace flashjit::api {
@@ -102,9 +103,8 @@ llvm::Error checkFp8ForwardArgs(const AttentionDesc &desc, const fj_forward_args
 uint64_t fp8WorkspaceBytes(const AttentionDesc &desc, const fj_forward_args &a) {
   if (desc.dtype != FJ_DTYPE_E4M3 || a.batch <= 0 || a.seqlen_k <= 0)
     return 0;
-  // Mirrors tuner::fp8TransposedBytes (api/kernel.cpp checks they agree).
-  const uint64_t keys = ((uint64_t)a.seqlen_k + 63) / 64 * 64;
-  return (uint64_t)a.batch * desc.headsKV * desc.headDimV * keys;
+  return (uint64_t)generator::fp8TransposedBytes(a.batch, desc.headsKV, desc.headDimV,
+                                                 a.seqlen_k);
 }
 
 } // namespace flashjit::api

@@ -8,6 +8,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,15 @@ inline constexpr int kBlockMaskThreads = 256;
 inline constexpr const char *kFp8TransposeEntry = "flashjit_fp8_transpose_v";
 inline constexpr int kFp8TransposeKeys = 64;
 inline constexpr int kFp8TransposeThreads = 256;
+// V^T's keys per row (FjForwardParams::vt_keys: seqlen_k rounded up to the transpose's
+// granule) and its bytes: the workspace an FP8 forward needs (fj_forward_workspace_size).
+inline int64_t fp8TransposedKeys(int64_t seqlenK) {
+  return (seqlenK + kFp8TransposeKeys - 1) / kFp8TransposeKeys * kFp8TransposeKeys;
+}
+inline int64_t fp8TransposedBytes(int64_t batch, int64_t headsKV, int64_t headDimV,
+                                  int64_t seqlenK) {
+  return batch * headsKV * headDimV * fp8TransposedKeys(seqlenK);
+}
 
 struct EmittedKernel {
   std::string source;

@@ -1,6 +1,6 @@
 #include "tuner/forward_problem.h"
 
-#include "tuner/loaded_kernel.h"
+#include "generator/emit.h"
 
 #include <cmath>
 #include <numeric>
@@ -96,8 +96,8 @@ llvm::Expected<ForwardBuffers> allocateBuffers(const ForwardShape &shape, bool w
       return std::move(e);
     if (auto e = b.descales.upload(factors.data(), 4 * factors.size()))
       return std::move(e);
-    if (auto e = alloc(b.vTransposed, fp8TransposedBytes(shape.batch, shape.headsKV,
-                                                         shape.headDimV, shape.seqK)))
+    if (auto e = alloc(b.vTransposed, generator::fp8TransposedBytes(
+                                          shape.batch, shape.headsKV, shape.headDimV, shape.seqK)))
       return std::move(e);
   }
   long long oElems = tensorElements(shape, shape.headsQ, shape.headDimV, shape.seqQ, tq);
@@ -181,8 +181,7 @@ FjForwardParams makeParams(const ForwardShape &shape, const ForwardBuffers &buff
     p.v_descale = factors + 2 * n;
     p.descale_batch_stride = shape.headsKV;
     p.descale_head_stride = 1;
-    p.v_transposed = reinterpret_cast<void *>(buffers.vTransposed.ptr());
-    p.vt_keys = fp8TransposedKeys(shape.seqK);
+    p.v_transposed = reinterpret_cast<void *>(buffers.vTransposed.ptr());  // vt_keys: set by the launch
   }
   return p;
 }

@@ -108,14 +108,6 @@ llvm::Error ForwardKernel::buildBlockMask(FjForwardParams params, const BlockMas
                                  stream, args);
 }
 
-int64_t fp8TransposedKeys(int seqlenK) {
-  const int64_t granule = generator::kFp8TransposeKeys;
-  return ((int64_t)seqlenK + granule - 1) / granule * granule;
-}
-int64_t fp8TransposedBytes(int batch, int headsKV, int headDimV, int seqlenK) {
-  return (int64_t)batch * headsKV * headDimV * fp8TransposedKeys(seqlenK);
-}
-
 namespace {
 // Variable-length batches (cu_seqlens): one packed sequence to TMA, batch strides ignored.
 bool variableLength(const FjForwardParams &params) {
@@ -288,7 +280,7 @@ llvm::Error ForwardKernel::launchFp8(FjForwardParams params, CUstream stream) co
   if (const char *problem = fp8ArgumentProblem(params))
     return makeError(ErrorCode::NotSupported, "{0}", problem);
   const generator::TmaOperands &tma = geometry_.tma;
-  params.vt_keys = fp8TransposedKeys(params.seqlen_k);
+  params.vt_keys = generator::fp8TransposedKeys(params.seqlen_k);
   void *transposeArgs[] = {&params};
   if (auto err = transposeKernel_.launch(
           (unsigned)(params.vt_keys / generator::kFp8TransposeKeys), (unsigned)params.heads_kv,

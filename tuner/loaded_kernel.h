@@ -34,11 +34,6 @@ struct LaunchGeometry {
 // counts 1), each with a list of up to keyBlocks entries and their bit slots, and
 // bitCapacity slots of keep bits for partly masked tiles. In one device buffer: counts,
 // entries, slots, the builder's slot counter, the bits, each 16-byte aligned.
-// The bytes of V^T an FP8 forward needs (FjForwardParams::v_transposed): head_dim_v rows
-// of seqlen_k keys rounded up to 64, per kv head and sequence.
-int64_t fp8TransposedKeys(int seqlenK);
-int64_t fp8TransposedBytes(int batch, int headsKV, int headDimV, int seqlenK);
-
 struct BlockMaskShape {
   int batches = 0, heads = 0, queryBlocks = 0, keyBlocks = 0;
   int blockM = 0, blockN = 0;
@@ -100,7 +95,7 @@ public:
   load(llvm::StringRef cubin, llvm::StringRef entryName, LaunchGeometry geometry);
   // Asynchronous; checks nothing but the launch itself (the caller validated params),
   // and for TMA kernels checkTmaArguments. FP8 kernels first write V^T into
-  // params.v_transposed (fp8TransposedBytes long; params.vt_keys is set here).
+  // params.v_transposed (generator::fp8TransposedBytes long; params.vt_keys is set here).
   llvm::Error launch(const FjForwardParams &params, CUstream stream) const;
   // Builds the block mask of `shape` for `params` into `buffer` (BlockMaskShape::bytes
   // long), asynchronously. Only for kernels whose geometry has blockMask. The partly

@@ -256,21 +256,28 @@ def check_fp8_features(features, block_mask=None):
 DESCALES = ("q_descale", "k_descale", "v_descale")
 
 
+def _check_float32_on(t, name, device, shapes, why=""):
+    """That `t` is a torch.float32 tensor on q's device: TypeError or ValueError naming
+    `name`; `shapes` ends the TypeError's expectation, `why` the device's."""
+    for attr in ("shape", "stride", "dtype", "device"):
+        if not hasattr(t, attr):
+            raise TypeError(f"{name} is a {type(t).__name__}: expected a torch.float32 "
+                            f"tensor{shapes}")
+    if str(t.dtype) != "torch.float32":
+        raise TypeError(f"{name}.dtype is {t.dtype}: expected torch.float32")
+    if str(t.device) != str(device):
+        raise ValueError(f"{name} is on {t.device}, q on {device}: they must be on one "
+                         f"device{why}")
+
+
 def check_descale(name, t, batch, heads_kv, device, pointers=False):
     """A dequantization factor of FP8 inputs (q, k, v hold x / factor): a torch.float32
     tensor on q's device, one factor per tensor (shape () or (1,)) or one per sequence and
     key/value head ([batch, num_heads_kv], FlashAttention-3's). Returns the C API's
     (descale_batch_stride, descale_head_stride) for it, in elements: (0, 0) per tensor,
     and 0 for a dimension of one element."""
-    for attr in ("shape", "stride", "dtype", "device"):
-        if not hasattr(t, attr):
-            raise TypeError(f"{name} is a {type(t).__name__}: expected a torch.float32 tensor, "
-                            f"() or (1,) (per tensor) or [batch, num_heads_kv]")
-    if str(t.dtype) != "torch.float32":
-        raise TypeError(f"{name}.dtype is {t.dtype}: expected torch.float32")
-    if str(t.device) != str(device):
-        raise ValueError(f"{name} is on {t.device}, q on {device}: they must be on one device "
-                         f"(the kernel reads the factors)")
+    _check_float32_on(t, name, device, ", () or (1,) (per tensor) or [batch, num_heads_kv]",
+                      " (the kernel reads the factors)")
     shape = tuple(t.shape)
     if pointers and t.data_ptr() % 4:
         raise ValueError(f"{name}'s data is not 4-byte aligned")
@@ -409,15 +416,7 @@ def check_features(window=None, softcap=0.0, alibi=False, score_mod=None, mask_m
 def check_alibi_slopes(slopes, batch, heads_q, device, pointers=False):
     """The slopes of ALiBi: a float32 tensor on q's device, [heads_q] (shared by the batch)
     or [batch, heads_q]. Returns the batch stride in elements (0 when shared)."""
-    for attr in ("shape", "stride", "dtype", "device"):
-        if not hasattr(slopes, attr):
-            raise TypeError(f"alibi_slopes is a {type(slopes).__name__}: expected a "
-                            f"torch.float32 tensor [heads_q] or [batch, heads_q]")
-    if str(slopes.dtype) != "torch.float32":
-        raise TypeError(f"alibi_slopes.dtype is {slopes.dtype}: expected torch.float32")
-    if str(slopes.device) != str(device):
-        raise ValueError(f"alibi_slopes is on {slopes.device}, q on {device}: they must be on "
-                         f"one device")
+    _check_float32_on(slopes, "alibi_slopes", device, " [heads_q] or [batch, heads_q]")
     shape = tuple(slopes.shape)
     if shape not in ((heads_q,), (batch, heads_q)):
         raise ValueError(f"alibi_slopes is {shape}: expected ({heads_q},) or ({batch}, "

@@ -270,7 +270,7 @@ public:
 
   // The call as a caller makes it: q, k, v, o, lse, strides in elements (one byte each
   // for q, k, v), the factors as `factors_` says, and the tuner's V^T buffer as the
-  // workspace (fp8TransposedBytes: the documented size).
+  // workspace (generator::fp8TransposedBytes: the documented size).
   fj_forward_args args() const {
     const FjForwardParams p = params(false);
     fj_forward_args a;
