@@ -130,7 +130,7 @@ std::vector<generator::KernelSpec> kernelSpecsFor(const AttentionDesc &desc,
                                                   const tuner::FamilyPlan &plan) {
   std::vector<generator::KernelSpec> specs;
   for (generator::Family family : plan.families())
-    // FP8 is fwd_wgmma's alone: no fallback family (its calls take no cu_seqlens).
+    // FP8 is fwd_wgmma's alone: no fallback family (its calls must give what TMA needs).
     if (desc.dtype != FJ_DTYPE_E4M3 || family == generator::Family::FwdWgmma)
       specs.push_back(specFor(desc, target, family));
   return specs;

@@ -40,12 +40,14 @@ llvm::Error checkFp8Desc(const fj_attention_desc &d, AttentionDesc &out) {
 namespace {
 // The FP8 kernels load q, k and v by TMA in bytes: every stride a multiple of 16 from 0
 // to below 2^39 (tuner::fp8ArgumentProblem's rule, also for dimensions of one element).
+// With cu_seqlens the batch strides are not read (checked as 0).
 llvm::Error checkByteStrides(const fj_forward_args &a) {
+  const bool varlen = a.cu_seqlens_q != nullptr;
   const std::pair<const char *, int64_t> strides[] = {
-      {"q_batch_stride", a.q_batch_stride}, {"q_seq_stride", a.q_seq_stride},
-      {"q_head_stride", a.q_head_stride},   {"k_batch_stride", a.k_batch_stride},
+      {"q_batch_stride", varlen ? 0 : a.q_batch_stride}, {"q_seq_stride", a.q_seq_stride},
+      {"q_head_stride", a.q_head_stride},   {"k_batch_stride", varlen ? 0 : a.k_batch_stride},
       {"k_seq_stride", a.k_seq_stride},     {"k_head_stride", a.k_head_stride},
-      {"v_batch_stride", a.v_batch_stride}, {"v_seq_stride", a.v_seq_stride},
+      {"v_batch_stride", varlen ? 0 : a.v_batch_stride}, {"v_seq_stride", a.v_seq_stride},
       {"v_head_stride", a.v_head_stride}};
   for (auto [field, stride] : strides)
     if (stride % 16 != 0 || stride < 0 || stride >= (INT64_C(1) << 39))
@@ -59,10 +61,13 @@ llvm::Error checkByteStrides(const fj_forward_args &a) {
 
 llvm::Error checkFp8ForwardArgs(const AttentionDesc &desc, const fj_forward_args &a,
                                 FjForwardParams &params) {
-  if (a.cu_seqlens_q || a.cu_seqlens_k)
-    return makeError(ErrorCode::NotSupported,
-                     "args->cu_seqlens_q/k are set: FP8 kernels do not take variable-length "
-                     "batches yet");
+  // A variable-length batch is one packed sequence to the kernel's tensor maps, which
+  // need its row counts (the 16-bit calls have a fallback family without them; FP8 none).
+  if (a.cu_seqlens_q && (a.total_q <= 0 || a.total_k <= 0))
+    return makeError(ErrorCode::InvalidValue,
+                     "args->total_q is {0} and total_k {1}: an FP8 call with cu_seqlens needs "
+                     "both, the packed row counts (cu_seqlens_q[batch], cu_seqlens_k[batch])",
+                     a.total_q, a.total_k);
   if (a.seqlen_k == 0)
     return makeError(ErrorCode::NotSupported,
                      "args->seqlen_k is 0: FP8 kernels need at least one key");
@@ -104,7 +109,7 @@ uint64_t fp8WorkspaceBytes(const AttentionDesc &desc, const fj_forward_args &a) 
   if (desc.dtype != FJ_DTYPE_E4M3 || a.batch <= 0 || a.seqlen_k <= 0)
     return 0;
   return (uint64_t)generator::fp8TransposedBytes(a.batch, desc.headsKV, desc.headDimV,
-                                                 a.seqlen_k);
+                                                 a.seqlen_k, a.cu_seqlens_q ? a.total_k : 0);
 }
 
 } // namespace flashjit::api

@@ -67,14 +67,31 @@ inline constexpr int kBlockMaskThreads = 256;
 inline constexpr const char *kFp8TransposeEntry = "flashjit_fp8_transpose_v";
 inline constexpr int kFp8TransposeKeys = 64;
 inline constexpr int kFp8TransposeThreads = 256;
-// V^T's keys per row (FjForwardParams::vt_keys: seqlen_k rounded up to the transpose's
-// granule) and its bytes: the workspace an FP8 forward needs (fj_forward_workspace_size).
-inline int64_t fp8TransposedKeys(int64_t seqlenK) {
-  return (seqlenK + kFp8TransposeKeys - 1) / kFp8TransposeKeys * kFp8TransposeKeys;
+// V^T's layout for one call (templates/fj_fp8.cuh): keys per row (FjForwardParams::
+// vt_keys), batches of [heads_kv][head_dim_v] rows, and the transpose's grid width.
+// Without cu_seqlens: one batch each, seqlen_k keys rounded up to the transpose's
+// granule. With them (totalK > 0, the packed key rows): one batch holding every
+// sequence, kept apart by kFp8VarlenGap columns each (fj_fp8.cuh's kVarlenGap), and a
+// grid over the longest sequence (seqlenK) and the zeros after it.
+inline constexpr int kFp8MaxBlockN = 256;
+inline constexpr int kFp8VarlenGap = kFp8MaxBlockN + kFp8TransposeKeys;
+struct Fp8TransposedLayout {
+  int64_t keys, batches, gridX;
+};
+inline Fp8TransposedLayout fp8TransposedLayout(int64_t batch, int64_t seqlenK, int64_t totalK) {
+  auto roundUp = [](int64_t n) {
+    return (n + kFp8TransposeKeys - 1) / kFp8TransposeKeys * kFp8TransposeKeys;
+  };
+  if (totalK <= 0)
+    return {roundUp(seqlenK), batch, roundUp(seqlenK) / kFp8TransposeKeys};
+  return {roundUp(totalK) + kFp8VarlenGap * batch, 1,
+          (roundUp(seqlenK) + kFp8MaxBlockN - kFp8TransposeKeys) / kFp8TransposeKeys};
 }
+// Its bytes: the workspace an FP8 forward needs (fj_forward_workspace_size).
 inline int64_t fp8TransposedBytes(int64_t batch, int64_t headsKV, int64_t headDimV,
-                                  int64_t seqlenK) {
-  return batch * headsKV * headDimV * fp8TransposedKeys(seqlenK);
+                                  int64_t seqlenK, int64_t totalK = 0) {
+  const Fp8TransposedLayout layout = fp8TransposedLayout(batch, seqlenK, totalK);
+  return layout.batches * headsKV * headDimV * layout.keys;
 }
 
 struct EmittedKernel {

@@ -249,6 +249,8 @@ struct Work {
   __device__ int tma_k_row(int key) const {
     return key + (seq.k_offset < 0 ? 0 : (int)seq.k_offset);
   }
+  // FP8's V^T column of a key (fj_fp8.cuh: with cu_seqlens, sequences kept apart by zeros).
+  __device__ int tma_vt_key(int key) const { return key + (int)fp8::vt_offset(seq.k_offset, b); }
 };
 
 // What the producer hands the consumers of a work tile (see produce); they derive the
@@ -523,6 +525,7 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
         }
       }
       const int key0 = w.tma_k_row(tile * Cfg::kBlockN);
+      const int vt_key0 = Cfg::kFp8 ? w.tma_vt_key(tile * Cfg::kBlockN) : 0;
       // One key tile of K or V into ring slot s, once the consumers have freed it.
       auto load_kv = [&](const TensorMap &map, u32 dst, u32 full, u32 empty, u32 bytes,
                          int panels, int panel_cols, int swizzle_bytes) {
@@ -542,7 +545,7 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
 #pragma unroll
         for (int pn = 0; pn < Cfg::kBlockN / Cfg::kPanelN; ++pn)
           tma_load_4d(sm.v + s * Cfg::kVBytes + pn * Cfg::kDvPad * Cfg::kPanelN, tm_v,
-                      sm.full_v(s), key0 + pn * Cfg::kPanelN, 0, w.h_kv, w.tma_batch());
+                      sm.full_v(s), vt_key0 + pn * Cfg::kPanelN, 0, w.h_kv, w.tma_batch());
       } else {
         load_kv(tm_v, sm.v + s * Cfg::kVBytes, sm.full_v(s), sm.empty_v(s), Cfg::kVBytes,
                 kPanelsDv, Cfg::kPanelDv, Cfg::kSwizzleDv);

@@ -214,6 +214,11 @@ llvm::Expected<CheckReport> ForwardChecker::check(const LoadedKernel &loaded, CU
 llvm::Error ForwardChecker::poisonOutputs() {
   if (auto err = buffers_.o.fill(0xFF))
     return err;
+  // FP8's V^T workspace too (0xFF is e4m3's NaN): a byte the forward reads that its
+  // transpose did not write turns the output into NaN.
+  if (buffers_.vTransposed.size() > 0)
+    if (auto err = buffers_.vTransposed.fill(0xFF))
+      return err;
   if (shape_.withLse)
     return buffers_.lse.fill(0xFF);
   return llvm::Error::success();

@@ -97,7 +97,8 @@ llvm::Expected<ForwardBuffers> allocateBuffers(const ForwardShape &shape, bool w
     if (auto e = b.descales.upload(factors.data(), 4 * factors.size()))
       return std::move(e);
     if (auto e = alloc(b.vTransposed, generator::fp8TransposedBytes(
-                                          shape.batch, shape.headsKV, shape.headDimV, shape.seqK)))
+                                          shape.batch, shape.headsKV, shape.headDimV, shape.seqK,
+                                          shape.varlen() ? tk : 0)))
       return std::move(e);
   }
   long long oElems = tensorElements(shape, shape.headsQ, shape.headDimV, shape.seqQ, tq);

@@ -126,15 +126,18 @@ bool tmaStride8(long long stride) {
 } // namespace
 
 const char *fp8ArgumentProblem(const FjForwardParams &params) {
-  if (variableLength(params))
-    return "FP8 kernels do not take variable-length batches (cu_seqlens) yet";
+  if (variableLength(params) && (params.total_q <= 0 || params.total_k <= 0))
+    return "FP8 kernels take variable-length batches (cu_seqlens) only with total_q and "
+           "total_k, the packed row counts";
   if (params.seqlen_k <= 0)
     return "FP8 kernels need at least one key";
   if (!aligned16(params.q) || !aligned16(params.k) || !aligned16(params.v))
     return "FP8 kernels need q, k and v aligned to 16 bytes";
-  for (long long stride : {params.q_row_stride, params.q_head_stride, params.q_batch_stride,
-                           params.k_row_stride, params.k_head_stride, params.k_batch_stride,
-                           params.v_row_stride, params.v_head_stride, params.v_batch_stride})
+  for (long long stride : {params.q_row_stride, params.q_head_stride,
+                           tmaBatchStride(params, params.q_batch_stride), params.k_row_stride,
+                           params.k_head_stride, tmaBatchStride(params, params.k_batch_stride),
+                           params.v_row_stride, params.v_head_stride,
+                           tmaBatchStride(params, params.v_batch_stride)})
     if (!tmaStride8(stride))
       return "FP8 kernels need q, k and v strides that are multiples of 16 elements (16 "
              "bytes) and below 2^39";
@@ -280,28 +283,37 @@ llvm::Error ForwardKernel::launchFp8(FjForwardParams params, CUstream stream) co
   if (const char *problem = fp8ArgumentProblem(params))
     return makeError(ErrorCode::NotSupported, "{0}", problem);
   const generator::TmaOperands &tma = geometry_.tma;
-  params.vt_keys = generator::fp8TransposedKeys(params.seqlen_k);
+  // A variable-length batch is one packed sequence to TMA, as in launch, and V^T holds
+  // every sequence in one batch (generator::fp8TransposedLayout).
+  const bool varlen = variableLength(params);
+  const long long rowsQ = varlen ? params.total_q : params.seqlen_q;
+  const long long rowsK = varlen ? params.total_k : params.seqlen_k;
+  const int batches = varlen ? 1 : params.batch;
+  const generator::Fp8TransposedLayout vt =
+      generator::fp8TransposedLayout(params.batch, params.seqlen_k, varlen ? params.total_k : 0);
+  params.vt_keys = vt.keys;
   void *transposeArgs[] = {&params};
-  if (auto err = transposeKernel_.launch(
-          (unsigned)(params.vt_keys / generator::kFp8TransposeKeys), (unsigned)params.heads_kv,
-          (unsigned)params.batch, generator::kFp8TransposeThreads, 0, stream, transposeArgs))
+  if (auto err = transposeKernel_.launch((unsigned)vt.gridX, (unsigned)params.heads_kv,
+                                         (unsigned)params.batch,
+                                         generator::kFp8TransposeThreads, 0, stream,
+                                         transposeArgs))
     return err;
   alignas(64) CUtensorMap maps[4] = {};
-  if (auto err = encodeOperand(maps[0], tma, params.q, tma.headDim, params.seqlen_q,
-                               params.heads_q, params.batch, params.q_row_stride,
-                               params.q_head_stride, params.q_batch_stride, tma.panelD,
+  if (auto err = encodeOperand(maps[0], tma, params.q, tma.headDim, rowsQ, params.heads_q,
+                               batches, params.q_row_stride, params.q_head_stride,
+                               tmaBatchStride(params, params.q_batch_stride), tma.panelD,
                                tma.qRows, /*bytes8=*/true))
     return err;
-  if (auto err = encodeOperand(maps[1], tma, params.k, tma.headDim, params.seqlen_k,
-                               params.heads_kv, params.batch, params.k_row_stride,
-                               params.k_head_stride, params.k_batch_stride, tma.panelD,
+  if (auto err = encodeOperand(maps[1], tma, params.k, tma.headDim, rowsK, params.heads_kv,
+                               batches, params.k_row_stride, params.k_head_stride,
+                               tmaBatchStride(params, params.k_batch_stride), tma.panelD,
                                tma.kvRows, /*bytes8=*/true))
     return err;
   // V^T: columns are keys, rows head_dim_v (zero-filled up to vtRows).
   const long long vtRow = params.vt_keys, vtHead = tma.headDimV * vtRow,
                   vtBatch = params.heads_kv * vtHead;
   if (auto err = encodeOperand(maps[2], tma, params.v_transposed, (int)params.vt_keys,
-                               tma.headDimV, params.heads_kv, params.batch, vtRow, vtHead,
+                               tma.headDimV, params.heads_kv, (int)vt.batches, vtRow, vtHead,
                                vtBatch, tma.panelDv, tma.vtRows, /*bytes8=*/true))
     return err;
   int oByTma = 0;

@@ -461,8 +461,9 @@ FJ_API fj_status fj_forward_dispatch_info(fj_kernel kernel, const fj_forward_arg
                                           fj_dispatch_info *info);
 
 /* The workspace fj_forward needs for `args` (added in 0.7): 0 for 16-bit kernels; for an
- * FP8 kernel batch * num_heads_kv * head_dim_v * (seqlen_k rounded up to 64) bytes. Reads
- * only the sizes of `args` (batch, seqlen_k). */
+ * FP8 kernel batch * num_heads_kv * head_dim_v * (seqlen_k rounded up to 64) bytes, or
+ * with cu_seqlens num_heads_kv * head_dim_v * (total_k rounded up to 64 + 320 * batch).
+ * Reads only the sizes of `args` (batch, seqlen_k, whether cu_seqlens_q is set, total_k). */
 FJ_API fj_status fj_forward_workspace_size(fj_kernel kernel, const fj_forward_args *args,
                                            size_t *bytes);
 

@@ -201,8 +201,8 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=
     num_heads_kv] per sequence and key/value head (FlashAttention-3's; query head h uses
     its key/value head's): q, k and v hold x / factor, so the scores are
     (q k^T) * q_descale * k_descale * scale and o is multiplied by v_descale. Head dims
-    multiples of 16, strides multiples of 16 elements, at least one key; no features, no
-    block mask, no cu_seqlens (ValueError), and no backward pass (backward() raises
+    multiples of 16, strides multiples of 16 elements, at least one key; no features and
+    no block mask (ValueError), and no backward pass (backward() raises
     NotImplementedError). The workspace the kernel transposes v into is allocated with
     torch on the current stream. return_lse gives the LSE of the dequantized scores.
 
@@ -243,14 +243,13 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=
     if fp8:
         check_fp8_features(features, block_mask)
     out_name = check_out_dtype(out_dtype, q, fp8)
-    check_descales((q_descale, k_descale, v_descale), fp8, dims["k"][0], dims["k"][2],
-                   q.device)
+    sequences = cu_seqlens_q.shape[0] - 1 if varlen else dims["q"][0]
+    check_descales((q_descale, k_descale, v_descale), fp8, sequences, dims["k"][2], q.device)
     if varlen:
         check_max_seqlens(max_seqlen_q, max_seqlen_k)
     d = dims["q"][3]
     if alibi_slopes is not None:
-        batch = cu_seqlens_q.shape[0] - 1 if varlen else dims["q"][0]
-        check_alibi_slopes(alibi_slopes, batch, dims["q"][2], q.device)
+        check_alibi_slopes(alibi_slopes, sequences, dims["q"][2], q.device)
     scale = _scale(scale, d)
     mask_address = 0
     if block_mask is not None:

@@ -192,13 +192,9 @@ def check_inputs(q, k, v, layout, cu_seqlens_q=None, cu_seqlens_k=None, pointers
 
 # ---- FP8 (0.7) ---------------------------------------------------------------------
 def check_fp8_inputs(q, k, v, lay, dims):
-    """What FP8 q, k and v need beyond check_inputs' rules (api/validate_fp8.cpp): no
-    cu_seqlens, head dims multiples of 16, strides (of dimensions with more than one
-    element) multiples of 16 elements, at least one key."""
-    if lay.varlen:
-        raise ValueError("FP8 (torch.float8_e4m3fn) inputs take no cu_seqlens "
-                         "(variable-length batches) yet: pad the sequences to one length, or "
-                         "call once per length")
+    """What FP8 q, k and v need beyond check_inputs' rules (api/validate_fp8.cpp): head
+    dims multiples of 16, strides (of dimensions with more than one element) multiples of
+    16 elements, at least one key."""
     d, dv = dims["q"][3], dims["v"][3]
     for name, value in (("head dim", d), ("v's head dim", dv)):
         if value % FP8_HEAD_DIM_STEP:

@@ -164,7 +164,8 @@ class Fp8Problem {
 public:
   static llvm::Expected<std::unique_ptr<Fp8Problem>>
   create(const fj_attention_desc &desc, int batch, int seqQ, int seqK, Factors factors,
-         uint64_t seed, CUstream stream) {
+         uint64_t seed, CUstream stream, std::vector<int> seqlensQ = {},
+         std::vector<int> seqlensK = {}) {
     auto p = std::unique_ptr<Fp8Problem>(new Fp8Problem());
     p->desc_ = desc;
     p->factors_ = factors;
@@ -180,6 +181,8 @@ public:
     s.softmaxScale = desc.softmax_scale;
     s.withLse = true;
     s.fp8 = true;  // one-byte q, k, v, the descale buffer and the V^T workspace
+    s.seqlensQ = std::move(seqlensQ);  // non-empty: a variable-length batch (cu_seqlens),
+    s.seqlensK = std::move(seqlensK);  // seqQ and seqK its longest sequences
     auto buffers = tuner::allocateBuffers(s, /*withFp32Output=*/true);
     if (!buffers)
       return buffers.takeError();
@@ -248,10 +251,15 @@ public:
     p->outIndex_ = tuner::tensorIndices(s, /*keyRows=*/false, s.headsQ, s.headDimV,
                                         p16.o_batch_stride, p16.o_row_stride,
                                         p16.o_head_stride);
-    for (int bi = 0; bi < s.batch; ++bi)
-      for (int i = 0; i < s.seqQ; ++i)
+    for (int bi = 0, packed = 0; bi < s.batch; ++bi) {
+      const int rows = s.varlen() ? s.seqlensQ[bi] : s.seqQ;
+      for (int i = 0; i < rows; ++i)
         for (int h = 0; h < s.headsQ; ++h)
-          p->lseIndex_.push_back(bi * p16.lse_batch_stride + h * p16.lse_head_stride + i);
+          p->lseIndex_.push_back(s.varlen() ? h * p16.lse_head_stride + packed + i
+                                            : bi * p16.lse_batch_stride +
+                                                  h * p16.lse_head_stride + i);
+      packed += rows;
+    }
     for (long long i : p->outIndex_) {
       p->ref_.push_back((*o32)[i]);
       p->naive_.push_back(tuner::halfToFloat(p->out_, (*o16)[i]));
@@ -290,6 +298,8 @@ public:
     a.descale_head_stride = p.descale_head_stride;
     a.workspace = reinterpret_cast<void *>(b_.vTransposed.ptr());
     a.workspace_bytes = b_.vTransposed.size();
+    a.cu_seqlens_q = p.cu_seqlens_q, a.cu_seqlens_k = p.cu_seqlens_k;
+    a.total_q = p.total_q, a.total_k = p.total_k;
     return a;
   }
 
@@ -375,7 +385,8 @@ public:
                          generator::dtypeName(out_), s.headDim, s.headDimV,
                          desc_.causal ? "causal" : "full", s.headsQ, s.headsKV, s.batch,
                          s.seqQ, s.seqK, factorsName(factors_))
-        .str();
+               .str() +
+           (s.varlen() ? " (cu_seqlens, longest)" : "");
   }
 
 private:
@@ -466,6 +477,31 @@ class ApiFp8 : public ::testing::Test {
 protected:
   static void TearDownTestSuite() { Fp8Kernels::releaseAll(); }
 };
+
+// A variable-length batch (cu_seqlens with both packed row counts) runs on fwd_wgmma
+// with the workspace fj_forward_workspace_size gives for it, and matches the reference.
+TEST_F(ApiFp8, VariableLengthBatch) {
+  FJ_REQUIRE_SM90A();
+  Stream stream;
+  ASSERT_NE(stream.handle, nullptr) << stream.error;
+  for (bool causal : {false, true}) {
+    fj_attention_desc desc = fp8Desc(128, FJ_DTYPE_BF16, causal);
+    FJ_ASSERT_VALUE(kernel, Fp8Kernels::get(desc));
+    FJ_ASSERT_VALUE(problem, Fp8Problem::create(desc, 4, 700, 901, Factors::PerHead,
+                                                61 + causal, stream.handle,
+                                                {700, 1, 129, 300}, {513, 64, 901, 77}));
+    fj_forward_args a = (*problem)->args();
+    size_t bytes = 0;
+    FJ_ASSERT_OK(fj_forward_workspace_size(*kernel, &a, &bytes));
+    EXPECT_EQ(bytes, (size_t)2 * 128 * ((1555 + 63) / 64 * 64 + 320 * 4));
+    EXPECT_EQ(a.workspace_bytes, bytes);
+    auto report = (*problem)->run(*kernel, stream.handle);
+    ASSERT_TRUE((bool)report) << (*problem)->describe() << ": "
+                              << llvm::toString(report.takeError());
+    EXPECT_TRUE(report->passed) << (*problem)->describe() << ": " << report->summary();
+    std::printf("[ fp8 ] %s: %s\n", (*problem)->describe().c_str(), report->summary().c_str());
+  }
+}
 
 // One factor per tensor (strides 0) and none (NULL: 1), against references computed the
 // same way; and the factors are read: the per-head problem run without them fails.

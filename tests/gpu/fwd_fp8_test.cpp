@@ -114,6 +114,29 @@ TEST(FwdFp8, ScoresThatRiseAfterTheFirstTile) {
       }
 }
 
+// Variable-length batches: lengths around the tiles' and the transpose's multiples (1,
+// 64, 65, 191, 1029), so that a sequence's last key tile (64 to 256 keys) ends past its
+// V^T columns; the checker poisons the V^T workspace with e4m3 NaN, so a tile that read
+// another sequence's columns, or columns the transpose never wrote, fails.
+TEST(FwdFp8, VariableLengthBatch) {
+  FLASHJIT_REQUIRE_SM90A();
+  const std::tuple<int, DType, TileConfig> cases[] = {
+      {64, DType::BF16, {192, 128, 16, 2}},  {64, DType::FP16, {128, 256, 12, 2}},
+      {128, DType::BF16, {128, 192, 12, 2}}, {128, DType::FP16, {128, 64, 12, 3}},
+      {128, DType::BF16, {128, 256, 12, 2}}, {256, DType::BF16, {128, 64, 12, 2}},
+      {256, DType::FP16, {128, 128, 12, 2}}};
+  for (auto [d, out, tile] : cases)
+    for (bool causal : {false, true}) {
+      KernelSpec spec = fp8Spec(d, d, out, causal);
+      tuner::ForwardShape shape = shapeOf(6, 6, 2, 1029, 1029);  // longest lengths
+      shape.seqlensQ = {1, 300, 77, 1029, 64, 191};
+      shape.seqlensK = {17, 65, 513, 1029, 64, 1};
+      shape.withLse = true;
+      EXPECT_EQ(checkShape(spec, tile, shape, 13), "")
+          << spec.key() << " " << tile.key() << " varlen";
+    }
+}
+
 // Strided layouts: [batch, heads, seq, dim] and padded rows (multiples of 16 bytes).
 TEST(FwdFp8, StridedLayouts) {
   FLASHJIT_REQUIRE_SM90A();

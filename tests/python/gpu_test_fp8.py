@@ -21,6 +21,7 @@ max(1e-5, FA3's fwd_atol), the naive computed by torch in the output's 16-bit ty
 the probabilities cast to float8_e4m3fn before P V; also max|o - ref| <= 0.15 max|ref|
 and no NaN. The LSE within max(1e-3, 2 x the naive's LSE error). Skips (exit 0) without
 torch, a CUDA device, an sm_90 device or a library with FP8."""
+import itertools
 import math
 import os
 import sys
@@ -311,6 +312,49 @@ def no_backward():
         raise AssertionError("backward through an FP8 call did not raise")
 
 
+@case("fp8 varlen")
+def varlen(d, causal, lens):
+    """A variable-length batch (cu_seqlens), with per-(sequence, kv head) factors [batch,
+    num_heads_kv]: each sequence's rows of o and lse against its own references, the bars
+    taken over the whole batch as over one tensor (a sequence of one row has too few
+    samples for a bar of its own: P's rounding to e4m3 decides its error by chance)."""
+    hq, hkv = 4, 2
+    seqs = [fp8_inputs(1, sq, sk, hq, hkv, d, d, "head", seed=40 + i)
+            for i, (sq, sk) in enumerate(lens)]
+    q8, k8, v8 = (torch.cat([x[t][0] for x in seqs]) for t in range(3))
+    qs, ks, vs = (torch.cat([x[t] for x in seqs]).contiguous() for t in range(3, 6))
+    cu_q, cu_k = (torch.tensor([0] + list(itertools.accumulate(n)), dtype=torch.int32,
+                               device="cuda") for n in zip(*lens))
+    o, lse = flashjit.attention(q8, k8, v8, causal=causal, cu_seqlens_q=cu_q,
+                                cu_seqlens_k=cu_k, max_seqlen_q=max(n for n, _ in lens),
+                                max_seqlen_k=max(n for _, n in lens), return_lse=True,
+                                q_descale=qs, k_descale=ks, v_descale=vs)
+    assert not torch.isnan(o).any(), "NaN in o"
+    err = naive_err = top = lse_err = naive_lse_err = floor = 0.0
+    for b, (sq, sk) in enumerate(lens):
+        rows = slice(int(cu_q[b]), int(cu_q[b + 1]))
+        inputs = (*seqs[b][:3], qs[b:b + 1], ks[b:b + 1], vs[b:b + 1], causal,
+                  1 / math.sqrt(d))
+        ref, ref_lse = reference(*inputs)
+        low, low_lse = naive(*inputs, torch.bfloat16)
+        seq_err, seq_naive = max_err(o[rows][None], ref), max_err(low, ref)
+        print(f"      sequence {b} ({sq}x{sk}): max|o - ref| {seq_err:.3e}, naive {seq_naive:.3e}")
+        err, naive_err = max(err, seq_err), max(naive_err, seq_naive)
+        top = max(top, ref.abs().max().item())
+        floor = max(floor, 2 * (ref + 0.3 - 0.3 - ref).abs().max().item())
+        seen = torch.isfinite(ref_lse)
+        seq_lse = lse[:, rows][None]
+        assert torch.equal(seq_lse[~seen], ref_lse[~seen]), f"sequence {b}: lse of rows that see no key"
+        if seen.any():
+            lse_err = max(lse_err, max_err(seq_lse[seen], ref_lse[seen]))
+            naive_lse_err = max(naive_lse_err, max_err(low_lse[seen], ref_lse[seen]))
+    bar = 3 * naive_err + max(1e-5, floor)
+    assert err <= bar, f"max|o - ref| {err:.3e} > bar {bar:.3e} (naive {naive_err:.3e})"
+    assert err <= 0.15 * top + 1e-5, f"max|o - ref| {err:.3e} > 0.15 max|ref| {top:.3e}"
+    lse_bar = max(1e-3, 2 * naive_lse_err)
+    assert lse_err <= lse_bar, f"lse: max error {lse_err:.3e} > bar {lse_bar:.3e}"
+
+
 @case("fp8 argument errors")
 def bad_arguments():
     q8, k8, v8, qs, ks, vs = fp8_inputs(2, 64, 80, 4, 2, 64, 64, "head", seed=15)
@@ -334,8 +378,9 @@ def bad_arguments():
     expect(ValueError, "the inputs are not FP8", *b16, q_descale=qs)
     cu = torch.tensor([0, 64, 128], dtype=torch.int32, device="cuda")
     kv = k8.reshape(-1, 2, 64)[:128]
-    expect(ValueError, "take no cu_seqlens", q8.reshape(-1, 4, 64), kv, kv, cu_seqlens_q=cu,
-           cu_seqlens_k=cu, max_seqlen_q=64, max_seqlen_k=64)
+    expect(ValueError, "expected () or (1,) (one factor per tensor) or (2, 2)",
+           q8.reshape(-1, 4, 64)[:128], kv, kv, cu_seqlens_q=cu, cu_seqlens_k=cu,
+           max_seqlen_q=64, max_seqlen_k=64, q_descale=torch.ones(128, 2, device="cuda"))
     wide = torch.zeros(2, 64, 4, 72, device="cuda").to(E4M3)[..., :64]  # rows of 72
     expect(ValueError, "multiple of 16 elements", wide, k8, v8)
 
@@ -369,6 +414,9 @@ def run_all(shared=None):
     forward(64, 4, 2, 1, 1, False, "tensor", torch.float16)
     forward(64, 4, 2, 200, 333, True, "head", torch.bfloat16, dv=128)        # dv != d
     forward(128, 4, 2, 257, 389, True, "head", torch.float16, path="bhsd")
+    for d in (64, 128, 256):
+        for causal in (False, True):
+            varlen(d, causal, [(300, 77), (1, 513), (129, 129), (64, 1)])
     descale_kinds()
     handles()
     compiled()

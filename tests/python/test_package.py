@@ -367,11 +367,18 @@ class StructLayouts(unittest.TestCase):
             self.assertEqual(L.fj_validate_forward_args(C.byref(fp8), C.byref(a)), status,
                              field)
             self.assertRegex(message(), "(?i)" + expected)
-        a = _capi.new(_capi.ForwardArgs, **dict(per_head, cu_seqlens_q=0x7f0000600000,
-                                                cu_seqlens_k=0x7f0000700000, total_q=8,
-                                                total_k=8))
-        self.assertEqual(L.fj_validate_forward_args(C.byref(fp8), C.byref(a)), 2)
-        self.assertIn("FP8 kernels do not take variable-length batches", message())
+        # cu_seqlens: both packed row counts, and v^T with a gap of 320 keys a sequence:
+        # 2 kv heads * 64 * (round_up(8, 64) + 320) = 49152 bytes.
+        varlen = dict(per_head, cu_seqlens_q=0x7f0000600000, cu_seqlens_k=0x7f0000700000,
+                      total_q=8, total_k=0)
+        a = _capi.new(_capi.ForwardArgs, **varlen)
+        self.assertEqual(L.fj_validate_forward_args(C.byref(fp8), C.byref(a)), 1)
+        self.assertIn("args->total_q is 8 and total_k 0", message())
+        a = _capi.new(_capi.ForwardArgs, **dict(varlen, total_k=8))
+        self.assertEqual(L.fj_validate_forward_args(C.byref(fp8), C.byref(a)), 1)
+        self.assertIn("args->workspace_bytes is 8192: this call needs 49152", message())
+        a = _capi.new(_capi.ForwardArgs, **dict(varlen, total_k=8, workspace_bytes=49152))
+        self.assertEqual(L.fj_validate_forward_args(C.byref(fp8), C.byref(a)), 0, message())
         # A 16-bit description reads none of them.
         a = _capi.new(_capi.ForwardArgs, **dict(per_head, workspace=None, q_descale=3,
                                                 descale_batch_stride=-1))
@@ -927,9 +934,13 @@ class BadFp8Arguments(unittest.TestCase):
         pq, pk = (FakeTensor((300, 8, 64), dtype="torch.float8_e4m3fn"),
                   FakeTensor((280, 2, 64), dtype="torch.float8_e4m3fn"))
         cu = FakeTensor((4,), dtype="torch.int32")
-        self.expect(ValueError, r"FP8 \(torch.float8_e4m3fn\) inputs take no cu_seqlens",
+        # cu_seqlens: per-sequence factors are [batch, num_heads_kv] with batch the number
+        # of sequences (3 here), not of packed rows.
+        self.expect(ValueError, r"q_descale is \(280, 2\): expected \(\) or \(1,\) .* "
+                                r"or \(3, 2\)",
                     pq, pk, pk, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=100,
-                    max_seqlen_k=100)
+                    max_seqlen_k=100,
+                    q_descale=FakeTensor((280, 2), dtype="torch.float32"))
 
     def test_no_features(self):
         q, k, v = fp8_qkv()

@@ -190,13 +190,27 @@ std::vector<BadInput> badFp8Inputs() {
   using A = fj_forward_args;
   std::vector<BadInput> cases = {
       // What the FP8 kernel cannot take (a 16-bit kernel's fwd_mma fallback would).
-      {"CuSeqlens",
+      {"CuSeqlensWithoutTotalK",
        [](D &, A &a) {
          a.cu_seqlens_q = (const int32_t *)fakeDevicePointer(6);
          a.cu_seqlens_k = (const int32_t *)fakeDevicePointer(7);
-         a.total_q = 256, a.total_k = 512;
+         a.total_q = 256, a.total_k = 0;
        },
-       FJ_ERROR_NOT_SUPPORTED, {"args->cu_seqlens_q/k are set", "variable-length"}},
+       FJ_ERROR_INVALID_VALUE, {"args->total_q is 256 and total_k 0", "needs both"}},
+      {"CuSeqlensWithoutTotalQ",
+       [](D &, A &a) {
+         a.cu_seqlens_q = (const int32_t *)fakeDevicePointer(6);
+         a.cu_seqlens_k = (const int32_t *)fakeDevicePointer(7);
+         a.total_q = 0, a.total_k = 512;
+       },
+       FJ_ERROR_INVALID_VALUE, {"args->total_q is 0 and total_k 512", "packed row counts"}},
+      {"CuSeqlensWorkspaceOfUnpaddedBatch",
+       [](D &d, A &a) {
+         a.cu_seqlens_q = (const int32_t *)fakeDevicePointer(6);
+         a.cu_seqlens_k = (const int32_t *)fakeDevicePointer(7);
+         a.total_q = 256, a.total_k = 512;  // fp8Args' workspace: 2 * 256 keys, no gaps
+       },
+       FJ_ERROR_INVALID_VALUE, {"args->workspace_bytes is 131072", "needs 294912"}},
       {"NoKeys", [](D &, A &a) { a.seqlen_k = 0; }, FJ_ERROR_NOT_SUPPORTED,
        {"args->seqlen_k is 0", "at least one key"}},
       {"NoKeysNoKeyTensors",
@@ -554,6 +568,43 @@ TEST(ApiFp8Kernel, WorkspaceSizeIsTheDocumentedOne) {
   EXPECT_EQ(documentedWorkspace(fp8Desc(), 2, 389), (size_t)2 * 2 * 128 * 448);
 }
 
+// With cu_seqlens: num_heads_kv * head_dim_v * (total_k rounded up to 64 + 320 * batch),
+// as the header documents; batch strides are not read.
+TEST(ApiFp8Kernel, WorkspaceSizeOfVariableLengthBatches) {
+  fj_attention_desc desc = fp8Desc();  // 2 kv heads of 128
+  DeviceFreeKernel k(desc);
+  struct Shape {
+    int batch, longest;
+    int64_t totalK;
+    size_t bytes;
+  };
+  for (Shape s : {Shape{2, 300, 512, (size_t)2 * 128 * (512 + 640)},
+                  Shape{3, 100, 257, (size_t)2 * 128 * (320 + 960)},
+                  Shape{1, 1, 1, (size_t)2 * 128 * (64 + 320)}}) {
+    fj_forward_args call = fp8Args(desc);
+    call.batch = s.batch;
+    call.seqlen_k = s.longest;
+    call.cu_seqlens_q = (const int32_t *)fakeDevicePointer(6);
+    call.cu_seqlens_k = (const int32_t *)fakeDevicePointer(7);
+    call.total_q = 200;
+    call.total_k = s.totalK;
+    call.q_batch_stride = call.k_batch_stride = call.v_batch_stride = 3;  // not read
+    size_t bytes = 0;
+    ASSERT_TRUE(succeeds(fj_forward_workspace_size(k.kernel, &call, &bytes)));
+    EXPECT_EQ(bytes, s.bytes) << "batch " << s.batch << " total_k " << s.totalK;
+    call.workspace_bytes = bytes;
+    EXPECT_TRUE(succeeds(fj_validate_forward_args(&desc, &call)));
+    FjForwardParams params;
+    bool noWork = true;
+    ASSERT_FALSE(bool(api::checkForwardArgs(checked(desc), &call, params, noWork)));
+    EXPECT_EQ(params.total_k, s.totalK);
+    EXPECT_EQ(params.v_transposed, call.workspace);
+    call.workspace_bytes = bytes - 1;
+    EXPECT_TRUE(failsWith(fj_validate_forward_args(&desc, &call), FJ_ERROR_INVALID_VALUE,
+                          {"args->workspace_bytes is"}));
+  }
+}
+
 TEST(ApiFp8Kernel, WorkspaceSizeOfSixteenBitKernelsIsZero) {
   for (int dtype : {(int)FJ_DTYPE_BF16, (int)FJ_DTYPE_FP16}) {
     fj_attention_desc desc = validDesc();
@@ -622,8 +673,8 @@ TEST(ApiFp8Kernel, ForwardChecksFp8ArgumentsFirst) {
   args = fp8Args(desc);
   args.cu_seqlens_q = (const int32_t *)fakeDevicePointer(6);
   args.cu_seqlens_k = (const int32_t *)fakeDevicePointer(7);
-  EXPECT_TRUE(failsWith(fj_forward(&kernel, &args, nullptr), FJ_ERROR_NOT_SUPPORTED,
-                        {"fj_forward: args->cu_seqlens_q/k are set"}));
+  EXPECT_TRUE(failsWith(fj_forward(&kernel, &args, nullptr), FJ_ERROR_INVALID_VALUE,
+                        {"fj_forward: args->total_q is 0 and total_k 0"}));
   args = fp8Args(desc);
   args.seqlen_k = 0;
   EXPECT_TRUE(failsWith(fj_forward(&kernel, &args, nullptr), FJ_ERROR_NOT_SUPPORTED,
