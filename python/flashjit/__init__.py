@@ -227,15 +227,15 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=
         mod_tensors, mod_scalars, mod_ints = check_mod_args(
             mod_tensors, mod_scalars, mod_ints, getattr(q, "device", None))
     ops = _fast_ops
-    if ops is not None and not varlen and not return_lse and features == PLAIN \
-            and block_mask is None:
+    if ops is not None and not return_lse and features == PLAIN and block_mask is None:
         # Eager inference: the launch without the operator dispatcher (its cost is most
         # of a small call's; docs/PYTHON.md, "Overhead").
+        packed = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) if varlen else None
         if out_dtype is None and q_descale is None and k_descale is None and v_descale is None:
-            out = ops.fast_forward(q, k, v, causal, scale, layout)
+            out = ops.fast_forward(q, k, v, causal, scale, layout, packed)
         else:
             out = ops.fast_forward_fp8(q, k, v, causal, scale, layout, q_descale, k_descale,
-                                       v_descale, out_dtype)
+                                       v_descale, out_dtype, packed)
         if out is not None:
             return out
     _, dims = check_inputs(q, k, v, layout, cu_seqlens_q, cu_seqlens_k, fp8=True)

@@ -374,10 +374,18 @@ class _Plan:
     __slots__ = ("handle", "args", "args_ref", "o_shape", "dtype", "device", "index", "fp8")
 
 
-def _make_plan(q, k, v, causal, scale, layout, descales=(None, None, None), out_dtype=None):
+def _make_plan(q, k, v, causal, scale, layout, descales=(None, None, None), out_dtype=None,
+               varlen=None):
     """The plan of a call, None where the general path must take it (it raises the
-    errors the checks here let through, or copies FP8 descales whose strides differ)."""
-    _, dims = _checks.check_inputs(q, k, v, layout, pointers=True, fp8=True)
+    errors the checks here let through, or copies FP8 descales whose strides differ).
+    varlen: None, or (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k); the plan
+    then holds the packed row counts, and each call sets the cu_seqlens pointers."""
+    cu_q, cu_k, max_q, max_k = varlen or (None, None, None, None)
+    _, dims = _checks.check_inputs(q, k, v, layout, cu_q, cu_k, pointers=True, fp8=True)
+    if varlen is not None:
+        if max_q is None or max_k is None:
+            return None  # the general path says what is missing
+        _checks.check_max_seqlens(max_q, max_k)
     d = dims["q"][3]
     if scale is None:
         scale = 0.0
@@ -388,9 +396,11 @@ def _make_plan(q, k, v, causal, scale, layout, descales=(None, None, None), out_
             return None  # the general path raises the error
         if not (math.isfinite(scale) and scale > 0):
             return None
-    lay = _checks.Layout(layout, False)
+    lay = _checks.Layout(layout, varlen is not None)
     b, sq, hq, _ = lay.dims(q)
     _, sk, hk, _ = lay.dims(k)
+    if varlen is not None:
+        b, sq, sk = cu_q.shape[0] - 1, int(max_q), int(max_k)
     fp8 = _checks.is_fp8(q)
     out = _checks.check_out_dtype(out_dtype, q, fp8)
     strides = _checks.descale_strides(_checks.check_descales(descales, fp8, b, hk, q.device,
@@ -402,14 +412,18 @@ def _make_plan(q, k, v, causal, scale, layout, descales=(None, None, None), out_
     plan.handle, _ = kernel(plan.index, _checks.dtype_name(q, fp8=True), d, v.shape[-1], hq,
                             hk, bool(causal), float(scale), False, (sq, sk, b),
                             out_dtype=out if fp8 else None)
-    plan.o_shape, _ = _out_shapes(q, v, layout, False)
+    plan.o_shape, _ = _out_shapes(q, v, layout, varlen is not None)
     plan.dtype, plan.device = q.dtype, q.device
     template = _capi.new(_capi.ForwardArgs, batch=b, seqlen_q=sq, seqlen_k=sk)
-    # o is allocated contiguous in q's layout.
+    # o is allocated contiguous in q's layout ([total, heads, dv] with cu_seqlens).
     o_strides = _contiguous_strides(plan.o_shape)
     _set_strides(template, lay, (("q", q), ("k", k), ("v", v)), fp8)
-    ob, os_, oh = (o_strides[0], o_strides[1], o_strides[2]) if lay.name == "bshd" else \
-        (o_strides[0], o_strides[2], o_strides[1])
+    if varlen is not None:
+        ob, os_, oh = 0, o_strides[0], o_strides[1]
+        template.total_q, template.total_k = q.shape[0], k.shape[0]
+    else:
+        ob, os_, oh = (o_strides[0], o_strides[1], o_strides[2]) if lay.name == "bshd" else \
+            (o_strides[0], o_strides[2], o_strides[1])
     template.o_batch_stride, template.o_seq_stride, template.o_head_stride = ob, os_, oh
     plan.fp8 = None
     if fp8:
@@ -437,9 +451,14 @@ _grad_enabled = torch.is_grad_enabled
 _is_compiling = torch.compiler.is_compiling
 
 
-def fast_forward(q, k, v, causal, scale, layout):
+def _cu_key(t):
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.get_device())
+
+
+def fast_forward(q, k, v, causal, scale, layout, varlen=None):
     """o, or None when the call needs the operator (autograd, torch.compile) or the
-    general path's checks and messages (arguments that are not tensors, a bad scale)."""
+    general path's checks and messages (arguments that are not tensors, a bad scale).
+    varlen: None, or (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)."""
     if _is_compiling():
         return None
     try:
@@ -448,17 +467,21 @@ def fast_forward(q, k, v, causal, scale, layout):
         # get_device(): an int (-1 on the CPU), cheaper than building torch.device objects.
         key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype,
                k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), causal,
-               scale, layout, _thread_id())
+               scale, layout, _thread_id(), None if varlen is None else
+               (_cu_key(varlen[0]), _cu_key(varlen[1]), varlen[2], varlen[3]))
         plan = _plans.get(key)
     except (AttributeError, TypeError):  # not tensors, or an unhashable argument
         return None
     if plan is None:
-        plan = _make_plan(q, k, v, causal, scale, layout)
+        plan = _make_plan(q, k, v, causal, scale, layout, varlen=varlen)
         if plan is None:
             return None
         if len(_plans) >= _MAX_PLANS:  # many shapes (e.g. every length): start over
             _plans.clear()
         _plans[key] = plan
+    if varlen is not None:
+        plan.args.cu_seqlens_q, plan.args.cu_seqlens_k = varlen[0].data_ptr(), \
+            varlen[1].data_ptr()
     if plan.fp8 is not None:  # FP8 inputs without descales: o bf16
         return _launch_fp8(plan, q, k, v, None, None, None)
     o = q.new_empty(plan.o_shape)  # q's dtype and device (fewer arguments to parse)
@@ -477,7 +500,7 @@ def _descale_key(t):
 
 
 def fast_forward_fp8(q, k, v, causal, scale, layout, q_descale, k_descale, v_descale,
-                     out_dtype):
+                     out_dtype, varlen=None):
     """fast_forward for calls with FP8 arguments (descales, out_dtype): o, or None when
     the call needs the operator or the general path's checks and messages."""
     if _is_compiling():
@@ -488,20 +511,24 @@ def fast_forward_fp8(q, k, v, causal, scale, layout, q_descale, k_descale, v_des
         key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype,
                k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), causal,
                scale, layout, _thread_id(), _descale_key(q_descale), _descale_key(k_descale),
-               _descale_key(v_descale), out_dtype)
+               _descale_key(v_descale), out_dtype, None if varlen is None else
+               (_cu_key(varlen[0]), _cu_key(varlen[1]), varlen[2], varlen[3]))
         plan = _plans.get(key)
     except (AttributeError, TypeError):  # not tensors, or an unhashable argument
         return None
     if plan is None:
         plan = _make_plan(q, k, v, causal, scale, layout, (q_descale, k_descale, v_descale),
-                          out_dtype)
+                          out_dtype, varlen)
         if plan is None:
             return None
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
         _plans[key] = plan
     if plan.fp8 is None:  # 16-bit inputs with out_dtype their own dtype
-        return fast_forward(q, k, v, causal, scale, layout)
+        return fast_forward(q, k, v, causal, scale, layout, varlen)
+    if varlen is not None:
+        plan.args.cu_seqlens_q, plan.args.cu_seqlens_k = varlen[0].data_ptr(), \
+            varlen[1].data_ptr()
     return _launch_fp8(plan, q, k, v, q_descale, k_descale, v_descale)
 
 

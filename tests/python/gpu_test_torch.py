@@ -216,6 +216,17 @@ def varlen(causal, lens_q, lens_k):
     low = per_sequence(lambda a, b, c: peer(a, b, c, causal), q, k, v, cu_q, cu_k)
     err, perr = max_err(o, ref), max_err(low, ref)
     assert err <= bar(perr, ref), f"error {err:.3e}, PyTorch's {perr:.3e}"
+    # Without return_lse the eager fast path takes the call: the operator's bits. Then
+    # the same plan (cu_seqlens of the same shape) with other lengths: its pointers are
+    # the call's, not the first call's.
+    call = dict(causal=causal, max_seqlen_q=max(lens_q), max_seqlen_k=max(lens_k))
+    fast = flashjit.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, **call)
+    assert torch.equal(fast, o), "fast path with cu_seqlens: not the operator's output"
+    cu_q2, cu_k2 = cu(lens_q[::-1]), cu(lens_k[::-1])
+    fast = flashjit.attention(q, k, v, cu_seqlens_q=cu_q2, cu_seqlens_k=cu_k2, **call)
+    o2, _ = flashjit.attention(q, k, v, cu_seqlens_q=cu_q2, cu_seqlens_k=cu_k2,
+                               return_lse=True, **call)
+    assert torch.equal(fast, o2), "fast path: a plan reused with other cu_seqlens"
 
 
 def need_backward():
