@@ -221,6 +221,26 @@ llvm::Error encodeOperand(CUtensorMap &map, const generator::TmaOperands &tma, c
   return runtime::encodeTensorMapTiled(&map, dtype, 4, const_cast<void *>(base), dims, strides,
                                        box, elementStrides, swizzle);
 }
+
+// The tensor maps of Q and K (maps[0] and [1]), 16-bit or bytes8. A variable-length batch
+// is one packed sequence of total_q (total_k) rows to TMA; the kernel offsets each
+// sequence's rows by cu_seqlens.
+llvm::Error encodeQK(CUtensorMap (&maps)[4], const generator::TmaOperands &tma,
+                     const FjForwardParams &params, bool bytes8) {
+  const bool varlen = variableLength(params);
+  const long long rowsQ = varlen ? params.total_q : params.seqlen_q;
+  const long long rowsK = varlen ? params.total_k : params.seqlen_k;
+  const int batches = varlen ? 1 : params.batch;
+  if (auto err = encodeOperand(maps[0], tma, params.q, tma.headDim, rowsQ, params.heads_q,
+                               batches, params.q_row_stride, params.q_head_stride,
+                               tmaBatchStride(params, params.q_batch_stride), tma.panelD,
+                               tma.qRows, bytes8))
+    return err;
+  return encodeOperand(maps[1], tma, params.k, tma.headDim, rowsK, params.heads_kv, batches,
+                       params.k_row_stride, params.k_head_stride,
+                       tmaBatchStride(params, params.k_batch_stride), tma.panelD, tma.kvRows,
+                       bytes8);
+}
 } // namespace
 
 llvm::Error ForwardKernel::launch(const FjForwardParams &params, CUstream stream) const {
@@ -233,25 +253,14 @@ llvm::Error ForwardKernel::launch(const FjForwardParams &params, CUstream stream
   if (tma.enabled) {
     if (auto err = checkTmaArguments(params))
       return err;
-    // A variable-length batch is one packed sequence of total_q (total_k) rows to TMA;
-    // the kernel offsets each sequence's rows by cu_seqlens.
-    const bool varlen = variableLength(params);
-    const long long rowsQ = varlen ? params.total_q : params.seqlen_q;
-    const long long rowsK = varlen ? params.total_k : params.seqlen_k;
-    const int batches = varlen ? 1 : params.batch;
     alignas(64) CUtensorMap maps[4] = {};
-    if (auto err = encodeOperand(maps[0], tma, params.q, tma.headDim, rowsQ, params.heads_q,
-                                 batches, params.q_row_stride, params.q_head_stride,
-                                 tmaBatchStride(params, params.q_batch_stride), tma.panelD,
-                                 tma.qRows))
+    if (auto err = encodeQK(maps, tma, params, /*bytes8=*/false))
       return err;
-    if (auto err = encodeOperand(maps[1], tma, params.k, tma.headDim, rowsK, params.heads_kv,
-                                 batches, params.k_row_stride, params.k_head_stride,
-                                 tmaBatchStride(params, params.k_batch_stride), tma.panelD,
-                                 tma.kvRows))
-      return err;
-    if (auto err = encodeOperand(maps[2], tma, params.v, tma.headDimV, rowsK, params.heads_kv,
-                                 batches, params.v_row_stride, params.v_head_stride,
+    const bool varlen = variableLength(params);
+    if (auto err = encodeOperand(maps[2], tma, params.v, tma.headDimV,
+                                 varlen ? params.total_k : params.seqlen_k, params.heads_kv,
+                                 varlen ? 1 : params.batch, params.v_row_stride,
+                                 params.v_head_stride,
                                  tmaBatchStride(params, params.v_batch_stride), tma.panelDv,
                                  tma.kvRows))
       return err;
@@ -283,14 +292,9 @@ llvm::Error ForwardKernel::launchFp8(FjForwardParams params, CUstream stream) co
   if (const char *problem = fp8ArgumentProblem(params))
     return makeError(ErrorCode::NotSupported, "{0}", problem);
   const generator::TmaOperands &tma = geometry_.tma;
-  // A variable-length batch is one packed sequence to TMA, as in launch, and V^T holds
-  // every sequence in one batch (generator::fp8TransposedLayout).
-  const bool varlen = variableLength(params);
-  const long long rowsQ = varlen ? params.total_q : params.seqlen_q;
-  const long long rowsK = varlen ? params.total_k : params.seqlen_k;
-  const int batches = varlen ? 1 : params.batch;
-  const generator::Fp8TransposedLayout vt =
-      generator::fp8TransposedLayout(params.batch, params.seqlen_k, varlen ? params.total_k : 0);
+  // With cu_seqlens V^T holds every sequence in one batch (generator::fp8TransposedLayout).
+  const generator::Fp8TransposedLayout vt = generator::fp8TransposedLayout(
+      params.batch, params.seqlen_k, variableLength(params) ? params.total_k : 0);
   params.vt_keys = vt.keys;
   void *transposeArgs[] = {&params};
   if (auto err = transposeKernel_.launch((unsigned)vt.gridX, (unsigned)params.heads_kv,
@@ -299,15 +303,7 @@ llvm::Error ForwardKernel::launchFp8(FjForwardParams params, CUstream stream) co
                                          transposeArgs))
     return err;
   alignas(64) CUtensorMap maps[4] = {};
-  if (auto err = encodeOperand(maps[0], tma, params.q, tma.headDim, rowsQ, params.heads_q,
-                               batches, params.q_row_stride, params.q_head_stride,
-                               tmaBatchStride(params, params.q_batch_stride), tma.panelD,
-                               tma.qRows, /*bytes8=*/true))
-    return err;
-  if (auto err = encodeOperand(maps[1], tma, params.k, tma.headDim, rowsK, params.heads_kv,
-                               batches, params.k_row_stride, params.k_head_stride,
-                               tmaBatchStride(params, params.k_batch_stride), tma.panelD,
-                               tma.kvRows, /*bytes8=*/true))
+  if (auto err = encodeQK(maps, tma, params, /*bytes8=*/true))
     return err;
   // V^T: columns are keys, rows head_dim_v (zero-filled up to vtRows).
   const long long vtRow = params.vt_keys, vtHead = tma.headDimV * vtRow,
