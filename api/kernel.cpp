@@ -461,6 +461,8 @@ llvm::Error forwardWorkspaceSize(const fj_kernel_s *kernel, const fj_forward_arg
     return error;
   if (llvm::Error error = checkSize("seqlen_k", a.seqlen_k, kMaxSeqlen, "2^30"))
     return error;
+  if (llvm::Error error = checkFp8Sizes(kernel->desc, a))
+    return error;
   *bytes = (size_t)fp8WorkspaceBytes(kernel->desc, a);
   return llvm::Error::success();
 }

@@ -82,11 +82,16 @@ std::string featureFields(const generator::Features &features);
 // FP8 (api/validate_fp8.cpp): the description's out_dtype into `out` (for any dtype) and,
 // for FJ_DTYPE_E4M3, what it cannot have yet (features, backward, decode: NotSupported).
 llvm::Error checkFp8Desc(const fj_attention_desc &desc, AttentionDesc &out);
-// An FP8 call's own arguments (no cu_seqlens, byte strides multiples of 16, descale
+// An FP8 call's own arguments (checkFp8Sizes, byte strides multiples of 16, descale
 // factors, workspace) into `params`, after checkForwardArgs' common checks.
 llvm::Error checkFp8ForwardArgs(const AttentionDesc &desc, const fj_forward_args &args,
                                 FjForwardParams &params);
-// The workspace an FP8 call of these sizes needs (0 for 16-bit descriptions).
+// The sizes an FP8 call's V^T workspace depends on: with cu_seqlens both packed row
+// counts, each at most batch x its longest sequence; V^T within TMA's reach (below 2^31
+// key columns and 2^40 bytes a batch). Success for 16-bit descriptions.
+llvm::Error checkFp8Sizes(const AttentionDesc &desc, const fj_forward_args &args);
+// The workspace an FP8 call of these sizes needs (0 for 16-bit descriptions), once
+// checkFp8Sizes passed.
 uint64_t fp8WorkspaceBytes(const AttentionDesc &desc, const fj_forward_args &args);
 
 // Checks `args` for a kernel of `desc` and fills the kernels' parameters. `noWork`

@@ -59,15 +59,49 @@ llvm::Error checkByteStrides(const fj_forward_args &a) {
 }
 } // namespace
 
+llvm::Error checkFp8Sizes(const AttentionDesc &desc, const fj_forward_args &a) {
+  if (desc.dtype != FJ_DTYPE_E4M3 || a.batch <= 0 || a.seqlen_k <= 0)
+    return llvm::Error::success();  // no workspace (or refused elsewhere)
+  if (a.cu_seqlens_q) {
+    // A variable-length batch is one packed sequence to the kernel's tensor maps, which
+    // need its row counts (the 16-bit calls have a fallback family without them; FP8
+    // none). batch sequences of at most seqlen rows hold at most batch * seqlen.
+    if (a.total_q <= 0 || a.total_k <= 0)
+      return makeError(ErrorCode::InvalidValue,
+                       "args->total_q is {0} and total_k {1}: an FP8 call with cu_seqlens "
+                       "needs both, the packed row counts (cu_seqlens_q[batch], "
+                       "cu_seqlens_k[batch])",
+                       a.total_q, a.total_k);
+    for (auto [field, total, longest] :
+         {std::tuple{"total_q", a.total_q, a.seqlen_q}, std::tuple{"total_k", a.total_k, a.seqlen_k}})
+      if (total > (int64_t)a.batch * longest)
+        return makeError(ErrorCode::InvalidValue,
+                         "args->{0} is {1}: more than batch ({2}) sequences of at most {3} "
+                         "rows hold",
+                         field, total, a.batch, longest);
+  }
+  // V^T's key columns are TMA coordinates (32-bit), and its rows of one batch a TMA
+  // stride (below 2^40 bytes); both bound the workspace's size too.
+  const generator::Fp8TransposedLayout vt = generator::fp8TransposedLayout(
+      a.batch, a.seqlen_k, a.cu_seqlens_q ? a.total_k : 0);
+  const int64_t batchBytes = vt.keys < (INT64_C(1) << 31)
+                                 ? (int64_t)desc.headsKV * desc.headDimV * vt.keys
+                                 : INT64_MAX;
+  if (batchBytes >= (INT64_C(1) << 40))
+    return makeError(ErrorCode::NotSupported,
+                     "FP8 kernels cannot take {0} keys{1} with {2} kv heads of {3}: v "
+                     "transposed would need {4} key columns and {2} x {3} x {4} bytes a batch "
+                     "(TMA addresses below 2^31 columns and 2^40 bytes)",
+                     a.cu_seqlens_q ? a.total_k : (int64_t)a.seqlen_k,
+                     a.cu_seqlens_q ? " (total_k)" : " (seqlen_k)", desc.headsKV,
+                     desc.headDimV, vt.keys);
+  return llvm::Error::success();
+}
+
 llvm::Error checkFp8ForwardArgs(const AttentionDesc &desc, const fj_forward_args &a,
                                 FjForwardParams &params) {
-  // A variable-length batch is one packed sequence to the kernel's tensor maps, which
-  // need its row counts (the 16-bit calls have a fallback family without them; FP8 none).
-  if (a.cu_seqlens_q && (a.total_q <= 0 || a.total_k <= 0))
-    return makeError(ErrorCode::InvalidValue,
-                     "args->total_q is {0} and total_k {1}: an FP8 call with cu_seqlens needs "
-                     "both, the packed row counts (cu_seqlens_q[batch], cu_seqlens_k[batch])",
-                     a.total_q, a.total_k);
+  if (llvm::Error error = checkFp8Sizes(desc, a))
+    return error;
   if (a.seqlen_k == 0)
     return makeError(ErrorCode::NotSupported,
                      "args->seqlen_k is 0: FP8 kernels need at least one key");
@@ -106,6 +140,7 @@ llvm::Error checkFp8ForwardArgs(const AttentionDesc &desc, const fj_forward_args
 }
 
 uint64_t fp8WorkspaceBytes(const AttentionDesc &desc, const fj_forward_args &a) {
+  // checkFp8Sizes passed: no overflow below.
   if (desc.dtype != FJ_DTYPE_E4M3 || a.batch <= 0 || a.seqlen_k <= 0)
     return 0;
   return (uint64_t)generator::fp8TransposedBytes(a.batch, desc.headsKV, desc.headDimV,

@@ -463,7 +463,10 @@ FJ_API fj_status fj_forward_dispatch_info(fj_kernel kernel, const fj_forward_arg
 /* The workspace fj_forward needs for `args` (added in 0.7): 0 for 16-bit kernels; for an
  * FP8 kernel batch * num_heads_kv * head_dim_v * (seqlen_k rounded up to 64) bytes, or
  * with cu_seqlens num_heads_kv * head_dim_v * (total_k rounded up to 64 + 320 * batch).
- * Reads only the sizes of `args` (batch, seqlen_k, whether cu_seqlens_q is set, total_k). */
+ * Reads only the sizes of `args` (batch, seqlen_k, whether cu_seqlens_q is set, total_q,
+ * total_k): FJ_ERROR_INVALID_VALUE for packed row counts that batch sequences of the
+ * longest lengths cannot hold, FJ_ERROR_NOT_SUPPORTED where v transposed would pass 2^31
+ * key columns or 2^40 bytes a batch (what TMA addresses). */
 FJ_API fj_status fj_forward_workspace_size(fj_kernel kernel, const fj_forward_args *args,
                                            size_t *bytes);
 

@@ -13,6 +13,7 @@
 #include "tuner/family.h"
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -540,7 +541,7 @@ TEST(ApiFp8Kernel, WorkspaceSizeIsTheDocumentedOne) {
       desc.num_heads_kv = heads;
       DeviceFreeKernel k(desc);
       for (Shape s : {Shape{2, 256}, Shape{2, 257}, Shape{1, 1}, Shape{3, 64}, Shape{3, 65},
-                      Shape{2, 389}, Shape{65535, 1 << 30}, Shape{0, 100}, Shape{4, 0}}) {
+                      Shape{2, 389}, Shape{65535, 1 << 24}, Shape{0, 100}, Shape{4, 0}}) {
         fj_forward_args args;
         fj_forward_args_init(&args);  // only the sizes are read: no pointers, no strides
         args.batch = s.batch;
@@ -586,7 +587,7 @@ TEST(ApiFp8Kernel, WorkspaceSizeOfVariableLengthBatches) {
     call.seqlen_k = s.longest;
     call.cu_seqlens_q = (const int32_t *)fakeDevicePointer(6);
     call.cu_seqlens_k = (const int32_t *)fakeDevicePointer(7);
-    call.total_q = 200;
+    call.total_q = call.seqlen_q;  // at most batch x seqlen_q
     call.total_k = s.totalK;
     call.q_batch_stride = call.k_batch_stride = call.v_batch_stride = 3;  // not read
     size_t bytes = 0;
@@ -603,6 +604,48 @@ TEST(ApiFp8Kernel, WorkspaceSizeOfVariableLengthBatches) {
     EXPECT_TRUE(failsWith(fj_validate_forward_args(&desc, &call), FJ_ERROR_INVALID_VALUE,
                           {"args->workspace_bytes is"}));
   }
+}
+
+// Sizes V^T cannot take are refused before any size is computed: more packed rows than
+// batch sequences of the longest length hold, and V^T beyond TMA's reach (2^31 key
+// columns, 2^40 bytes a batch). A packed total_k near 2^56 once overflowed the size
+// (tests/fuzz/corpus/api/fp8_varlen_total_k_overflow).
+TEST(ApiFp8Kernel, WorkspaceSizesBeyondWhatTmaAddresses) {
+  fj_attention_desc desc = fp8Desc();  // 2 kv heads of 128
+  DeviceFreeKernel k(desc);
+  fj_forward_args call = fp8Args(desc);  // batch 2, 128 queries, 256 keys
+  call.cu_seqlens_q = (const int32_t *)fakeDevicePointer(6);
+  call.cu_seqlens_k = (const int32_t *)fakeDevicePointer(7);
+  call.total_q = 256;
+  call.total_k = INT64_C(72056494526300736);
+  size_t bytes = 7;
+  for (auto check : {std::function<fj_status()>([&] {
+                       return fj_forward_workspace_size(k.kernel, &call, &bytes);
+                     }),
+                     std::function<fj_status()>(
+                         [&] { return fj_validate_forward_args(&desc, &call); })}) {
+    call.total_k = INT64_C(72056494526300736);
+    EXPECT_TRUE(failsWith(check(), FJ_ERROR_INVALID_VALUE,
+                          {"args->total_k is 72056494526300736", "batch (2) sequences of at "
+                                                                  "most 256 rows"}));
+    call.total_k = 512;
+    call.total_q = 257;
+    EXPECT_TRUE(failsWith(check(), FJ_ERROR_INVALID_VALUE, {"args->total_q is 257"}));
+    call.total_q = 256;
+  }
+  // 2^30 keys of 8 kv heads of 128: 2^40 bytes a batch, one past TMA's strides.
+  desc.num_heads_q = desc.num_heads_kv = 8;
+  DeviceFreeKernel wide(desc);
+  fj_forward_args huge;
+  fj_forward_args_init(&huge);
+  huge.batch = 1;
+  huge.seqlen_k = 1 << 30;
+  EXPECT_TRUE(failsWith(fj_forward_workspace_size(wide.kernel, &huge, &bytes),
+                        FJ_ERROR_NOT_SUPPORTED,
+                        {"FP8 kernels cannot take 1073741824 keys (seqlen_k)", "2^40 bytes"}));
+  huge.seqlen_k = (1 << 30) - 64;
+  EXPECT_TRUE(succeeds(fj_forward_workspace_size(wide.kernel, &huge, &bytes)));
+  EXPECT_EQ(bytes, (size_t)8 * 128 * ((1 << 30) - 64));
 }
 
 TEST(ApiFp8Kernel, WorkspaceSizeOfSixteenBitKernelsIsZero) {
