@@ -222,11 +222,11 @@ llvm::Error encodeOperand(CUtensorMap &map, const generator::TmaOperands &tma, c
                                        box, elementStrides, swizzle);
 }
 
-// The tensor maps of Q and K (maps[0] and [1]), 16-bit or bytes8. A variable-length batch
-// is one packed sequence of total_q (total_k) rows to TMA; the kernel offsets each
-// sequence's rows by cu_seqlens.
-llvm::Error encodeQK(CUtensorMap (&maps)[4], const generator::TmaOperands &tma,
-                     const FjForwardParams &params, bool bytes8) {
+// The tensor maps of Q, K and (withV) V: maps[0..2], 16-bit or bytes8 (FP8, whose V^T
+// the caller maps). A variable-length batch is one packed sequence of total_q (total_k)
+// rows to TMA; the kernel offsets each sequence's rows by cu_seqlens.
+llvm::Error encodeQKV(CUtensorMap (&maps)[4], const generator::TmaOperands &tma,
+                      const FjForwardParams &params, bool bytes8, bool withV) {
   const bool varlen = variableLength(params);
   const long long rowsQ = varlen ? params.total_q : params.seqlen_q;
   const long long rowsK = varlen ? params.total_k : params.seqlen_k;
@@ -236,9 +236,16 @@ llvm::Error encodeQK(CUtensorMap (&maps)[4], const generator::TmaOperands &tma,
                                tmaBatchStride(params, params.q_batch_stride), tma.panelD,
                                tma.qRows, bytes8))
     return err;
-  return encodeOperand(maps[1], tma, params.k, tma.headDim, rowsK, params.heads_kv, batches,
-                       params.k_row_stride, params.k_head_stride,
-                       tmaBatchStride(params, params.k_batch_stride), tma.panelD, tma.kvRows,
+  if (auto err = encodeOperand(maps[1], tma, params.k, tma.headDim, rowsK, params.heads_kv,
+                               batches, params.k_row_stride, params.k_head_stride,
+                               tmaBatchStride(params, params.k_batch_stride), tma.panelD,
+                               tma.kvRows, bytes8))
+    return err;
+  if (!withV)
+    return llvm::Error::success();
+  return encodeOperand(maps[2], tma, params.v, tma.headDimV, rowsK, params.heads_kv, batches,
+                       params.v_row_stride, params.v_head_stride,
+                       tmaBatchStride(params, params.v_batch_stride), tma.panelDv, tma.kvRows,
                        bytes8);
 }
 } // namespace
@@ -254,15 +261,7 @@ llvm::Error ForwardKernel::launch(const FjForwardParams &params, CUstream stream
     if (auto err = checkTmaArguments(params))
       return err;
     alignas(64) CUtensorMap maps[4] = {};
-    if (auto err = encodeQK(maps, tma, params, /*bytes8=*/false))
-      return err;
-    const bool varlen = variableLength(params);
-    if (auto err = encodeOperand(maps[2], tma, params.v, tma.headDimV,
-                                 varlen ? params.total_k : params.seqlen_k, params.heads_kv,
-                                 varlen ? 1 : params.batch, params.v_row_stride,
-                                 params.v_head_stride,
-                                 tmaBatchStride(params, params.v_batch_stride), tma.panelDv,
-                                 tma.kvRows))
+    if (auto err = encodeQKV(maps, tma, params, /*bytes8=*/false, /*withV=*/true))
       return err;
     // O by TMA where the kernel can and its map describes O; else the kernel stores it.
     int oByTma = tma.oRows > 0 && outputByTma(params) ? 1 : 0;
@@ -303,7 +302,7 @@ llvm::Error ForwardKernel::launchFp8(FjForwardParams params, CUstream stream) co
                                          transposeArgs))
     return err;
   alignas(64) CUtensorMap maps[4] = {};
-  if (auto err = encodeQK(maps, tma, params, /*bytes8=*/true))
+  if (auto err = encodeQKV(maps, tma, params, /*bytes8=*/true, /*withV=*/false))
     return err;
   // V^T: columns are keys, rows head_dim_v (zero-filled up to vtRows).
   const long long vtRow = params.vt_keys, vtHead = tma.headDimV * vtRow,

@@ -451,8 +451,26 @@ _grad_enabled = torch.is_grad_enabled
 _is_compiling = torch.compiler.is_compiling
 
 
-def _cu_key(t):
+def _tensor_key(t):
+    """What a plan's key holds of an optional tensor argument (descales, cu_seqlens)."""
     return None if t is None else (t.shape, t.stride(), t.dtype, t.get_device())
+
+
+def _varlen_key(varlen):
+    return (_tensor_key(varlen[0]), _tensor_key(varlen[1]), varlen[2], varlen[3])
+
+
+def _store_plan(key, plan):
+    """plan (None: the general path takes the call) kept under key for later calls."""
+    if plan is not None:
+        if len(_plans) >= _MAX_PLANS:  # many shapes (e.g. every length): start over
+            _plans.clear()
+        _plans[key] = plan
+    return plan
+
+
+def _set_cu_seqlens(args, varlen):
+    args.cu_seqlens_q, args.cu_seqlens_k = varlen[0].data_ptr(), varlen[1].data_ptr()
 
 
 def fast_forward(q, k, v, causal, scale, layout, varlen=None):
@@ -467,21 +485,16 @@ def fast_forward(q, k, v, causal, scale, layout, varlen=None):
         # get_device(): an int (-1 on the CPU), cheaper than building torch.device objects.
         key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype,
                k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), causal,
-               scale, layout, _thread_id(), None if varlen is None else
-               (_cu_key(varlen[0]), _cu_key(varlen[1]), varlen[2], varlen[3]))
+               scale, layout, _thread_id(), None if varlen is None else _varlen_key(varlen))
         plan = _plans.get(key)
     except (AttributeError, TypeError):  # not tensors, or an unhashable argument
         return None
     if plan is None:
-        plan = _make_plan(q, k, v, causal, scale, layout, varlen=varlen)
+        plan = _store_plan(key, _make_plan(q, k, v, causal, scale, layout, varlen=varlen))
         if plan is None:
             return None
-        if len(_plans) >= _MAX_PLANS:  # many shapes (e.g. every length): start over
-            _plans.clear()
-        _plans[key] = plan
     if varlen is not None:
-        plan.args.cu_seqlens_q, plan.args.cu_seqlens_k = varlen[0].data_ptr(), \
-            varlen[1].data_ptr()
+        _set_cu_seqlens(plan.args, varlen)
     if plan.fp8 is not None:  # FP8 inputs without descales: o bf16
         return _launch_fp8(plan, q, k, v, None, None, None)
     o = q.new_empty(plan.o_shape)  # q's dtype and device (fewer arguments to parse)
@@ -495,10 +508,6 @@ def fast_forward(q, k, v, causal, scale, layout, varlen=None):
     return o
 
 
-def _descale_key(t):
-    return None if t is None else (t.shape, t.stride(), t.dtype, t.get_device())
-
-
 def fast_forward_fp8(q, k, v, causal, scale, layout, q_descale, k_descale, v_descale,
                      out_dtype, varlen=None):
     """fast_forward for calls with FP8 arguments (descales, out_dtype): o, or None when
@@ -510,25 +519,22 @@ def fast_forward_fp8(q, k, v, causal, scale, layout, q_descale, k_descale, v_des
             return None
         key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype,
                k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), causal,
-               scale, layout, _thread_id(), _descale_key(q_descale), _descale_key(k_descale),
-               _descale_key(v_descale), out_dtype, None if varlen is None else
-               (_cu_key(varlen[0]), _cu_key(varlen[1]), varlen[2], varlen[3]))
+               scale, layout, _thread_id(), _tensor_key(q_descale), _tensor_key(k_descale),
+               _tensor_key(v_descale), out_dtype,
+               None if varlen is None else _varlen_key(varlen))
         plan = _plans.get(key)
     except (AttributeError, TypeError):  # not tensors, or an unhashable argument
         return None
     if plan is None:
-        plan = _make_plan(q, k, v, causal, scale, layout, (q_descale, k_descale, v_descale),
-                          out_dtype, varlen)
+        plan = _store_plan(key, _make_plan(q, k, v, causal, scale, layout,
+                                           (q_descale, k_descale, v_descale), out_dtype,
+                                           varlen))
         if plan is None:
             return None
-        if len(_plans) >= _MAX_PLANS:
-            _plans.clear()
-        _plans[key] = plan
     if plan.fp8 is None:  # 16-bit inputs with out_dtype their own dtype
         return fast_forward(q, k, v, causal, scale, layout, varlen)
     if varlen is not None:
-        plan.args.cu_seqlens_q, plan.args.cu_seqlens_k = varlen[0].data_ptr(), \
-            varlen[1].data_ptr()
+        _set_cu_seqlens(plan.args, varlen)
     return _launch_fp8(plan, q, k, v, q_descale, k_descale, v_descale)
 
 
