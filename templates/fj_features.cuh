@@ -46,6 +46,13 @@ template <typename F> struct FeatureTraits {
   static constexpr bool kAny = kTransforms || kMasks;
   static constexpr bool kLeftBound = F::kWindow && F::kWindowLeft >= 0;
   static constexpr bool kRightBound = F::kWindow && F::kWindowRight >= 0;
+  // A family transforms every score of a tile first, in a loop of its own, and the mask
+  // (on few tiles) then overwrites what it drops. For ALiBi alone: a bound test beside
+  // each score's few multiply-adds in one loop made ALiBi cost twice the instructions,
+  // and spilled half the d = 128 tiles (docs/PERF.md f3). Not with soft-capping: its tanh
+  // calls, one after another, left two-consumer tiles 3 to 8 % slower. Not for the
+  // user's score_mod, never called for a key past the sequence end.
+  static constexpr bool kTransformFirst = F::kAlibi && !(F::kSoftcap > 0.f) && !F::kScoreMod;
 };
 
 // tanh with one MUFU instruction (relative error 2^-10.99, far below the rounding of

@@ -317,7 +317,20 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
                   p, slot, warp_row0 + mt * 16 + g + 8 * hf, 2 * t, bits[mt][hf]);
       }
     }
-    if (FeatureTraits<F>::kTransforms || needs_mask) {
+    // ALiBi: every score transformed, then the mask (FeatureTraits::kTransformFirst).
+    constexpr bool kTransformFirst = FeatureTraits<F>::kTransformFirst;
+    if constexpr (kTransformFirst) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            acc_s[mt][nt][e] =
+                hook.apply(acc_s[mt][nt][e], q0 + warp_row0 + mt * 16 + g + ((e >> 1) << 3),
+                           key0 + 2 * t, nt * 8 + (e & 1));
+    }
+    if ((FeatureTraits<F>::kTransforms && !kTransformFirst) || needs_mask) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -336,7 +349,7 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
               masked = needs_mask && (geometry || !hook.keeps(row, col));
             if (masked)
               acc_s[mt][nt][e] = neg_inf();
-            else if (FeatureTraits<F>::kTransforms)
+            else if (FeatureTraits<F>::kTransforms && !kTransformFirst)
               acc_s[mt][nt][e] =
                   hook.apply(acc_s[mt][nt][e], row, key0 + 2 * t, nt * 8 + (e & 1));
           }

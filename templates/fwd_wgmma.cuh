@@ -136,13 +136,15 @@ struct FwdWgmmaConfig {
   // work tile's first diagonal outwards (kDiagonalFirst: down to the first tile, then
   // up), and takes the exact softmax only where a warp's scores can rise: on the way up,
   // over the tiles up to its rows' diagonals (work_tile, rises_towards_diagonal).
-  // (Causal ALiBi would need no new order, last to first starts at the diagonal, but
-  // with the mask's code beside the fast softmax its default tile spilled 144 B.)
+  // Causal ALiBi needs no new order: last to first starts at the diagonal, and the bias
+  // only falls from there (with ALiBi's scores transformed in a loop of their own, its
+  // tiles fit the fast softmax, docs/PERF.md f3).
   static constexpr bool kDiagonalFirst =
       !kCausal && Features_::kAlibi && !Features_::kMaskMod;
+  static constexpr bool kAlibiFallsAway = kCausal && Features_::kAlibi && !Features_::kMaskMod;
   static constexpr bool kFastSoftmax =
       kOverlap && kBlockN / 2 + kPRegs + kDvPad / 2 + kDvPad / 8 + 24 <= kConsumerRegs &&
-      !Features_::kScoreMod && (!Features_::kAlibi || kDiagonalFirst);
+      !Features_::kScoreMod && (!Features_::kAlibi || kDiagonalFirst || kAlibiFallsAway);
   // Two consumer warpgroups take turns issuing their products.
   static constexpr bool kPingPong = kConsumers == 2;
   // A causal work tile's first key tile, which holds the diagonal, gets a masked softmax
@@ -710,6 +712,28 @@ __device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2], cons
   if constexpr (!Cfg::FeatureInfo::kAny) {
     mask_groups<Cfg, 0, Cfg::kBlockN / 8>(acc_s, limit);
   } else {
+    if constexpr (Cfg::FeatureInfo::kTransformFirst) {  // every score, then the mask
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
+#pragma unroll
+          for (int e = 2 * hf; e < 2 * hf + 2; ++e)
+            acc_s[nt * 4 + e] =
+                hook.apply(acc_s[nt * 4 + e], row[hf], key0 + 2 * t, nt * 8 + (e & 1));
+      if (!mask)
+        return;
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
+#pragma unroll
+          for (int e = 2 * hf; e < 2 * hf + 2; ++e)
+            if (nt * 8 + (e & 1) > limit[hf] ||
+                !hook.keeps(row[hf], key0 + nt * 8 + 2 * t + (e & 1)))
+              acc_s[nt * 4 + e] = neg_inf();
+      return;
+    }
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
