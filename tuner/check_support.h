@@ -47,11 +47,13 @@ llvm::Expected<std::vector<T>> downloadAll(const runtime::DeviceBuffer &buffer) 
 
 // A reference kernel built by `build()` once per `key` in each CUDA context that asks (a
 // module loaded in one device's context cannot be launched in another's), and kept for
-// the process's life.
+// the process's life. The map is never destroyed: its destructor ran at exit, after the
+// context had gone, and unloading a module then crashed inside the driver (`flashjit
+// bench` of e4m3 and bf16, H100); the driver frees the modules with their context.
 template <typename Kernel, typename Build>
 llvm::Expected<const Kernel *> referenceInContext(const std::string &key, Build build) {
   static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<Kernel>> kernels;
+  static auto &kernels = *new std::map<std::string, std::unique_ptr<Kernel>>;
   llvm::Expected<CUcontext> context = runtime::currentContext();
   if (!context)
     return context.takeError();
