@@ -227,13 +227,23 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=
         mod_tensors, mod_scalars, mod_ints = check_mod_args(
             mod_tensors, mod_scalars, mod_ints, getattr(q, "device", None))
     ops = _fast_ops
-    if ops is not None and not return_lse and features == PLAIN and block_mask is None:
+    # The built-in features (window, softcap, ALiBi) take the fast path too; the user's
+    # code (score_mod, mask_mod and their args) and block masks take the operator.
+    plain = features == PLAIN
+    builtin = plain or (features.score_mod is None and features.mask_mod is None
+                        and not (mod_tensors or mod_scalars or mod_ints))
+    if ops is not None and not return_lse and builtin and block_mask is None:
         # Eager inference: the launch without the operator dispatcher (its cost is most
         # of a small call's; docs/PYTHON.md, "Overhead").
         packed = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) if varlen else None
+        out = None
         if out_dtype is None and q_descale is None and k_descale is None and v_descale is None:
-            out = ops.fast_forward(q, k, v, causal, scale, layout, packed)
-        else:
+            if plain:
+                out = ops.fast_forward(q, k, v, causal, scale, layout, packed)
+            else:
+                out = ops.fast_forward(q, k, v, causal, scale, layout, packed,
+                                       (features, alibi_slopes))
+        elif plain:
             out = ops.fast_forward_fp8(q, k, v, causal, scale, layout, q_descale, k_descale,
                                        v_descale, out_dtype, packed)
         if out is not None:

@@ -375,12 +375,16 @@ class _Plan:
 
 
 def _make_plan(q, k, v, causal, scale, layout, descales=(None, None, None), out_dtype=None,
-               varlen=None):
+               varlen=None, features=None):
     """The plan of a call, None where the general path must take it (it raises the
     errors the checks here let through, or copies FP8 descales whose strides differ).
     varlen: None, or (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k); the plan
-    then holds the packed row counts, and each call sets the cu_seqlens pointers."""
+    then holds the packed row counts, and each call sets the cu_seqlens pointers.
+    features: None, or (checked built-in _checks.Features, alibi_slopes or None); each
+    call sets the slopes' pointer."""
     cu_q, cu_k, max_q, max_k = varlen or (None, None, None, None)
+    if features is not None and _checks.is_fp8(q):
+        return None  # the general path refuses features with FP8 inputs
     _, dims = _checks.check_inputs(q, k, v, layout, cu_q, cu_k, pointers=True, fp8=True)
     if varlen is not None:
         if max_q is None or max_k is None:
@@ -407,10 +411,14 @@ def _make_plan(q, k, v, causal, scale, layout, descales=(None, None, None), out_
                                                              pointers=True))
     if strides is None:
         return None
+    alibi_batch_stride = None
+    if features is not None and features[1] is not None:
+        alibi_batch_stride = _checks.check_alibi_slopes(features[1], b, hq, q.device)
     plan = _Plan()
     plan.index = _device_index(q)
     plan.handle, _ = kernel(plan.index, _checks.dtype_name(q, fp8=True), d, v.shape[-1], hq,
                             hk, bool(causal), float(scale), False, (sq, sk, b),
+                            _checks.PLAIN if features is None else features[0],
                             out_dtype=out if fp8 else None)
     plan.o_shape, _ = _out_shapes(q, v, layout, varlen is not None)
     plan.dtype, plan.device = q.dtype, q.device
@@ -425,6 +433,8 @@ def _make_plan(q, k, v, causal, scale, layout, descales=(None, None, None), out_
         ob, os_, oh = (o_strides[0], o_strides[1], o_strides[2]) if lay.name == "bshd" else \
             (o_strides[0], o_strides[2], o_strides[1])
     template.o_batch_stride, template.o_seq_stride, template.o_head_stride = ob, os_, oh
+    if alibi_batch_stride is not None:
+        template.alibi_batch_stride = alibi_batch_stride
     plan.fp8 = None
     if fp8:
         template.descale_batch_stride, template.descale_head_stride = strides
@@ -473,10 +483,11 @@ def _set_cu_seqlens(args, varlen):
     args.cu_seqlens_q, args.cu_seqlens_k = varlen[0].data_ptr(), varlen[1].data_ptr()
 
 
-def fast_forward(q, k, v, causal, scale, layout, varlen=None):
+def fast_forward(q, k, v, causal, scale, layout, varlen=None, features=None):
     """o, or None when the call needs the operator (autograd, torch.compile) or the
     general path's checks and messages (arguments that are not tensors, a bad scale).
-    varlen: None, or (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)."""
+    varlen: None, or (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k).
+    features: None, or (checked built-in _checks.Features, alibi_slopes or None)."""
     if _is_compiling():
         return None
     try:
@@ -485,16 +496,20 @@ def fast_forward(q, k, v, causal, scale, layout, varlen=None):
         # get_device(): an int (-1 on the CPU), cheaper than building torch.device objects.
         key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype,
                k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), causal,
-               scale, layout, _thread_id(), None if varlen is None else _varlen_key(varlen))
+               scale, layout, _thread_id(), None if varlen is None else _varlen_key(varlen),
+               None if features is None else (features[0], _tensor_key(features[1])))
         plan = _plans.get(key)
     except (AttributeError, TypeError):  # not tensors, or an unhashable argument
         return None
     if plan is None:
-        plan = _store_plan(key, _make_plan(q, k, v, causal, scale, layout, varlen=varlen))
+        plan = _store_plan(key, _make_plan(q, k, v, causal, scale, layout, varlen=varlen,
+                                           features=features))
         if plan is None:
             return None
     if varlen is not None:
         _set_cu_seqlens(plan.args, varlen)
+    if features is not None and features[1] is not None:
+        plan.args.alibi_slopes = features[1].data_ptr()
     if plan.fp8 is not None:  # FP8 inputs without descales: o bf16
         return _launch_fp8(plan, q, k, v, None, None, None)
     o = q.new_empty(plan.o_shape)  # q's dtype and device (fewer arguments to parse)

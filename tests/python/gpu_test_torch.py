@@ -578,6 +578,10 @@ def features_case(name, sq, sk, causal, **features):
     o, lse = flashjit.attention(q, k, v, causal=causal, return_lse=True, **call)
     assert o.shape == (2, sq, 8, 64), o.shape
     check_features(o, lse, q, k, v, causal=causal, **refs)
+    # Without return_lse the eager fast path takes the built-in features (the user's code
+    # keeps the operator): the operator's bits either way.
+    fast = flashjit.attention(q, k, v, causal=causal, **call)
+    assert torch.equal(fast, o), "without return_lse: not the operator's output"
 
 
 def alibi_slopes(heads, batch=None):
@@ -631,6 +635,13 @@ def features_varlen():
         check_features(o[rq][None], None, q[rq][None], k[rk][None], v[rk][None],
                        what=f"sequence {b}", causal=True, window=(48, 0),
                        slopes=slopes[b:b + 1])
+    # The fast path's plan again, with other slopes of the same shape: the call's.
+    call = dict(causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=130,
+                max_seqlen_k=300, window=(48, 0), alibi_slopes=slopes * 0.5)
+    fast = flashjit.attention(q, k, v, **call)
+    want, _ = flashjit.attention(q, k, v, return_lse=True, **call)
+    assert torch.equal(fast, want), "fast path: a plan reused with other ALiBi slopes"
+    assert not torch.equal(fast, o), "other slopes, the same output"
 
 
 @case("features: torch.compile(fullgraph=True)")
