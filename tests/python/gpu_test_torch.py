@@ -12,7 +12,8 @@ the LSE; gradients of q, k, v (also varlen and deterministic); torch.compile
 (forward, and forward + backward); a side stream; flashjit.sdpa against
 F.scaled_dot_product_attention and its fallbacks; bad arguments; the attention features
 (window, softcap, ALiBi, score_mod, mask_mod; alone, together, varlen, compiled, their
-LSE and empty rows, one handle per user code text, and backward raising); block masks
+LSE and empty rows, the fast path's bits equal to the operator's, one handle per user code
+text, and backward raising); block masks
 (0.6: create_block_mask with a document mask and a prefix-LM mask, causal or not, GQA/MQA,
 odd lengths, shared across batch and heads, BHSD, varlen, rows that see no key: equal to
 the same call without the mask and to the reference; update() in place, with new
