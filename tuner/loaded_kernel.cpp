@@ -3,6 +3,7 @@
 #include "support/error.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 
 namespace flashjit::tuner {
@@ -117,11 +118,19 @@ long long tmaBatchStride(const FjForwardParams &params, long long stride) {
   return variableLength(params) ? 0 : stride;
 }
 bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
-// 16-bit elements: a stride in multiples of 8 elements is a multiple of 16 bytes.
-bool tmaStride(long long stride) { return stride % 8 == 0 && stride >= 0 && stride < (1ll << 39); }
-// 8-bit elements (FP8 inputs): multiples of 16.
-bool tmaStride8(long long stride) {
-  return stride % 16 == 0 && stride >= 0 && stride < (1ll << 39);
+// A stride (in elements of elementBytes) a tensor map takes: a multiple of 16 bytes, below
+// 2^39 elements: 8 16-bit elements, 16 8-bit ones (FP8 inputs).
+bool tmaStride(long long stride, int elementBytes = 2) {
+  return stride % (16 / elementBytes) == 0 && stride >= 0 && stride < (1ll << 39);
+}
+// The row, head and batch strides of q, k and v that the tensor maps take (batch strides
+// are not read for a variable-length batch).
+std::array<long long, 9> qkvStrides(const FjForwardParams &params) {
+  return {params.q_row_stride, params.q_head_stride,
+          tmaBatchStride(params, params.q_batch_stride), params.k_row_stride,
+          params.k_head_stride, tmaBatchStride(params, params.k_batch_stride),
+          params.v_row_stride, params.v_head_stride,
+          tmaBatchStride(params, params.v_batch_stride)};
 }
 } // namespace
 
@@ -133,12 +142,8 @@ const char *fp8ArgumentProblem(const FjForwardParams &params) {
     return "FP8 kernels need at least one key";
   if (!aligned16(params.q) || !aligned16(params.k) || !aligned16(params.v))
     return "FP8 kernels need q, k and v aligned to 16 bytes";
-  for (long long stride : {params.q_row_stride, params.q_head_stride,
-                           tmaBatchStride(params, params.q_batch_stride), params.k_row_stride,
-                           params.k_head_stride, tmaBatchStride(params, params.k_batch_stride),
-                           params.v_row_stride, params.v_head_stride,
-                           tmaBatchStride(params, params.v_batch_stride)})
-    if (!tmaStride8(stride))
+  for (long long stride : qkvStrides(params))
+    if (!tmaStride(stride, 1))
       return "FP8 kernels need q, k and v strides that are multiples of 16 elements (16 "
              "bytes) and below 2^39";
   if (!params.v_transposed || !aligned16(params.v_transposed))
@@ -157,13 +162,7 @@ const char *tmaArgumentProblem(const FjForwardParams &params, long long *badStri
     return "TMA kernels need at least one key (a tensor map cannot describe an empty K/V)";
   if (!aligned16(params.q) || !aligned16(params.k) || !aligned16(params.v))
     return "TMA kernels need q, k and v aligned to 16 bytes";
-  const long long strides[] = {params.q_row_stride, params.q_head_stride,
-                               tmaBatchStride(params, params.q_batch_stride),
-                               params.k_row_stride, params.k_head_stride,
-                               tmaBatchStride(params, params.k_batch_stride),
-                               params.v_row_stride, params.v_head_stride,
-                               tmaBatchStride(params, params.v_batch_stride)};
-  for (long long stride : strides)
+  for (long long stride : qkvStrides(params))
     if (!tmaStride(stride)) {
       if (badStride)
         *badStride = stride;
