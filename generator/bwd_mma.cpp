@@ -114,21 +114,23 @@ TileConfig bwdMmaDefaultTile(const KernelSpec &spec) {
   return last;
 }
 
-std::string bwdMmaSharedEntryPoints(const KernelSpec &spec, llvm::StringRef dqConfig) {
+std::string bwdMmaSharedEntryPoints(const KernelSpec &spec, llvm::StringRef dqConfig,
+                                    bool tiledDq) {
   return llvm::formatv("extern \"C\" __global__ void __launch_bounds__(256)\n"
                        "flashjit_bwd_prep(const FjBackwardParams params) {{\n"
-                       "  fj::bwd_mma::run_prep<{0}, {1}, {2}>(params);\n"
+                       "  fj::bwd_mma::run_prep<{0}, {1}, {2}, {4}>(params);\n"
                        "}\n"
                        "extern \"C\" __global__ void __launch_bounds__(256)\n"
                        "flashjit_bwd_convert_dq(const FjBackwardParams params) {{\n"
-                       "  fj::bwd_mma::run_convert<{0}, {1}>(params);\n"
+                       "  fj::bwd_mma::run_convert<{0}, {1}, {4}>(params);\n"
                        "}\n"
                        "extern \"C\" __global__ void __launch_bounds__({3}::kThreads, 1)\n"
                        "flashjit_bwd_dq(const FjBackwardParams params) {{\n"
                        "  extern __shared__ __align__(128) unsigned char fj_smem[];\n"
                        "  fj::bwd_mma::run_dq<{3}>(params, fj_smem);\n"
                        "}\n",
-                       elementTypeName(spec.dtype), spec.headDim, spec.headDimV, dqConfig)
+                       elementTypeName(spec.dtype), spec.headDim, spec.headDimV, dqConfig,
+                       tiledDq ? "true" : "false")
       .str();
 }
 
@@ -159,7 +161,7 @@ std::string bwdMmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
       tile.blockM, tile.blockN, tile.warps, tile.stages, spec.causal ? "true" : "false",
       bwdMmaMainSharedBytes(spec, tile), bwdMmaDqSharedBytes(spec, tile),
       split ? "true" : "false");
-  out += bwdMmaSharedEntryPoints(spec, "FjConfig");
+  out += bwdMmaSharedEntryPoints(spec, "FjConfig", false);
   auto pass = [](llvm::StringRef name, int pass) {
     return llvm::formatv("extern \"C\" __global__ void __launch_bounds__(FjConfig::kThreads, 1)\n"
                          "{0}(const FjBackwardParams params) {{\n"

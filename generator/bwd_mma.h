@@ -27,7 +27,10 @@ TileConfig bwdMmaDefaultTile(const KernelSpec &spec);
 // convert and the deterministic dq kernel. Their entry points, for a module whose dq
 // configuration is the typedef `dqConfig`, and their names and launch geometry, for the
 // tile that configuration was made from (passes and keysPerCta are the family's own).
-std::string bwdMmaSharedEntryPoints(const KernelSpec &spec, llvm::StringRef dqConfig);
+// `tiledDq`: prep and convert use the dQ accumulator's tiled layout (bwd_wgmma's,
+// fj::bwd_mma::DqTiled) rather than the row-major one.
+std::string bwdMmaSharedEntryPoints(const KernelSpec &spec, llvm::StringRef dqConfig,
+                                    bool tiledDq);
 BackwardEntries bwdMmaSharedEntries(const KernelSpec &spec, const TileConfig &dqTile);
 
 // The generated configuration block and entry points (`flashjit gen --config-only`).

@@ -13,8 +13,9 @@ namespace flashjit::generator {
 namespace {
 
 constexpr int kKeysPerCta = 128;  // two consumer warpgroups of 64 keys
-constexpr int kWarps = 8;
-constexpr int kMaxRegisters = 255;
+constexpr int kWarps = 12;        // and the warpgroup that loads and sends dQ
+constexpr int kMaxRegisters = kBwdWgmmaConsumerRegisters;
+constexpr int kMaxSharedBytes = 227 * 1024;
 // Registers a thread needs beyond the estimate's arrays (addresses, loop state).
 constexpr int kOverheadRegisters = 24;
 
@@ -46,9 +47,14 @@ bool bwdWgmmaSupportsHeadDims(const KernelSpec &spec) {
 }
 
 int bwdWgmmaMainSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
+  // Mirrors BwdWgmmaConfig::kSmemBytes: K, V, the Q and dO rings, two dS^T buffers, lse
+  // and D per stage, the two consumers' fp32 dQ slices (64 x 64),
+  // the mbarriers (the ring's full and empty, each slice's written and read).
   const int d = spec.headDim;
+  const int dqSlice = 64 * dqColumns(spec, tile) * 4;
   return 1024 + 2 * tile.blockN * d * 2 + 2 * tile.stages * tile.blockM * d * 2 +
-         tile.blockN * tile.blockM * 2 + tile.stages * 2 * tile.blockM * 4;
+         2 * tile.blockN * tile.blockM * 2 + tile.stages * 2 * tile.blockM * 4 +
+         2 * dqSlice + (2 * tile.stages + 2 * 2) * 8;
 }
 
 int bwdWgmmaSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
@@ -60,7 +66,7 @@ llvm::Error validateBwdWgmmaTile(const KernelSpec &spec, const TileConfig &tile)
   if (tile.warps != kWarps || tile.blockN != kKeysPerCta)
     return makeError(ErrorCode::InvalidValue,
                      "tile {0}: bwd_wgmma takes block_n = {1} keys on {2} warps (two "
-                     "warpgroups of 64 keys)",
+                     "warpgroups of 64 keys and one that loads and sends dQ)",
                      tile.key(), kKeysPerCta, kWarps);
   if (tile.blockM != 64 && tile.blockM != 128)
     return makeError(ErrorCode::InvalidValue,
@@ -80,6 +86,11 @@ llvm::Error validateBwdWgmmaTile(const KernelSpec &spec, const TileConfig &tile)
     return makeError(ErrorCode::InvalidValue,
                      "tile {0}: needs about {1} registers per thread for {2} (at most {3})",
                      tile.key(), regs, spec.key(), kMaxRegisters);
+  const int shared = bwdWgmmaMainSharedBytes(spec, tile);
+  if (shared > kMaxSharedBytes)
+    return makeError(ErrorCode::InvalidValue,
+                     "tile {0}: needs {1} bytes of shared memory for {2} (at most {3})",
+                     tile.key(), shared, spec.key(), kMaxSharedBytes);
   return llvm::Error::success();
 }
 
@@ -99,7 +110,9 @@ std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) 
              "static_assert(FjConfig::kSmemBytes == {11}, \"host and device disagree on shared "
              "memory\");\n"
              "static_assert(FjDqConfig::kDqSmemBytes == {12}, \"host and device disagree on the "
-             "dq kernel's shared memory\");\n\n"
+             "dq kernel's shared memory\");\n"
+             "static_assert(FjConfig::kConsumerRegs == {14} && FjConfig::kServerRegs == {15}, "
+             "\"host and device disagree on registers\");\n\n"
              "{13}"
              "extern \"C\" __global__ void __launch_bounds__(FjConfig::kThreads, 1)\n"
              "flashjit_bwd_main(const FjBackwardParams params) {{\n"
@@ -109,7 +122,8 @@ std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) 
              spec.key(), tile.key(), elementTypeName(spec.dtype), spec.headDim, tile.blockM,
              tile.stages, spec.causal ? "true" : "false", dq.blockM, dq.blockN, dq.warps,
              dq.stages, bwdWgmmaMainSharedBytes(spec, tile),
-             bwdMmaDqSharedBytes(mmaSpec(spec), dq), bwdMmaSharedEntryPoints(spec, "FjDqConfig"))
+             bwdMmaDqSharedBytes(mmaSpec(spec), dq), bwdMmaSharedEntryPoints(spec, "FjDqConfig", true),
+             kBwdWgmmaConsumerRegisters, kBwdWgmmaServerRegisters)
       .str();
 }
 

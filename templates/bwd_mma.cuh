@@ -234,9 +234,42 @@ __device__ __forceinline__ void store_tile(u16 *gmem, long long row_stride, u32 
   }
 }
 
+// ---- the fp32 dQ accumulator's tiled layout ----------------------------------------
+// bwd_mma adds dQ row by row, so its accumulator is row-major ([row][head_q][head_dim],
+// row = the packed query row). bwd_wgmma adds a consumer's whole 64 x 64 slice of a step
+// with one bulk reduction, so its slices are contiguous: rows in a padded space where
+// sequence b starts at (q0 + 128 b) rounded down to a multiple of 128 (no two sequences
+// share a 64-row group, and the space ends before rows + 128 batch), grouped by 64;
+// each (group, head) holds head_dim / 64 slices of 64 x 64 floats in the order of the
+// wgmma accumulator (register quad j, thread of the warpgroup, four floats).
+struct DqTiled {
+  static constexpr int kPad = 128;
+  __device__ static __forceinline__ long long padded_row0(long long q0, int b) {
+    return (q0 + (long long)kPad * b) / kPad * kPad;
+  }
+  // Float offset of the slice holding columns cs * 64 .. cs * 64 + 63 of 64-row group G.
+  __device__ static __forceinline__ long long slice(long long group, int h, int cs, int heads,
+                                                    int head_dim) {
+    return ((group * heads + h) * (head_dim / 64) + cs) * 4096;
+  }
+  // Offset within its slice of (row r, column c), 0 <= r, c < 64: the accumulator
+  // register 4 j + 2 hf + e of thread 32 warp + 4 g + t holds row 16 warp + g + 8 hf,
+  // column 8 j + 2 t + e.
+  __device__ static __forceinline__ int in_slice(int r, int c) {
+    const int thread = (r / 16) * 32 + (r % 8) * 4 + (c % 8) / 2;
+    return ((c / 8) * 128 + thread) * 4 + ((r % 16) / 8) * 2 + (c % 2);
+  }
+  // Offset of the pair of columns (c, c + 1), c even, of row i of sequence b.
+  __device__ static __forceinline__ long long pair(long long q0, int b, int i, int h, int c,
+                                                   int heads, int head_dim) {
+    const long long row = padded_row0(q0, b) + i;
+    return slice(row / 64, h, c / 64, heads, head_dim) + in_slice((int)(row % 64), c % 64);
+  }
+};
+
 // ---- prep: D, lse * log2(e), and the dQ accumulator zeroed -----------------------
 // Grid (ceil(seqlen_q / 8), heads_q, batch), 256 threads: one warp per query row.
-template <typename T, int kHeadDim, int kHeadDimV>
+template <typename T, int kHeadDim, int kHeadDimV, bool kTiledDq = false>
 __device__ __forceinline__ void run_prep(const FjBackwardParams &P) {
   const FjForwardParams &p = P.fwd;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -272,9 +305,13 @@ __device__ __forceinline__ void run_prep(const FjBackwardParams &P) {
     // A row that saw no key has lse -inf: +inf makes every P of it exp2(-inf) = 0.
     P.lse_log2[li] = lse == neg_inf() ? pos_inf() : lse * 1.4426950408889634f;
   }
-  if (P.dq_accum) {
-    const long long row = (seq.q_offset >= 0 ? seq.q_offset : (long long)b * p.seqlen_q) + i;
-    float4 *acc = (float4 *)(P.dq_accum + (row * p.heads_q + h) * kHeadDim);
+  const long long q0 = seq.q_offset >= 0 ? seq.q_offset : (long long)b * p.seqlen_q;
+  if (P.dq_accum && kTiledDq) {
+    for (int c = 2 * lane; c < kHeadDim; c += 64)
+      *(float2 *)(P.dq_accum + DqTiled::pair(q0, b, i, h, c, p.heads_q, kHeadDim)) =
+          make_float2(0.f, 0.f);
+  } else if (P.dq_accum) {
+    float4 *acc = (float4 *)(P.dq_accum + ((q0 + i) * p.heads_q + h) * kHeadDim);
     for (int c = lane; c < kHeadDim / 4; c += 32)
       acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
@@ -282,7 +319,7 @@ __device__ __forceinline__ void run_prep(const FjBackwardParams &P) {
 
 // ---- convert: dQ = scale * accumulator, in the element type ------------------------
 // Same grid as prep.
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, bool kTiledDq = false>
 __device__ __forceinline__ void run_convert(const FjBackwardParams &P) {
   const FjForwardParams &p = P.fwd;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -290,12 +327,20 @@ __device__ __forceinline__ void run_convert(const FjBackwardParams &P) {
   const SeqExtent seq = seq_extent(p, b);
   if (i >= seq.seqlen_q)
     return;
-  const long long row = (seq.q_offset >= 0 ? seq.q_offset : (long long)b * p.seqlen_q) + i;
-  const float *acc = P.dq_accum + (row * p.heads_q + h) * kHeadDim;
+  const long long q0 = seq.q_offset >= 0 ? seq.q_offset : (long long)b * p.seqlen_q;
   u16 *dq = (u16 *)P.dq +
             tensor_base(seq.q_offset, b, h, P.dq_batch_stride, P.dq_row_stride,
                         P.dq_head_stride) +
             (long long)i * P.dq_row_stride;
+  if (kTiledDq) {
+    for (int c = 2 * lane; c < kHeadDim; c += 64) {
+      const float2 v = *(const float2 *)(P.dq_accum +
+                                         DqTiled::pair(q0, b, i, h, c, p.heads_q, kHeadDim));
+      *(u32 *)(dq + c) = pack2<T>(v.x * p.softmax_scale, v.y * p.softmax_scale);
+    }
+    return;
+  }
+  const float *acc = P.dq_accum + ((q0 + i) * p.heads_q + h) * kHeadDim;
   for (int c = lane; c < kHeadDim / 8; c += 32) {
     const float4 lo = *(const float4 *)(acc + c * 8), hi = *(const float4 *)(acc + c * 8 + 4);
     const float s = p.softmax_scale;

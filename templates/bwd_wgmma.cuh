@@ -2,20 +2,28 @@
 //
 // The same four kernels and workspace as bwd_mma (prep, main, convert, and the
 // deterministic dq kernel, which are bwd_mma's own); only the main kernel is new. One
-// CTA per block of 128 keys of one (batch, key/value head), two warpgroups of 64 keys
-// each, walking the query blocks (and the query heads of a GQA group) that see the
-// block, kBlockM query rows per step:
+// CTA per block of 128 keys of one (batch, key/value head): two consumer warpgroups of
+// 64 keys each, walking the query blocks (and the query heads of a GQA group) that see
+// the block, kBlockM query rows per step:
 //   S^T  = K Q^T      and  dP^T = V dO^T   (shared x shared, K-major: M = keys)
 //   P^T  = exp2(S^T scale log2e - lse),  dS^T = P^T (dP^T - D)     (registers)
 //   dV  += P^T dO     and  dK  += dS^T Q   (A from registers: the accumulator layout of
 //                                           S^T is wgmma's A-fragment layout; B = dO, Q
 //                                           read MN-major)
-//   dQ   = dS K, added to the fp32 accumulator by vector atomics; dS^T goes through
-//          shared memory once (stored [key][query], read as an MN-major A operand).
-// dK and dV stay in registers across the walk. Q, dO, lse and D come through a ring of
-// kStages stages loaded with cp.async into the 128-byte-swizzled panels wgmma reads
-// (panels of 64 columns of 128-byte rows), so every argument bwd_mma takes (varlen,
-// strides that are multiples of 8 elements) works here without tensor maps.
+//   dQ   = dS K       (A = dS^T, stored to shared memory once, read MN-major)
+// dK and dV stay in registers across the walk. A third warpgroup serves the consumers,
+// so that neither loads nor dQ's trip to global memory sit on their path. Two of its
+// warps (the others idle):
+//   - copy Q, dO, lse and D with cp.async into a ring of kStages stages of the
+//     128-byte-swizzled panels wgmma reads (so every argument bwd_mma takes, varlen and
+//     strides that are multiples of 8 elements, works without tensor maps), handing
+//     each stage over through an mbarrier;
+//   - add each consumer's 64 x 64 dQ slice, which the consumer leaves in shared memory
+//     in fp32, to the global accumulator with one 16 KB bulk reduction
+//     (cp.reduce.async.bulk), the accumulator tiled to match (bwd_mma::DqTiled). The
+//     consumer goes on to its next step. docs/PERF.md bw1 measured a quarter of the
+//     time in the atomics when the consumers added dQ themselves; bw2 measured bulk
+//     reductions of one row each, and atomics from the serving warps, both slower.
 //
 // Causal attention is aligned bottom-right as in the forward; a key block skips the
 // query blocks that see none of it, and only blocks that cross the diagonal or a
@@ -38,7 +46,17 @@ struct BwdWgmmaConfig {
   static constexpr bool kCausal = kCausal_;
   static constexpr int kConsumers = 2;        // warpgroups, 64 keys each
   static constexpr int kBlockN = 64 * kConsumers;
-  static constexpr int kThreads = 128 * kConsumers;
+  static constexpr int kConsumerThreads = 128 * kConsumers;
+  static constexpr int kThreads = kConsumerThreads + 128;  // and the serving warpgroup
+  static constexpr int kLoadThreads = 64;                   // its warps 0 and 1
+
+  // Registers after setmaxnreg: 168 each at launch (384 threads, one CTA per SM); the
+  // serving warpgroup gives back all but 56. With 24 to 40, ptxas spilled, in it or, by
+  // some coupling between the roles, in the consumers, which need no more than 224.
+  static constexpr int kServerRegs = 56;
+  static constexpr int kConsumerRegs = 224;
+  static_assert(kServerRegs * 128 + kConsumerRegs * kConsumerThreads <= 168 * kThreads,
+                "the register file of one CTA");
 
   static_assert(kHeadDim % 64 == 0, "head dims of whole 128-byte panels");
   static_assert(kBlockM % 64 == 0, "query steps of whole 64-row panels");
@@ -51,15 +69,24 @@ struct BwdWgmmaConfig {
   static constexpr int kDqCols = kHeadDim / kDqColSlices;
   static_assert(kDqRowSlices * kDqColSlices == kConsumers && kDqCols % 64 == 0,
                 "dQ slices of whole panels");
+  // A consumer's dQ slice in shared memory: 64 x 64 floats in the accumulator's
+  // register order (bwd_mma::DqTiled), as the tiled accumulator holds it, so one bulk
+  // reduction adds it; each thread's quads of registers land in different banks.
+  static_assert(kDqCols == 64, "dQ slices of 64 x 64 (bwd_mma::DqTiled)");
+  static constexpr int kDqStageBytes = 64 * kDqCols * 4;
 
   // Shared memory, each operand a whole number of 1024-byte swizzle atoms from a
-  // 1024-byte aligned base: K, V, the Q and dO rings, dS^T, then lse and D per stage.
+  // 1024-byte aligned base: K, V, the Q and dO rings, dS^T (two buffers: a consumer may
+  // write the next step's while the other still reads this one's), lse and D per stage,
+  // the consumers' dQ slices, then the mbarriers: the ring's (full, empty) and each dQ
+  // slice's (written, read).
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kDsBytes = kBlockN * kBlockM * 2;
   static constexpr int kStatsBytes = 2 * kBlockM * 4;
-  static constexpr int kSmemBytes =
-      1024 + 2 * kKBytes + 2 * kStages * kQBytes + kDsBytes + kStages * kStatsBytes;
+  static constexpr int kSmemBytes = 1024 + 2 * kKBytes + 2 * kStages * kQBytes +
+                                    2 * kDsBytes + kStages * kStatsBytes +
+                                    kConsumers * kDqStageBytes + (2 * kStages + 2 * kConsumers) * 8;
 };
 
 namespace bwd_wgmma {
@@ -73,21 +100,19 @@ template <int kRows> __device__ __forceinline__ u32 panel_offset(int r, int c) {
 
 // Copies a kRows x kCols tile (rows `row_stride` elements apart) into panels with
 // cp.async; rows at or past `valid_rows` are zero-filled. Each thread keeps one chunk
-// column, so its shared-memory address steps by a constant.
+// column and steps down the rows.
 template <int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void load_panels_async(u32 dst, const u16 *src, long long row_stride,
                                                   int valid_rows, int tid) {
   constexpr int kChunks = kCols / 8;
   constexpr int kRowStep = kThreads / kChunks;
-  static_assert(kThreads % kChunks == 0 && kRowStep % 8 == 0 && kRows % kRowStep == 0,
-                "whole passes of whole atoms");
+  static_assert(kThreads % kChunks == 0 && kRows % kRowStep == 0, "whole passes");
   const int r0 = tid / kChunks, c = tid % kChunks;
   const u16 *from = src + r0 * row_stride + c * 8;
-  const u32 to = dst + panel_offset<kRows>(r0, c);
-#pragma unroll
+#pragma unroll 1  // the serving warps have few registers
   for (int it = 0; it < kRows / kRowStep; ++it) {
-    const bool valid = r0 + it * kRowStep < valid_rows;
-    cp_async_16(to + it * kRowStep * 128, valid ? from : src, valid);
+    const int r = r0 + it * kRowStep;
+    cp_async_16(dst + panel_offset<kRows>(r, c), r < valid_rows ? from : src, r < valid_rows);
     from += kRowStep * row_stride;
   }
 }
@@ -147,12 +172,12 @@ __device__ __forceinline__ void stage_rows(u32 tile, const float (&acc)[Cfg::kHe
     }
 }
 
-// Copies the first `rows` rows of a staged panel tile to global memory.
+// Copies the first `rows` rows of a staged panel tile to global memory (the consumers).
 template <typename Cfg>
 __device__ __forceinline__ void store_rows(u16 *gmem, long long row_stride, u32 tile, int rows,
                                            int tid) {
   constexpr int kChunks = Cfg::kHeadDim / 8;
-  for (int i = tid; i < Cfg::kBlockN * kChunks; i += Cfg::kThreads) {
+  for (int i = tid; i < Cfg::kBlockN * kChunks; i += Cfg::kConsumerThreads) {
     const int r = i / kChunks, c = i % kChunks;
     if (r < rows)
       st_global_v4(gmem + (long long)r * row_stride + c * 8,
@@ -160,86 +185,161 @@ __device__ __forceinline__ void store_rows(u16 *gmem, long long row_stride, u32 
   }
 }
 
-// ---- main: dK and dV of one key block, dQ by atomics ---------------------------------
-// Grid (ceil(seqlen_k / kBlockN), heads_kv, batch), kThreads threads.
+// ---- main: dK and dV of one key block, dQ by bulk reductions ------------------------
+
+// The consumers' named barrier (0 is __syncthreads), for their dS^T exchange. The
+// hand-overs between consumers and serving warps are mbarriers, every thread arriving
+// for its own accesses (an mbarrier arrival releases only the arriving thread's).
+constexpr int kBarDs = 1;
+
+// What the three roles share: the key block, its walk over (query head, query block)
+// steps and the shared-memory carve-up.
+template <typename Cfg> struct Block {
+  SeqExtent seq;
+  int n0, keys_valid, group, diag, m_begin, steps_per_head, steps, h_kv, b;
+  u32 base;  // 1024-byte aligned start of the shared-memory carve-up
+
+  __device__ __forceinline__ int head(int s) const { return h_kv * group + s / steps_per_head; }
+  __device__ __forceinline__ int m0(int s) const {
+    return (m_begin + s % steps_per_head) * Cfg::kBlockM;
+  }
+  // Shared memory, in the order BwdWgmmaConfig::kSmemBytes counts it; one base register,
+  // the rest constants.
+  static constexpr u32 kV = Cfg::kKBytes, kQ = kV + Cfg::kKBytes;
+  static constexpr u32 kDo = kQ + Cfg::kStages * Cfg::kQBytes;
+  static constexpr u32 kDs = kDo + Cfg::kStages * Cfg::kQBytes;
+  static constexpr u32 kStats = kDs + 2 * Cfg::kDsBytes;
+  static constexpr u32 kDq = kStats + Cfg::kStages * Cfg::kStatsBytes;
+  static constexpr u32 kFull = kDq + Cfg::kConsumers * Cfg::kDqStageBytes;
+  static constexpr u32 kEmpty = kFull + Cfg::kStages * 8;
+  static constexpr u32 kDqWritten = kEmpty + Cfg::kStages * 8;
+  static constexpr u32 kDqRead = kDqWritten + Cfg::kConsumers * 8;
+  __device__ __forceinline__ u32 s_k() const { return base; }
+  __device__ __forceinline__ u32 s_v() const { return base + kV; }
+  __device__ __forceinline__ u32 s_q(int stage) const { return base + kQ + stage * Cfg::kQBytes; }
+  __device__ __forceinline__ u32 s_do(int stage) const {
+    return base + kDo + stage * Cfg::kQBytes;
+  }
+  __device__ __forceinline__ u32 s_ds(int buffer) const {
+    return base + kDs + buffer * Cfg::kDsBytes;
+  }
+  __device__ __forceinline__ u32 s_stats(int stage) const {
+    return base + kStats + stage * Cfg::kStatsBytes;
+  }
+  __device__ __forceinline__ u32 s_dq(int c) const { return base + kDq + c * Cfg::kDqStageBytes; }
+  __device__ __forceinline__ u32 full(int stage) const { return base + kFull + stage * 8; }
+  __device__ __forceinline__ u32 empty(int stage) const { return base + kEmpty + stage * 8; }
+  __device__ __forceinline__ u32 dq_written(int c) const { return base + kDqWritten + c * 8; }
+  __device__ __forceinline__ u32 dq_read(int c) const { return base + kDqRead + c * 8; }
+};
+
+// The serving warps (0 and 1; lane 0 of warp c also sends consumer c's dQ): K and V
+// once, then each step's Q, dO, lse and D into the ring, a stage handed over once its
+// copies have landed and been fenced for wgmma's proxy; and consumer c's dQ slice of
+// each step to the fp32 accumulator, one bulk reduction, its buffer handed back once
+// read. The loads of step s wait for the consumers to free a stage, which they do as
+// they finish step s - kStages, with that step's dQ: so iteration s issues both, then
+// waits for both. One path for both jobs, and the walk by counters rather than
+// divisions: these warps have 56 registers (ptxas spilled when loads and dQ were two
+// branches).
 template <typename Cfg>
-__device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned char *smem) {
+__device__ __forceinline__ void serve(const FjBackwardParams &P, const Block<Cfg> &w, int tid) {
+  constexpr int D = Cfg::kHeadDim, BM = Cfg::kBlockM, BN = Cfg::kBlockN;
+  constexpr int kT = Cfg::kLoadThreads, kLag = Cfg::kStages;
+  const FjForwardParams &p = P.fwd;
+  if (w.steps == 0)
+    return;  // no query sees the block
+  {
+    const u16 *k = (const u16 *)p.k +
+                   tensor_base(w.seq.k_offset, w.b, w.h_kv, p.k_batch_stride, p.k_row_stride,
+                               p.k_head_stride) +
+                   (long long)w.n0 * p.k_row_stride;
+    const u16 *v = (const u16 *)p.v +
+                   tensor_base(w.seq.k_offset, w.b, w.h_kv, p.v_batch_stride, p.v_row_stride,
+                               p.v_head_stride) +
+                   (long long)w.n0 * p.v_row_stride;
+    load_panels_async<BN, D, kT>(w.s_k(), k, p.k_row_stride, w.keys_valid, tid);
+    load_panels_async<BN, D, kT>(w.s_v(), v, p.v_row_stride, w.keys_valid, tid);
+  }
+  const bool with_dq = P.dq_accum != nullptr;
+  const int c = tid / 32, lane = tid % 32;
+  // The query head within the group and the query block of the step loaded (h, mb) and
+  // of the step whose dQ is sent (dq_h, dq_mb, kLag steps behind).
+  int h = 0, mb = w.m_begin, dq_h = 0, dq_mb = w.m_begin;
+  for (int s = 0; s < w.steps + kLag; ++s) {
+    const int stage = s % Cfg::kStages;
+    if (s < w.steps) {
+      mbar_wait(w.empty(stage), ((s / Cfg::kStages) & 1) ^ 1);
+      const int head = w.h_kv * w.group + h, m0 = mb * BM;
+      const int rows = imin(BM, w.seq.seqlen_q - m0);
+      const u16 *q = (const u16 *)p.q +
+                     tensor_base(w.seq.q_offset, w.b, head, p.q_batch_stride, p.q_row_stride,
+                                 p.q_head_stride) +
+                     (long long)m0 * p.q_row_stride;
+      load_panels_async<BM, D, kT>(w.s_q(stage), q, p.q_row_stride, rows, tid);
+      const u16 *dout = (const u16 *)P.dout +
+                        tensor_base(w.seq.q_offset, w.b, head, P.dout_batch_stride,
+                                    P.dout_row_stride, P.dout_head_stride) +
+                        (long long)m0 * P.dout_row_stride;
+      load_panels_async<BM, D, kT>(w.s_do(stage), dout, P.dout_row_stride, rows, tid);
+      const long long li = w.seq.lse_offset + (long long)head * p.lse_head_stride + m0;
+      for (int r = tid; r < 2 * BM; r += kT) {
+        const int row = r % BM;
+        const float *src = (r < BM ? P.lse_log2 : P.dpsum) + li + row;
+        bwd_mma::cp_async_4(w.s_stats(stage) + r * 4, row < rows ? src : P.dpsum, row < rows);
+      }
+      cp_async_commit();
+      if (++mb * BM >= w.seq.seqlen_q) {
+        mb = w.m_begin;
+        ++h;
+      }
+    }
+    const bool sends = with_dq && s >= kLag;
+    if (sends) {
+      // Consumer c's slice of the step kLag behind: one bulk reduction of 16 KB into the
+      // tiled accumulator (rows past the sequence's end add zeros to its padding).
+      mbar_wait(w.dq_written(c), (s - kLag) & 1);
+      if (lane == 0) {
+        const long long q0 = w.seq.q_offset >= 0 ? w.seq.q_offset : (long long)w.b * p.seqlen_q;
+        const long long group =
+            (bwd_mma::DqTiled::padded_row0(q0, w.b) + dq_mb * BM) / 64 + c / Cfg::kDqColSlices;
+        float *dst = P.dq_accum + bwd_mma::DqTiled::slice(group, w.h_kv * w.group + dq_h,
+                                                          c % Cfg::kDqColSlices, p.heads_q, D);
+        asm volatile(
+            "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                dst),
+            "r"(w.s_dq(c)), "n"(Cfg::kDqStageBytes)
+            : "memory");
+        bulk_commit();
+      }
+      if (++dq_mb * BM >= w.seq.seqlen_q) {
+        dq_mb = w.m_begin;
+        ++dq_h;
+      }
+    }
+    if (s < w.steps) {
+      cp_async_wait<0>();
+      fence_proxy_async_smem();  // cp.async wrote the operands wgmma reads
+      mbar_arrive(w.full(stage));
+    }
+    if (sends && lane == 0) {
+      bulk_wait_read();  // the slice has been read: the consumer may write the next
+      mbar_arrive(w.dq_read(c));
+    }
+  }
+  if (with_dq && lane == 0)
+    bulk_wait();
+}
+
+
+// A consumer warpgroup (c = 0, 1): keys c * 64 .. c * 64 + 63 of the block.
+template <typename Cfg>
+__device__ __forceinline__ void consume(const FjBackwardParams &P, const Block<Cfg> &w, int c,
+                                       int ct) {
   typedef typename Cfg::Element T;
   constexpr int D = Cfg::kHeadDim, BM = Cfg::kBlockM, BN = Cfg::kBlockN;
   const FjForwardParams &p = P.fwd;
-
-  const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int wg = tid / 128, warp_in_wg = (tid % 128) / 32;
-  const int n_block = blockIdx.x, h_kv = blockIdx.y, b = blockIdx.z;
-  const SeqExtent seq = seq_extent(p, b);
-  const int n0 = n_block * BN;
-  if (n0 >= seq.seqlen_k)
-    return;  // varlen: this sequence has fewer keys than the longest
-  const int keys_valid = imin(BN, seq.seqlen_k - n0);
-  const int group = p.heads_q / p.heads_kv;
-  const int diag = seq.seqlen_k - seq.seqlen_q;  // query i sees keys j <= i + diag
-
-  const int m_blocks = (seq.seqlen_q + BM - 1) / BM;
-  int m_begin = 0;
-  if (Cfg::kCausal && n0 - diag > 0)
-    m_begin = imin(m_blocks, (n0 - diag) / BM);
-  const int steps_per_head = m_blocks - m_begin;
-  const int steps = steps_per_head * group;
-
-  const u32 s_k = (smem_addr(smem) + 1023) & ~1023u;
-  const u32 s_v = s_k + Cfg::kKBytes;
-  const u32 s_q_ring = s_v + Cfg::kKBytes;
-  const u32 s_do_ring = s_q_ring + Cfg::kStages * Cfg::kQBytes;
-  const u32 s_ds = s_do_ring + Cfg::kStages * Cfg::kQBytes;
-  const u32 s_stats_ring = s_ds + Cfg::kDsBytes;
-
-  const u16 *k = (const u16 *)p.k +
-                 tensor_base(seq.k_offset, b, h_kv, p.k_batch_stride, p.k_row_stride,
-                             p.k_head_stride) +
-                 (long long)n0 * p.k_row_stride;
-  const u16 *v = (const u16 *)p.v +
-                 tensor_base(seq.k_offset, b, h_kv, p.v_batch_stride, p.v_row_stride,
-                             p.v_head_stride) +
-                 (long long)n0 * p.v_row_stride;
-  // A key block that no query sees only writes zeros and reads nothing.
-  if (steps > 0) {
-    load_panels_async<BN, D, Cfg::kThreads>(s_k, k, p.k_row_stride, keys_valid, tid);
-    load_panels_async<BN, D, Cfg::kThreads>(s_v, v, p.v_row_stride, keys_valid, tid);
-  }
-
-  // Step s is query block m_begin + s % steps_per_head of query head
-  // h_kv * group + s / steps_per_head.
-  auto load_step = [&](int s) {
-    const int h = h_kv * group + s / steps_per_head;
-    const int m0 = (m_begin + s % steps_per_head) * BM;
-    const int rows = imin(BM, seq.seqlen_q - m0);
-    const int stage = s % Cfg::kStages;
-    const u16 *q = (const u16 *)p.q +
-                   tensor_base(seq.q_offset, b, h, p.q_batch_stride, p.q_row_stride,
-                               p.q_head_stride) +
-                   (long long)m0 * p.q_row_stride;
-    const u16 *dout = (const u16 *)P.dout +
-                      tensor_base(seq.q_offset, b, h, P.dout_batch_stride, P.dout_row_stride,
-                                  P.dout_head_stride) +
-                      (long long)m0 * P.dout_row_stride;
-    load_panels_async<BM, D, Cfg::kThreads>(s_q_ring + stage * Cfg::kQBytes, q,
-                                            p.q_row_stride, rows, tid);
-    load_panels_async<BM, D, Cfg::kThreads>(s_do_ring + stage * Cfg::kQBytes, dout,
-                                            P.dout_row_stride, rows, tid);
-    const long long li = seq.lse_offset + (long long)h * p.lse_head_stride + m0;
-    const u32 s_stats = s_stats_ring + stage * Cfg::kStatsBytes;
-    for (int r = tid; r < 2 * BM; r += Cfg::kThreads) {
-      const int row = r % BM;
-      const float *src = (r < BM ? P.lse_log2 : P.dpsum) + li + row;
-      bwd_mma::cp_async_4(s_stats + r * 4, row < rows ? src : P.dpsum, row < rows);
-    }
-  };
-#pragma unroll
-  for (int s = 0; s < Cfg::kStages - 1; ++s) {
-    if (s < steps)
-      load_step(s);
-    cp_async_commit();
-  }
+  const int lane = ct & 31, g = lane >> 2, t = lane & 3, warp_in_wg = (ct % 128) / 32;
 
   float acc_dk[D / 2], acc_dv[D / 2];
 #pragma unroll
@@ -247,49 +347,44 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
     acc_dk[i] = acc_dv[i] = 0.f;
 
   // This thread's key rows within the block: key_row and key_row + 8.
-  const int wg_row0 = wg * 64 + warp_in_wg * 16;
+  const int wg_row0 = c * 64 + warp_in_wg * 16;
   const int key_row = wg_row0 + g;
   const bool with_dq = P.dq_accum != nullptr;
   // dQ: this warpgroup's 64 query rows of the step and its columns of the head dim.
-  const int dq_rows0 = (wg / Cfg::kDqColSlices) * 64;
-  const int dq_col0 = (wg % Cfg::kDqColSlices) * Cfg::kDqCols;
+  const int dq_rows0 = (c / Cfg::kDqColSlices) * 64;
+  const int dq_col0 = (c % Cfg::kDqColSlices) * Cfg::kDqCols;
+  const u32 s_dq = w.s_dq(c);
 
-  for (int s = 0; s < steps; ++s) {
-    cp_async_wait<Cfg::kStages - 2>();
-    fence_proxy_async_smem();  // cp.async wrote the operands wgmma reads
-    __syncthreads();
-    if (s + Cfg::kStages - 1 < steps)
-      load_step(s + Cfg::kStages - 1);
-    cp_async_commit();
-
-    const int h = h_kv * group + s / steps_per_head;
-    const int m0 = (m_begin + s % steps_per_head) * BM;
+  for (int s = 0; s < w.steps; ++s) {
     const int stage = s % Cfg::kStages;
-    const u32 s_q = s_q_ring + stage * Cfg::kQBytes;
-    const u32 s_do = s_do_ring + stage * Cfg::kQBytes;
-    const u32 s_lse = s_stats_ring + stage * Cfg::kStatsBytes;
+    mbar_wait(w.full(stage), (s / Cfg::kStages) & 1);
+    const int m0 = w.m0(s);
+    const u32 s_q = w.s_q(stage);
+    const u32 s_do = w.s_do(stage);
+    const u32 s_lse = w.s_stats(stage);
     const u32 s_dpsum = s_lse + BM * 4;
+    const u32 s_ds = w.s_ds(s & 1);
 
     // S^T and dP^T for this warpgroup's 64 keys, one commit group each.
     float acc_s[BM / 2], acc_dp[BM / 2];
     wgmma_fence();
-    product_over_d<Cfg, BN, BM>(acc_s, s_k + wg * 64 * 128, s_q);
+    product_over_d<Cfg, BN, BM>(acc_s, w.s_k() + c * 64 * 128, s_q);
     wgmma_commit();
-    product_over_d<Cfg, BN, BM>(acc_dp, s_v + wg * 64 * 128, s_do);
+    product_over_d<Cfg, BN, BM>(acc_dp, w.s_v() + c * 64 * 128, s_do);
     wgmma_commit();
     wgmma_wait<1>();
     pin_registers(acc_s);
 
     // P^T: masked where the block crosses a sequence end or the diagonal.
-    const bool crosses = m0 + BM > seq.seqlen_q || n0 + BN > seq.seqlen_k ||
-                         (Cfg::kCausal && n0 + BN - 1 > m0 + diag);
+    const bool crosses = m0 + BM > w.seq.seqlen_q || w.n0 + BN > w.seq.seqlen_k ||
+                         (Cfg::kCausal && w.n0 + BN - 1 > m0 + w.diag);
     if (crosses) {
 #pragma unroll
       for (int i = 0; i < BM / 2; ++i) {
-        const int key = n0 + key_row + 8 * ((i >> 1) & 1);
+        const int key = w.n0 + key_row + 8 * ((i >> 1) & 1);
         const int query = m0 + (i >> 2) * 8 + 2 * t + (i & 1);
-        if (key >= seq.seqlen_k || query >= seq.seqlen_q ||
-            (Cfg::kCausal && key > query + diag))
+        if (key >= w.seq.seqlen_k || query >= w.seq.seqlen_q ||
+            (Cfg::kCausal && key > query + w.diag))
           acc_s[i] = bwd_mma::neg_inf();
       }
     }
@@ -337,14 +432,19 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
     wgmma_commit();
 
     if (with_dq) {
+      // dK's and dV's products finish first: their A fragments (P^T, dS^T) then die
+      // before dQ's accumulator is live, which keeps the consumers within 224 registers.
+      wgmma_wait<0>();
+      pin_registers(acc_dk);
+      pin_registers(acc_dv);
       fence_proxy_async_smem();  // the dS^T stores, before wgmma reads them
-      named_sync(1, Cfg::kThreads);
+      named_sync(kBarDs, Cfg::kConsumerThreads);
       // dQ(slice) = dS K over the block's keys: A = dS^T read MN-major (64 queries of a
       // panel), B = K read MN-major (this slice's panels of the head dim).
       constexpr int kDqRegs = Cfg::kDqCols / 2;
       float acc_dq[kDqRegs];
       const u64 a0 = wgmma_desc(s_ds + (dq_rows0 / 64) * BN * 128, BN * 128, 1024, 128);
-      const u64 b0 = wgmma_desc(s_k + (dq_col0 / 64) * BN * 128, BN * 128, 1024, 128);
+      const u64 b0 = wgmma_desc(w.s_k() + (dq_col0 / 64) * BN * 128, BN * 128, 1024, 128);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk)
@@ -353,42 +453,103 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
       wgmma_commit();
       wgmma_wait<0>();
       pin_registers(acc_dq);
-      const long long row_base =
-          (seq.q_offset >= 0 ? seq.q_offset : (long long)b * p.seqlen_q) + m0 + dq_rows0;
+      mbar_arrive(w.empty(stage));  // this thread is done with Q, dO, lse and D
+      // The slice to shared memory for its serving warp, once the last one has been read:
+      // register quad j of each thread, 16 bytes, threads side by side.
+      mbar_wait(w.dq_read(c), (s & 1) ^ 1);  // a fresh barrier passes parity 1
+      const u32 row = s_dq + (ct % 128) * 16;
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int r = warp_in_wg * 16 + g + 8 * hf;
-        if (m0 + dq_rows0 + r >= seq.seqlen_q)
-          continue;
-        float *dst = P.dq_accum + ((row_base + r) * p.heads_q + h) * D + dq_col0 + 2 * t;
-#pragma unroll
-        for (int j = 0; j < Cfg::kDqCols / 8; ++j)
-          asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst + j * 8),
-                       "f"(acc_dq[4 * j + 2 * hf]), "f"(acc_dq[4 * j + 2 * hf + 1])
-                       : "memory");
-      }
+      for (int j = 0; j < Cfg::kDqCols / 8; ++j)
+        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(row + j * 128 * 16),
+                     "f"(acc_dq[4 * j]), "f"(acc_dq[4 * j + 1]), "f"(acc_dq[4 * j + 2]),
+                     "f"(acc_dq[4 * j + 3])
+                     : "memory");
+      fence_proxy_async_smem();  // the bulk reduction reads it through the async proxy
+      mbar_arrive(w.dq_written(c));
     } else {
       wgmma_wait<0>();
+      mbar_arrive(w.empty(stage));
     }
     pin_registers(acc_dk);
     pin_registers(acc_dv);
   }
-  cp_async_wait<0>();
-  __syncthreads();  // every warpgroup is done with K and V: their space stages dK and dV
+  // Both consumers are done with K and V (dQ reads all of K): their space stages dK and dV.
+  named_sync(kBarDs, Cfg::kConsumerThreads);
 
   u16 *dk = (u16 *)P.dk +
-            tensor_base(seq.k_offset, b, h_kv, P.dk_batch_stride, P.dk_row_stride,
+            tensor_base(w.seq.k_offset, w.b, w.h_kv, P.dk_batch_stride, P.dk_row_stride,
                         P.dk_head_stride) +
-            (long long)n0 * P.dk_row_stride;
+            (long long)w.n0 * P.dk_row_stride;
   u16 *dv = (u16 *)P.dv +
-            tensor_base(seq.k_offset, b, h_kv, P.dv_batch_stride, P.dv_row_stride,
+            tensor_base(w.seq.k_offset, w.b, w.h_kv, P.dv_batch_stride, P.dv_row_stride,
                         P.dv_head_stride) +
-            (long long)n0 * P.dv_row_stride;
-  stage_rows<Cfg>(s_k, acc_dk, wg_row0, p.softmax_scale, g, t);
-  stage_rows<Cfg>(s_v, acc_dv, wg_row0, 1.f, g, t);
+            (long long)w.n0 * P.dv_row_stride;
+  stage_rows<Cfg>(w.s_k(), acc_dk, wg_row0, p.softmax_scale, g, t);
+  stage_rows<Cfg>(w.s_v(), acc_dv, wg_row0, 1.f, g, t);
+  named_sync(kBarDs, Cfg::kConsumerThreads);
+  store_rows<Cfg>(dk, P.dk_row_stride, w.s_k(), w.keys_valid, ct);
+  store_rows<Cfg>(dv, P.dv_row_stride, w.s_v(), w.keys_valid, ct);
+}
+
+// The key block of this CTA and its walk; each role builds its own after the register
+// split, so that none of it is live across setmaxnreg.
+template <typename Cfg>
+__device__ __forceinline__ Block<Cfg> make_block(const FjForwardParams &p, unsigned char *smem) {
+  constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN;
+  Block<Cfg> w;
+  w.b = blockIdx.z;
+  w.h_kv = blockIdx.y;
+  w.seq = seq_extent(p, w.b);
+  w.n0 = blockIdx.x * BN;
+  w.keys_valid = imin(BN, w.seq.seqlen_k - w.n0);
+  w.group = p.heads_q / p.heads_kv;
+  w.diag = w.seq.seqlen_k - w.seq.seqlen_q;  // query i sees keys j <= i + diag
+  const int m_blocks = (w.seq.seqlen_q + BM - 1) / BM;
+  w.m_begin = 0;
+  if (Cfg::kCausal && w.n0 - w.diag > 0)
+    w.m_begin = imin(m_blocks, (w.n0 - w.diag) / BM);
+  w.steps_per_head = m_blocks - w.m_begin;
+  w.steps = w.steps_per_head * w.group;  // 0: the block only writes zero dK and dV
+
+  w.base = (smem_addr(smem) + 1023) & ~1023u;
+  static_assert(Block<Cfg>::kDqRead + Cfg::kConsumers * 8 + 1024 == Cfg::kSmemBytes,
+                "the carve-up is the size BwdWgmmaConfig counts");
+  return w;
+}
+
+// Grid (ceil(seqlen_k / kBlockN), heads_kv, batch), kThreads threads: warpgroup 0
+// serves (warps 0-1 load and send dQ, warps 2-3 idle), warpgroups 1 and 2 compute.
+template <typename Cfg>
+__device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned char *smem) {
+  const FjForwardParams &p = P.fwd;
+  if ((int)blockIdx.x * Cfg::kBlockN >= seq_extent(p, blockIdx.z).seqlen_k)
+    return;  // varlen: this sequence has fewer keys than the longest
+
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    const Block<Cfg> w = make_block<Cfg>(p, smem);
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbar_init(w.full(s), Cfg::kLoadThreads);
+      mbar_init(w.empty(s), Cfg::kConsumerThreads);  // every consumer thread arrives
+    }
+    for (int c = 0; c < Cfg::kConsumers; ++c) {
+      mbar_init(w.dq_written(c), 128);  // the consumer's threads
+      mbar_init(w.dq_read(c), 1);       // its serving warp's lane 0, which reads it
+    }
+    mbar_fence_init();
+  }
   __syncthreads();
-  store_rows<Cfg>(dk, P.dk_row_stride, s_k, keys_valid, tid);
-  store_rows<Cfg>(dv, P.dv_row_stride, s_v, keys_valid, tid);
+
+  // One branch per role: setmaxnreg needs each warpgroup's role to be one side of a
+  // single if/else.
+  if (tid < 128) {
+    regs_lower<Cfg::kServerRegs>();
+    if (tid < Cfg::kLoadThreads)
+      serve<Cfg>(P, make_block<Cfg>(p, smem), tid);
+  } else {
+    regs_raise<Cfg::kConsumerRegs>();
+    consume<Cfg>(P, make_block<Cfg>(p, smem), (tid - 128) / 128, tid - 128);
+  }
 }
 
 }  // namespace bwd_wgmma

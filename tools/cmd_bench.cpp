@@ -16,6 +16,7 @@
 #include "tuner/measure.h"
 #include "tuner/operation.h"
 #include "tuner/roofline.h"
+#include "tuner/space.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -79,9 +80,6 @@ const char *kDefaultBwdMmaTiles[] = {
     "bm16.bn64.w4.s2",  "bm32.bn64.w4.s2",  "bm64.bn64.w4.s2",  "bm32.bn128.w8.s2",
     "bm64.bn128.w8.s2", "bm32.bn128.w4.s2", "bm64.bn128.w4.s2", "bm16.bn128.w8.s2",
     "bm32.bn64.w4.s3",  "bm64.bn128.w8.s3", "bm128.bn128.w8.s2", "bm32.bn256.w8.s2"};
-// bwd_wgmma: its whole space (tuner/space.h); each head dim takes one query step.
-const char *kDefaultBwdWgmmaTiles[] = {"bm64.bn128.w8.s2", "bm64.bn128.w8.s3",
-                                       "bm128.bn128.w8.s2", "bm128.bn128.w8.s3"};
 
 int fail(llvm::Error error) {
   llvm::errs() << "flashjit bench: " << llvm::toString(std::move(error)) << "\n";
@@ -144,8 +142,13 @@ int runBench() {
       tileKeys.assign(std::begin(kDefaultWgmmaTiles), std::end(kDefaultWgmmaTiles));
     else if (*family == generator::Family::BwdMma)
       tileKeys.assign(std::begin(kDefaultBwdMmaTiles), std::end(kDefaultBwdMmaTiles));
-    else if (*family == generator::Family::BwdWgmma)
-      tileKeys.assign(std::begin(kDefaultBwdWgmmaTiles), std::end(kDefaultBwdWgmmaTiles));
+    else if (*family == generator::Family::BwdWgmma) {
+      // Its whole space (a few tiles; each head dim takes what fits).
+      generator::KernelSpec any;
+      any.family = *family;
+      for (const generator::TileConfig &tile : tuner::enumerateTiles(any))
+        tileKeys.push_back(tile.key());
+    }
     else
       tileKeys.assign(std::begin(kDefaultMmaTiles), std::end(kDefaultMmaTiles));
   }

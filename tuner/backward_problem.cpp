@@ -15,7 +15,8 @@ llvm::Error allocate(runtime::DeviceBuffer &buffer, long long bytes) {
 
 } // namespace
 
-BackwardWorkspace backwardWorkspace(int headsQ, long long rows, int headDim, bool deterministic) {
+BackwardWorkspace backwardWorkspace(int headsQ, long long rows, int batch, int headDim,
+                                    bool deterministic) {
   BackwardWorkspace w;
   const size_t stats = align256((size_t)headsQ * (size_t)rows * sizeof(float));
   w.lseLog2 = 0;
@@ -24,7 +25,10 @@ BackwardWorkspace backwardWorkspace(int headsQ, long long rows, int headDim, boo
   w.hasDqAccum = !deterministic;
   if (w.hasDqAccum) {
     w.dqAccum = w.bytes;
-    w.bytes += align256((size_t)rows * (size_t)headsQ * (size_t)headDim * sizeof(float));
+    // Room for bwd_wgmma's tiled layout, whose sequences start on multiples of 128 rows
+    // (templates/bwd_mma.cuh, DqTiled); bwd_mma's row-major one uses the first `rows`.
+    const size_t paddedRows = (size_t)rows + (size_t)batch * 128;
+    w.bytes += align256(paddedRows * (size_t)headsQ * (size_t)headDim * sizeof(float));
   }
   return w;
 }
@@ -60,7 +64,7 @@ llvm::Expected<BackwardBuffers> allocateBackwardBuffers(const ForwardShape &shap
          {std::pair{&b.dq32, q}, std::pair{&b.dk32, k}, std::pair{&b.dv32, v}})
       if (llvm::Error err = allocate(*buffer, 4 * elements))
         return std::move(err);
-  b.layout = backwardWorkspace(shape.headsQ, tq, shape.headDim, deterministic);
+  b.layout = backwardWorkspace(shape.headsQ, tq, shape.batch, shape.headDim, deterministic);
   if (llvm::Error err = allocate(b.workspace, (long long)b.layout.bytes))
     return std::move(err);
   return std::move(b);

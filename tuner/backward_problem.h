@@ -17,7 +17,8 @@ namespace flashjit::tuner {
 // Where the backward kernels' scratch lives in the caller's workspace (byte offsets,
 // each 256-byte aligned): lse * log2(e) and D laid out like the lse ([batch, heads_q,
 // seqlen_q], or [heads_q, total_q] with cu_seqlens), then, unless deterministic, the
-// fp32 dQ accumulator [rows][heads_q][head_dim].
+// fp32 dQ accumulator: [rows][heads_q][head_dim] for bwd_mma, tiled over rows + 128 batch
+// padded rows for bwd_wgmma (templates/bwd_mma.cuh, DqTiled).
 struct BackwardWorkspace {
   size_t lseLog2 = 0, dpsum = 0, dqAccum = 0;
   bool hasDqAccum = false;
@@ -26,7 +27,8 @@ struct BackwardWorkspace {
 
 // `rows` is batch * seqlen_q, or total_q with cu_seqlens. Overflow is the caller's to
 // rule out (the API bounds every size first).
-BackwardWorkspace backwardWorkspace(int headsQ, long long rows, int headDim, bool deterministic);
+BackwardWorkspace backwardWorkspace(int headsQ, long long rows, int batch, int headDim,
+                                    bool deterministic);
 
 // Points the workspace fields of `params` into `base` (laid out by `layout`).
 void bindWorkspace(FjBackwardParams &params, const BackwardWorkspace &layout, void *base);

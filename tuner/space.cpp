@@ -174,11 +174,16 @@ TileEstimate estimateTile(const generator::KernelSpec &spec, const generator::Ti
         ceilDiv(kWgmmaProducerRegisters + (long long)consumers * e.registers, consumers + 1),
         8);
   } else if (isBwdWgmma(spec)) {
-    // The generator's count; whether they fit is validateTile's register rule.
+    // The generator's count; whether they fit the consumers' setmaxnreg budget is
+    // validateTile's register rule. The launch reserves the average of the two consumer
+    // warpgroups' budget and the serving warpgroup's minimum for every thread.
     e.accumulatorRegisters = generator::bwdWgmmaAccumulatorRegisters(spec, tile);
     e.registers = std::min(kMaxRegistersPerThread,
                            e.accumulatorRegisters + kTypicalOverheadRegisters);
-    launchRegisters = e.registers;
+    launchRegisters = roundUp(ceilDiv(generator::kBwdWgmmaServerRegisters +
+                                          2LL * generator::kBwdWgmmaConsumerRegisters,
+                                      3),
+                              8);
   } else if (isBackward(spec)) {
     // Per thread of the main kernel (its larger pass): dK and/or dV of the warp's key
     // rows, plus P^T and dS^T of one query step (validateTile holds it to 255).
@@ -260,11 +265,12 @@ TileEstimate estimateTile(const generator::KernelSpec &spec, const generator::Ti
 std::vector<generator::TileConfig> enumerateTiles(const generator::KernelSpec &spec) {
   std::vector<generator::TileConfig> tiles;
   if (spec.family == generator::Family::BwdWgmma) {
-    // bwd_wgmma: the query step x two consumer warpgroups of 64 keys x stages of Q and
-    // dO; validateTile drops the query steps a head dim's registers cannot take.
+    // bwd_wgmma: the query step x two consumer warpgroups of 64 keys (and the one that
+    // serves them) x stages of Q and dO; validateTile drops what a head dim's registers
+    // or shared memory cannot take.
     for (int blockM : {64, 128})
       for (int stages : {2, 3})
-        tiles.push_back({blockM, 128, 8, stages});
+        tiles.push_back({blockM, 128, 12, stages});
     return tiles;
   }
   if (isBackward(spec)) {

@@ -121,7 +121,7 @@ TEST(BwdWgmmaSpec, DefaultTilesFitAndDispatch) {
     TileConfig tile = defaultTile(spec);
     EXPECT_EQ(tile, bwdWgmmaDefaultTile(spec));
     EXPECT_EQ(tile.blockN, 128) << tile.key();
-    EXPECT_EQ(tile.warps, 8) << tile.key();
+    EXPECT_EQ(tile.warps, 12) << tile.key();  // two consumer warpgroups and the server
     llvm::Error err = validateTile(spec, tile);
     EXPECT_FALSE(bool(err)) << spec.key() << " " << tile.key() << ": "
                             << llvm::toString(std::move(err));

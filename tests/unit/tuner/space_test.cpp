@@ -363,12 +363,12 @@ KernelSpec bwdWgmma(int d, bool causal = false) {
 
 TEST(BwdWgmmaSpace, EnumeratesTwoQueryStepsAndTwoDepths) {
   std::vector<TileConfig> tiles = tuner::enumerateTiles(bwdWgmma(128));
-  // block_m {64, 128} x (128 keys, 8 warps) x stages {2, 3}.
+  // block_m {64, 128} x (128 keys, 12 warps) x stages {2, 3}.
   std::vector<std::string> keys;
   for (const TileConfig &t : tiles)
     keys.push_back(t.key());
-  EXPECT_EQ(keys, (std::vector<std::string>{"bm64.bn128.w8.s2", "bm64.bn128.w8.s3",
-                                            "bm128.bn128.w8.s2", "bm128.bn128.w8.s3"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"bm64.bn128.w12.s2", "bm64.bn128.w12.s3",
+                                            "bm128.bn128.w12.s2", "bm128.bn128.w12.s3"}));
   EXPECT_EQ(tuner::enumerateTiles(bwdWgmma(64)), tiles);
   // bwd_mma's space is its own, untouched.
   KernelSpec mma = spec(128);
