@@ -234,6 +234,13 @@ __device__ __forceinline__ void store_tile(u16 *gmem, long long row_stride, u32 
   }
 }
 
+// The row of sequence b's first query in the packed row space the workspace is laid out
+// over (batch * seqlen_q rows, or total_q with cu_seqlens).
+__device__ __forceinline__ long long first_query_row(const FjForwardParams &p,
+                                                     const SeqExtent &seq, int b) {
+  return seq.q_offset >= 0 ? seq.q_offset : (long long)b * p.seqlen_q;
+}
+
 // ---- the fp32 dQ accumulator's tiled layout ----------------------------------------
 // bwd_mma adds dQ row by row, so its accumulator is row-major ([row][head_q][head_dim],
 // row = the packed query row). bwd_wgmma adds a consumer's whole 64 x 64 slice of a step
@@ -305,7 +312,7 @@ __device__ __forceinline__ void run_prep(const FjBackwardParams &P) {
     // A row that saw no key has lse -inf: +inf makes every P of it exp2(-inf) = 0.
     P.lse_log2[li] = lse == neg_inf() ? pos_inf() : lse * 1.4426950408889634f;
   }
-  const long long q0 = seq.q_offset >= 0 ? seq.q_offset : (long long)b * p.seqlen_q;
+  const long long q0 = first_query_row(p, seq, b);
   if (P.dq_accum && kTiledDq) {
     for (int c = 2 * lane; c < kHeadDim; c += 64)
       *(float2 *)(P.dq_accum + DqTiled::pair(q0, b, i, h, c, p.heads_q, kHeadDim)) =
@@ -327,7 +334,7 @@ __device__ __forceinline__ void run_convert(const FjBackwardParams &P) {
   const SeqExtent seq = seq_extent(p, b);
   if (i >= seq.seqlen_q)
     return;
-  const long long q0 = seq.q_offset >= 0 ? seq.q_offset : (long long)b * p.seqlen_q;
+  const long long q0 = first_query_row(p, seq, b);
   u16 *dq = (u16 *)P.dq +
             tensor_base(seq.q_offset, b, h, P.dq_batch_stride, P.dq_row_stride,
                         P.dq_head_stride) +
@@ -372,7 +379,7 @@ __device__ __forceinline__ void dq_to_accumulator(const FjBackwardParams &P, u32
   const u32 a_lane = Cfg::DsTile::offset((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
   const int b_row = (lane & 7) + (((lane >> 3) & 1) << 3);
   const long long row_base =
-      (seq.q_offset >= 0 ? seq.q_offset : (long long)b * p.seqlen_q) + m0;
+      first_query_row(p, seq, b) + m0;
 #pragma unroll 1
   for (int chunk = 0; chunk < Cfg::kDqColTiles; chunk += kChunk) {
     const int c0 = c_first + chunk;

@@ -199,9 +199,17 @@ template <typename Cfg> struct Block {
   int n0, keys_valid, group, diag, m_begin, steps_per_head, steps, h_kv, b;
   u32 base;  // 1024-byte aligned start of the shared-memory carve-up
 
-  __device__ __forceinline__ int head(int s) const { return h_kv * group + s / steps_per_head; }
+  // Step s: query block m_begin + s % steps_per_head of query head
+  // h_kv * group + s / steps_per_head. m0 is its first row; next_step walks the same
+  // order by counters (h within the group, query block mb), without divisions.
   __device__ __forceinline__ int m0(int s) const {
     return (m_begin + s % steps_per_head) * Cfg::kBlockM;
+  }
+  __device__ __forceinline__ void next_step(int &h, int &mb) const {
+    if (++mb * Cfg::kBlockM >= seq.seqlen_q) {
+      mb = m_begin;
+      ++h;
+    }
   }
   // Shared memory, in the order BwdWgmmaConfig::kSmemBytes counts it; one base register,
   // the rest constants.
@@ -289,10 +297,7 @@ __device__ __forceinline__ void serve(const FjBackwardParams &P, const Block<Cfg
         bwd_mma::cp_async_4(w.s_stats(stage) + r * 4, row < rows ? src : P.dpsum, row < rows);
       }
       cp_async_commit();
-      if (++mb * BM >= w.seq.seqlen_q) {
-        mb = w.m_begin;
-        ++h;
-      }
+      w.next_step(h, mb);
     }
     const bool sends = with_dq && s >= kLag;
     if (sends) {
@@ -300,7 +305,7 @@ __device__ __forceinline__ void serve(const FjBackwardParams &P, const Block<Cfg
       // tiled accumulator (rows past the sequence's end add zeros to its padding).
       mbar_wait(w.dq_written(c), (s - kLag) & 1);
       if (lane == 0) {
-        const long long q0 = w.seq.q_offset >= 0 ? w.seq.q_offset : (long long)w.b * p.seqlen_q;
+        const long long q0 = bwd_mma::first_query_row(p, w.seq, w.b);
         const long long group =
             (bwd_mma::DqTiled::padded_row0(q0, w.b) + dq_mb * BM) / 64 + c / Cfg::kDqColSlices;
         float *dst = P.dq_accum + bwd_mma::DqTiled::slice(group, w.h_kv * w.group + dq_h,
@@ -312,10 +317,7 @@ __device__ __forceinline__ void serve(const FjBackwardParams &P, const Block<Cfg
             : "memory");
         bulk_commit();
       }
-      if (++dq_mb * BM >= w.seq.seqlen_q) {
-        dq_mb = w.m_begin;
-        ++dq_h;
-      }
+      w.next_step(dq_h, dq_mb);
     }
     if (s < w.steps) {
       cp_async_wait<0>();
@@ -330,7 +332,6 @@ __device__ __forceinline__ void serve(const FjBackwardParams &P, const Block<Cfg
   if (with_dq && lane == 0)
     bulk_wait();
 }
-
 
 // A consumer warpgroup (c = 0, 1): keys c * 64 .. c * 64 + 63 of the block.
 template <typename Cfg>
