@@ -127,6 +127,10 @@ llvm::Expected<EmittedKernel> emitDecMma(const KernelSpec &spec, const TileConfi
   kernel.decode.append = "flashjit_dec_append";
   kernel.decode.blockN = tile.blockN;
   kernel.decode.headDimV = spec.headDimV;
+  auto target = targetInfo(spec.target);
+  if (!target)
+    return target.takeError();
+  kernel.decode.dependentCombine = target->smVersion >= 90;  // fj_common.cuh's pdl_wait
   kernel.options = compileOptions();
   kernel.threads = tile.warps * 32;
   kernel.sharedBytes = decMmaSharedBytes(spec, tile);

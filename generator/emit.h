@@ -55,6 +55,9 @@ struct DecodeEntries {
   int combineRowsPerCta = 4;
   int blockN = 0;     // keys per tile (the split sizes are counted in tiles)
   int headDimV = 0;   // of the partial outputs in the workspace
+  // The combine waits for the split kernel with griddepcontrol (targets sm_90 and
+  // newer), so it may be launched as its programmatic dependent.
+  bool dependentCombine = false;
 };
 
 // The block-mask builder's entry name (EmittedKernel::blockMaskEntry).

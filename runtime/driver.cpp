@@ -193,6 +193,33 @@ llvm::Error Kernel::launch(unsigned gridX, unsigned gridY, unsigned gridZ, unsig
                                      sharedBytes, stream, params, nullptr);
 }
 
+llvm::Error Kernel::launchDependent(unsigned gridX, unsigned gridY, unsigned gridZ,
+                                    unsigned blockX, unsigned sharedBytes, CUstream stream,
+                                    void **params) const {
+  if (!function_)
+    return makeError(ErrorCode::InvalidValue, "launch of an empty Kernel");
+  auto api = detail::driver();
+  if (!api)
+    return api.takeError();
+  if (!api->cuLaunchKernelEx)  // a driver older than CUDA 12.0
+    return launch(gridX, gridY, gridZ, blockX, sharedBytes, stream, params);
+  CUlaunchAttribute attribute = {};
+  attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attribute.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config = {};
+  config.gridDimX = gridX;
+  config.gridDimY = gridY;
+  config.gridDimZ = gridZ;
+  config.blockDimX = blockX;
+  config.blockDimY = 1;
+  config.blockDimZ = 1;
+  config.sharedMemBytes = sharedBytes;
+  config.hStream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return FLASHJIT_CU(cuLaunchKernelEx)(&config, function_, params, nullptr);
+}
+
 llvm::Expected<std::unique_ptr<Module>> Module::load(llvm::StringRef cubin) {
   CUmodule module = nullptr;
   if (llvm::Error error = FLASHJIT_CU(cuModuleLoadData)(&module, cubin.data())) {

@@ -109,6 +109,12 @@ public:
   // Launches with the given parameter pointers (cuLaunchKernel's kernelParams).
   llvm::Error launch(unsigned gridX, unsigned gridY, unsigned gridZ, unsigned blockX,
                      unsigned sharedBytes, CUstream stream, void **params) const;
+  // The same, as a programmatic dependent of the kernel before it in `stream` (sm_90
+  // and newer): it may start before that kernel ends, and must call griddepcontrol.wait
+  // (fj_common.cuh's pdl_wait) before it reads what that kernel wrote. A plain launch
+  // where the driver has no cuLaunchKernelEx.
+  llvm::Error launchDependent(unsigned gridX, unsigned gridY, unsigned gridZ, unsigned blockX,
+                              unsigned sharedBytes, CUstream stream, void **params) const;
 
 private:
   CUfunction function_ = nullptr;

@@ -22,7 +22,7 @@ namespace flashjit::runtime::detail {
   X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuCtxGetDevice)                                                  \
   X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoDAsync) X(cuMemsetD8) X(cuMemsetD32Async)                \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)                            \
-  X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernel)                           \
+  X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuLaunchKernelEx)      \
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)            \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)               \
   X(cuEventElapsedTime) X(cuTensorMapEncodeTiled)

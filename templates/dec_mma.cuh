@@ -145,6 +145,9 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
   const int g = lane >> 2, t = lane & 3;
   const int row_group = warp % Cfg::kRowGroups, slice = warp / Cfg::kRowGroups;
 
+  // The combine (launched as this kernel's programmatic dependent) waits for all of
+  // this grid anyway; letting it launch now hides its launch behind this kernel.
+  pdl_launch_dependents();
   const int split = blockIdx.x, m_tile = blockIdx.y;
   const int b = blockIdx.z / p.heads_kv, h_kv = blockIdx.z % p.heads_kv;
   const int group = p.heads_q / p.heads_kv;
@@ -497,43 +500,80 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
 }
 
 // The combine: one warp per output row (b, h, i) merges the splits' partial outputs,
-// weighted by exp(lse_s - lse), where lse is the log-sum-exp of theirs. Splits that saw
-// no key (lse -inf) are skipped, so their partial outputs are never read.
+// weighted by exp(lse_s - lse), where lse is the log-sum-exp of theirs. A decode step
+// waits on it, so it is built for latency, not bandwidth: each lane holds one split's
+// weight, and the partial rows of up to kBatch splits are loaded before any is used (one
+// memory round trip per kBatch splits, not one per split; 16 splits took 10 us when
+// each load waited for the one before it, docs/PERF.md d2). Splits that saw no key (lse
+// -inf, weight 0) are never read: their partial outputs were not written.
 template <typename T, int kHeadDimV>
 __device__ __forceinline__ void run_combine(const FjDecodeParams &p) {
   constexpr int kWarpsPerCta = 4;
-  constexpr int kPerLane = (kHeadDimV + 31) / 32;
+  // The row in float4s (head_dim_v is a multiple of 8, so each row is 32-byte aligned),
+  // lane l taking chunks l, l + 32, ...
+  constexpr int kChunks = kHeadDimV / 4;
+  constexpr int kPerLane = (kChunks + 31) / 32;
+  constexpr int kBatch = kPerLane == 1 ? 8 : 4;  // splits in flight per lane
   const int lane = threadIdx.x & 31;
   const long long rows = (long long)p.batch * p.heads_q * p.seqlen_q;
   const long long row = (long long)blockIdx.x * kWarpsPerCta + (threadIdx.x >> 5);
+  pdl_wait();  // the split kernel's partial outputs
   if (row >= rows)
     return;
+  const int splits = p.num_splits;
   float m = neg_inf();
-  for (int s = lane; s < p.num_splits; s += 32)
+  for (int s = lane; s < splits; s += 32)
     m = fmaxf(m, p.lse_partial[s * rows + row]);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1)
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, off));
-  float acc[kPerLane];
+  float4 acc[kPerLane];
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e)
-    acc[e] = 0.f;
+    acc[e] = make_float4(0.f, 0.f, 0.f, 0.f);
   float total = 0.f;
   if (m != neg_inf()) {
-    for (int s = 0; s < p.num_splits; ++s) {
-      const float l = p.lse_partial[s * rows + row];
-      if (l == neg_inf())
-        continue;
-      const float w = __expf(l - m);
+    for (int s0 = 0; s0 < splits; s0 += 32) {
+      // Lane j: the weight of split s0 + j (0 past the last split or for an empty one).
+      float w = 0.f;
+      if (s0 + lane < splits) {
+        const float l = p.lse_partial[(s0 + lane) * rows + row];
+        w = l == neg_inf() ? 0.f : __expf(l - m);
+      }
       total += w;
-      const float *src = p.o_partial + (s * rows + row) * kHeadDimV;
+      const int count = imin(32, splits - s0);
+      for (int j0 = 0; j0 < count; j0 += kBatch) {
+        float wj[kBatch];
+        float4 x[kBatch][kPerLane];
 #pragma unroll
-      for (int e = 0; e < kPerLane; ++e) {
-        const int c = lane + e * 32;
-        if (kHeadDimV % 32 == 0 || c < kHeadDimV)
-          acc[e] += w * src[c];
+        for (int j = 0; j < kBatch; ++j) {
+          wj[j] = __shfl_sync(0xffffffff, w, (j0 + j) & 31);
+          if (j0 + j >= count)
+            wj[j] = 0.f;
+          const float4 *src =
+              (const float4 *)(p.o_partial + ((s0 + j0 + j) * rows + row) * kHeadDimV);
+#pragma unroll
+          for (int e = 0; e < kPerLane; ++e) {
+            const int c = lane + e * 32;
+            x[j][e] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (wj[j] != 0.f && (kChunks % 32 == 0 || c < kChunks))
+              x[j][e] = src[c];
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j)
+#pragma unroll
+          for (int e = 0; e < kPerLane; ++e) {
+            acc[e].x += wj[j] * x[j][e].x;
+            acc[e].y += wj[j] * x[j][e].y;
+            acc[e].z += wj[j] * x[j][e].z;
+            acc[e].w += wj[j] * x[j][e].w;
+          }
       }
     }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+      total += __shfl_xor_sync(0xffffffff, total, off);
   }
   const int i = (int)(row % p.seqlen_q);
   const long long bh = row / p.seqlen_q;
@@ -543,8 +583,12 @@ __device__ __forceinline__ void run_combine(const FjDecodeParams &p) {
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e) {
     const int c = lane + e * 32;
-    if (kHeadDimV % 32 == 0 || c < kHeadDimV)
-      o[c] = from_float<T>(acc[e] * inv);
+    if (kChunks % 32 == 0 || c < kChunks) {
+      uint2 packed;
+      packed.x = pack2<T>(acc[e].x * inv, acc[e].y * inv);
+      packed.y = pack2<T>(acc[e].z * inv, acc[e].w * inv);
+      *(uint2 *)(o + 4 * c) = packed;
+    }
   }
   if (p.lse && lane == 0)
     lse_of(p, b, i, h) = total > 0.f ? m + __logf(total) : neg_inf();

@@ -167,6 +167,22 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// Programmatic dependent launch (sm_90 and newer; no-ops before). A kernel launched with
+// the programmatic-serialization attribute may start while the kernel before it in the
+// stream still runs, once every CTA of that one has called pdl_launch_dependents (or
+// exited); its pdl_wait then blocks until that kernel has finished and its writes are
+// visible. What it saves is the second kernel's launch latency (~1 us, docs/PERF.md d2).
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // ldmatrix: each lane gives the address of one 16-byte row of an 8x8 matrix.
 __device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"

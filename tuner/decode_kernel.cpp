@@ -126,8 +126,11 @@ llvm::Error DecodeKernel::launch(const FjDecodeParams &p, CUstream stream) const
   if (p.num_splits <= 1)
     return llvm::Error::success();
   const long long rows = (long long)p.batch * p.heads_q * p.seqlen_q;
-  return combine_.launch((unsigned)ceilDiv(rows, entries_.combineRowsPerCta), 1, 1,
-                         (unsigned)entries_.auxThreads, 0, stream, args);
+  const unsigned combineCtas = (unsigned)ceilDiv(rows, entries_.combineRowsPerCta);
+  if (entries_.dependentCombine)  // its launch overlaps the split kernel (docs/PERF.md d2)
+    return combine_.launchDependent(combineCtas, 1, 1, (unsigned)entries_.auxThreads, 0, stream,
+                                    args);
+  return combine_.launch(combineCtas, 1, 1, (unsigned)entries_.auxThreads, 0, stream, args);
 }
 
 llvm::Error DecodeKernel::append(const FjDecodeParams &p, CUstream stream) const {

@@ -93,14 +93,15 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, DecMmaGrid,
                                             ::testing::Bool()),
                          gridParamName);
 
-// Long caches: 70,000 keys, the split heuristic against one split, decode and a 16-row
-// speculative step.
+// Long caches: 70,000 keys, the split heuristic (128 splits) against one split and 37
+// (the combine's batches of 32 splits and of 8 not filled; the shorter sequence's last
+// splits empty), decode and a 16-row speculative step.
 TEST(DecMma, LongCaches) {
   FLASHJIT_REQUIRE_GPU();
   for (bool causal : {false, true})
     for (int sq : {1, 16}) {
       KernelSpec spec = decSpec(128, 128, DType::BF16, causal);
-      for (int splits : {0, 1}) {
+      for (int splits : {0, 1, 37}) {
         tuner::ForwardShape shape = decodeShape(16, 2, sq, {70000, 33333}, 256, splits);
         EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shape, 7), "")
             << spec.key() << " " << describe(shape);
