@@ -11,8 +11,10 @@ long long ceilDiv(long long a, long long b) { return (a + b - 1) / b; }
 size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // Key tiles a split takes at least: below this the prologue, the partial output's
-// write and its combine cost more than the parallelism gains.
-constexpr int kMinTilesPerSplit = 4;
+// write and its combine cost more than the parallelism gains. Two since the combine
+// loads its splits in batches (H100, docs/PERF.md d2: batch 1 x 1024 keys, 8 KV heads,
+// 64-key tiles: 12.7 us as 8 splits of 2 tiles, 15.2 as 4 of 4, 13.0 as 16 of 1).
+constexpr int kMinTilesPerSplit = 2;
 
 } // namespace
 
