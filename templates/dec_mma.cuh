@@ -88,8 +88,16 @@ __device__ __forceinline__ long long slot_offset(CacheSlot s, long long page_str
 
 // Copies keys key0 .. key0 + kBlockN - 1 of K and V into a stage; rows at or past
 // `valid` are zero-filled (and their pages never looked up). Each thread copies the
-// same chunk of several rows, looking each row's page up once for K and V; the
-// lookups are issued together before the copies so that their latencies overlap.
+// same chunk of several rows, kRowStep apart. Row addresses are what the loop issues
+// most (a decode CTA does little else), so they are found the cheap way where the cache
+// allows:
+// - the tile lies in one page (a contiguous cache, or pages a multiple of the tile): one
+//   lookup per tile, then a 64-bit add per row (bm16.bn128.w8 issued ~630 instructions
+//   a tile when every row was looked up on its own, against ~240 for the products and
+//   the softmax; docs/PERF.md d2);
+// - smaller pages: each row's page, all of a thread's lookups issued before its first
+//   copy, so that their latencies overlap (rows past `valid` look up the tile's first
+//   row, which exists, and copy nothing).
 template <typename Cfg>
 __device__ __forceinline__ void load_kv_tile(u32 s_k, u32 s_v, const u16 *kc, const u16 *vc,
                                              const FjDecodeParams &p, const FastDiv &per_page,
@@ -97,34 +105,67 @@ __device__ __forceinline__ void load_kv_tile(u32 s_k, u32 s_v, const u16 *kc, co
   typedef typename Cfg::KTile KT;
   typedef typename Cfg::VTile VT;
   constexpr int kChunks = KT::kChunks > VT::kChunks ? KT::kChunks : VT::kChunks;
-  // Chunk c of key row r of K and of V (where the head has that many chunks).
-  auto copy = [&](int r, int c) {
+  // Chunk c of key row r of K and of V (where the head has that many chunks), the row
+  // starting at element offsets k_row and v_row of kc and vc.
+  auto copy = [&](int r, int c, long long k_row, long long v_row) {
     const bool ok = r < valid;
-    CacheSlot slot = {0, 0};
-    if (ok)
-      slot = cache_slot(p, per_page, b, key0 + r);
     if (c < KT::kChunks)
-      cp_async_16(s_k + KT::offset(r, c),
-                  kc + (ok ? slot_offset(slot, p.k_page_stride, p.k_row_stride) + c * 8 : 0), ok);
+      cp_async_16(s_k + KT::offset(r, c), kc + (ok ? k_row + c * 8 : 0), ok);
     if (c < VT::kChunks)
-      cp_async_16(s_v + VT::offset(r, c),
-                  vc + (ok ? slot_offset(slot, p.v_page_stride, p.v_row_stride) + c * 8 : 0), ok);
+      cp_async_16(s_v + VT::offset(r, c), vc + (ok ? v_row + c * 8 : 0), ok);
   };
   if constexpr (Cfg::kThreads % kChunks == 0) {
     constexpr int kRowStep = Cfg::kThreads / kChunks;
+    constexpr int kIters = (Cfg::kBlockN + kRowStep - 1) / kRowStep;
     const int r0 = tid / kChunks, c = tid % kChunks;
+    if (!p.block_table || p.page_size % Cfg::kBlockN == 0) {
+      CacheSlot first = {b, key0};
+      if (p.block_table) {
+        const int slot = per_page(key0);
+        first = {p.block_table[(long long)b * p.table_stride + slot], key0 - slot * p.page_size};
+      }
+      long long k_row = slot_offset(first, p.k_page_stride, p.k_row_stride) + r0 * p.k_row_stride;
+      long long v_row = slot_offset(first, p.v_page_stride, p.v_row_stride) + r0 * p.v_row_stride;
+      const long long k_step = kRowStep * p.k_row_stride, v_step = kRowStep * p.v_row_stride;
 #pragma unroll
-    for (int it = 0; it < (Cfg::kBlockN + kRowStep - 1) / kRowStep; ++it) {
-      const int r = r0 + it * kRowStep;
-      if (Cfg::kBlockN % kRowStep != 0 && r >= Cfg::kBlockN)
-        break;
-      copy(r, c);
+      for (int it = 0; it < kIters; ++it) {
+        const int r = r0 + it * kRowStep;
+        if (Cfg::kBlockN % kRowStep != 0 && r >= Cfg::kBlockN)
+          break;
+        copy(r, c, k_row, v_row);
+        k_row += k_step;
+        v_row += v_step;
+      }
+    } else {
+      int page[kIters];
+      const int *table = p.block_table + (long long)b * p.table_stride;
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) {
+        const int r = r0 + it * kRowStep;
+        page[it] = table[per_page(key0 + (r < valid ? r : 0))];
+      }
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) {
+        const int r = r0 + it * kRowStep;
+        if (Cfg::kBlockN % kRowStep != 0 && r >= Cfg::kBlockN)
+          break;
+        const int j = key0 + r;
+        const CacheSlot row = {page[it], j - per_page(j) * p.page_size};
+        copy(r, c, slot_offset(row, p.k_page_stride, p.k_row_stride),
+             slot_offset(row, p.v_page_stride, p.v_row_stride));
+      }
     }
   } else {
     // Head dims whose chunk count does not divide the threads (40, 72, ...): every
     // (row, chunk) on its own.
-    for (int i = tid; i < Cfg::kBlockN * kChunks; i += Cfg::kThreads)
-      copy(i / kChunks, i % kChunks);
+    for (int i = tid; i < Cfg::kBlockN * kChunks; i += Cfg::kThreads) {
+      const int r = i / kChunks;
+      CacheSlot slot = {0, 0};
+      if (r < valid)
+        slot = cache_slot(p, per_page, b, key0 + r);
+      copy(r, i % kChunks, slot_offset(slot, p.k_page_stride, p.k_row_stride),
+           slot_offset(slot, p.v_page_stride, p.v_row_stride));
+    }
   }
 }
 
