@@ -90,3 +90,17 @@ TEST(DecMmaSpec, EmittedModuleNamesItsKernels) {
   // The template checks the host's shared-memory figure at compile time.
   EXPECT_NE(kernel->source.find("static_assert(FjConfig::kSmemBytes =="), std::string::npos);
 }
+
+// The combine is launched as the split kernel's programmatic dependent only where its
+// griddepcontrol.wait exists (sm_90 and newer); elsewhere a plain launch orders them.
+TEST(DecMmaSpec, CombineIsADependentLaunchFromSm90) {
+  for (auto [target, dependent] : {std::pair{"sm_80", false}, std::pair{"sm_89", false},
+                                   std::pair{"sm_90a", true}}) {
+    KernelSpec spec = decodeSpec(128);
+    spec.target = target;
+    auto kernel = emitKernel(spec, defaultTile(spec));
+    ASSERT_TRUE(bool(kernel)) << target << ": " << llvm::toString(kernel.takeError());
+    EXPECT_EQ(kernel->decode.dependentCombine, dependent) << target;
+    EXPECT_NE(kernel->source.find("griddepcontrol.wait"), std::string::npos) << target;
+  }
+}
