@@ -40,7 +40,7 @@ public:
 
   // The splits for a call of these sizes: `requested` (> 0) capped at the key tiles,
   // or with 0 the heuristic: enough CTAs for one wave of the resident CTAs this tile
-  // allows on the device, with at least 4 key tiles per split, at most
+  // allows on the device, with at least 2 key tiles per split, at most
   // kMaxDecodeSplits. Pure arithmetic on the sizes (no device call).
   DecodeSplits plan(const FjDecodeParams &params, int requested = 0) const;
 
