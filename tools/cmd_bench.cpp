@@ -56,11 +56,8 @@ cl::opt<std::string> jsonOut("json", cl::desc("Write the results as JSON to this
                              cl::sub(benchCommand));
 cl::opt<int> device("device", cl::desc("CUDA device ordinal"), cl::init(0),
                     cl::sub(benchCommand));
-cl::opt<bool> timeWrongOutput(
-    "time-wrong-output",
-    cl::desc("Also time tiles whose output fails the check, marked WRONG (for experiments "
-             "that drop part of the work to find its cost; never a result)"),
-    cl::init(false), cl::sub(benchCommand));
+cl::opt<bool> timeWrongOutput("time-wrong-output", cl::desc(tools::kTimeWrongOutputHelp),
+                              cl::init(false), cl::sub(benchCommand));
 
 const char *kDefaultMmaTiles[] = {
     "bm128.bn64.w8.s2", "bm128.bn128.w8.s2", "bm128.bn128.w8.s3", "bm64.bn64.w4.s2",

@@ -52,11 +52,8 @@ cl::list<int> splitCounts("splits",
                           cl::CommaSeparated, cl::sub(decodeCommand));
 cl::opt<std::string> jsonOut("json", cl::desc("Write the results as JSON to this file"),
                              cl::sub(decodeCommand));
-cl::opt<bool> timeWrongOutput(
-    "time-wrong-output",
-    cl::desc("Also time tiles whose output fails the check, marked WRONG (for experiments "
-             "that drop part of the work to find its cost; never a result)"),
-    cl::init(false), cl::sub(decodeCommand));
+cl::opt<bool> timeWrongOutput("time-wrong-output", cl::desc(tools::kTimeWrongOutputHelp),
+                              cl::init(false), cl::sub(decodeCommand));
 
 const char *kDefaultTiles[] = {"bm16.bn64.w4.s3", "bm16.bn64.w4.s4", "bm16.bn128.w4.s3",
                                "bm16.bn128.w8.s3", "bm16.bn32.w2.s4", "bm16.bn64.w2.s4",

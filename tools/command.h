@@ -13,4 +13,9 @@ struct RegisterCommand {
   RegisterCommand(llvm::cl::SubCommand &sub, RunFn run);
 };
 
+// The help of the benchmark verbs' --time-wrong-output (bench, bench-decode).
+inline constexpr const char *kTimeWrongOutputHelp =
+    "Also time tiles whose output fails the check, marked WRONG (for experiments that drop "
+    "part of the work to find its cost; never a result)";
+
 } // namespace flashjit::tools

@@ -26,7 +26,8 @@ int main(int argc, char **argv) {
   llvm::cl::ParseCommandLineOptions(
       argc, argv,
       "flashjit: run-time generated, auto-tuned flash-attention kernels\n\n"
-      "  Verbs: info, gen, roofline, tune, bench, bench-decode, cache. `flashjit VERB --help` for\n  each.\n");
+      "  Verbs: info, gen, roofline, tune, bench, bench-decode, cache.\n"
+      "  `flashjit VERB --help` for each.\n");
   for (auto &[sub, run] : flashjit::tools::registry())
     if (*sub)
       return run();
