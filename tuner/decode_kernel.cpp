@@ -2,6 +2,8 @@
 
 #include "support/error.h"
 
+#include "llvm/ADT/STLExtras.h"
+
 #include <algorithm>
 
 namespace flashjit::tuner {
@@ -94,11 +96,19 @@ DecodeKernel::load(llvm::StringRef cubin, const generator::EmittedKernel &emitte
   return std::move(result);
 }
 
+long long DecodeKernel::mostSplits(long long tiles) {
+  return std::min<long long>(ceilDiv(tiles, kMinTilesPerSplit), kMaxDecodeSplits);
+}
+
 DecodeSplits DecodeKernel::plan(const FjDecodeParams &p, int requested) const {
   DecodeSplits out;
   const long long tiles = std::max(1LL, ceilDiv(std::max(p.seqlen_k, 1), blockN_));
-  int splits = requested;
-  if (splits <= 0) {
+  long long splits = requested;
+  if (splits <= 0 && tunedSplits_ > 0) {
+    // A call shorter than its bucket's timing problem keeps the tuned parallelism while
+    // its splits stay long enough to pay for themselves.
+    splits = std::min<long long>(tunedSplits_, mostSplits(tiles));
+  } else if (splits <= 0) {
     const long long rowTiles = ceilDiv((long long)p.seqlen_q * (p.heads_q / std::max(1, p.heads_kv)), blockM_);
     const long long ctas = std::max(1LL, (long long)p.batch * p.heads_kv * rowTiles);
     // One wave: every resident slot busy once. More splits only add partial outputs
@@ -107,13 +117,31 @@ DecodeSplits DecodeKernel::plan(const FjDecodeParams &p, int requested) const {
     const long long target = (long long)smCount_ * residentCtas_;
     // Rounded down: one CTA past the wave is a second wave (batch 4 x 8 KV heads at
     // 264 resident slots: 9 splits ran 141 us where 8 ran 104).
-    splits = (int)std::min<long long>(std::max(1LL, target / ctas),
-                                      ceilDiv(tiles, kMinTilesPerSplit));
+    splits = std::min<long long>(std::max(1LL, target / ctas), mostSplits(tiles));
   }
-  splits = (int)std::clamp<long long>(splits, 1, std::min<long long>(tiles, kMaxDecodeSplits));
+  splits = std::clamp<long long>(splits, 1, std::min<long long>(tiles, kMaxDecodeSplits));
   out.tilesPerSplit = (int)ceilDiv(tiles, splits);
   out.numSplits = (int)ceilDiv(tiles, out.tilesPerSplit);  // no split left empty by rounding
   return out;
+}
+
+std::vector<int> DecodeKernel::splitCountsToTime(const FjDecodeParams &p) const {
+  const long long tiles = std::max(1LL, ceilDiv(std::max(p.seqlen_k, 1), blockN_));
+  std::vector<int> planned{plan(p, 0).numSplits}, counts;
+  for (long long n = 1; n <= mostSplits(tiles); n *= 2) {
+    const int got = plan(p, (int)n).numSplits;
+    if (llvm::is_contained(planned, got))
+      continue;
+    planned.push_back(got);
+    counts.push_back((int)n);
+  }
+  return counts;
+}
+
+std::unique_ptr<DecodeKernel> DecodeKernel::withSplits(int splits) const {
+  auto copy = std::unique_ptr<DecodeKernel>(new DecodeKernel(*this));
+  copy->tunedSplits_ = std::clamp(splits, 0, kMaxDecodeSplits);
+  return copy;
 }
 
 llvm::Error DecodeKernel::launch(const FjDecodeParams &p, CUstream stream) const {

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 namespace flashjit::tuner {
 
@@ -38,11 +39,21 @@ public:
   // The decode kernel a LoadedKernel is, or null when it is another operation's.
   static const DecodeKernel *of(const LoadedKernel &kernel);
 
-  // The splits for a call of these sizes: `requested` (> 0) capped at the key tiles,
-  // or with 0 the heuristic: enough CTAs for one wave of the resident CTAs this tile
-  // allows on the device, with at least 2 key tiles per split, at most
-  // kMaxDecodeSplits. Pure arithmetic on the sizes (no device call).
+  // The splits for a call of these sizes: `requested` (> 0) capped at the key tiles;
+  // with 0 the count this kernel was tuned with (withSplits) while the call's keys give
+  // each split at least 2 key tiles; untuned, the heuristic: enough CTAs for one wave of
+  // the resident CTAs this tile allows on the device, with at least 2 key tiles per
+  // split. At most kMaxDecodeSplits. Pure arithmetic on the sizes (no device call).
   DecodeSplits plan(const FjDecodeParams &params, int requested = 0) const;
+
+  // The split counts a tune times besides the heuristic's for a call of these sizes
+  // (tuner/tune.cpp): the powers of two up to the most splits plan() allows, each
+  // giving a different number of splits than the heuristic and than each other.
+  std::vector<int> splitCountsToTime(const FjDecodeParams &params) const;
+  // This kernel, launching the calls that request no count as `splits` splits (the
+  // tuned count of its bucket); it shares the loaded module.
+  std::unique_ptr<DecodeKernel> withSplits(int splits) const;
+  int tunedSplits() const { return tunedSplits_; }
 
   // Asynchronous: the split kernel, then (num_splits > 1) the combine. params must
   // have num_splits and tiles_per_split set (plan) and, with more than one split, the
@@ -58,12 +69,15 @@ public:
   int headDimV() const { return headDimV_; }
 
 private:
-  std::unique_ptr<runtime::Module> module_;
+  std::shared_ptr<runtime::Module> module_;
   runtime::Kernel split_, combine_, append_;
   generator::DecodeEntries entries_;
   int threads_ = 0, sharedBytes_ = 0, registers_ = 0;
   int blockM_ = 16, blockN_ = 64, headDimV_ = 0;
   int smCount_ = 1, residentCtas_ = 1;  // per multiprocessor, for this tile
+  int tunedSplits_ = 0;                 // 0: the heuristic
+  // The most splits plan() gives a call of `tiles` key tiles without a request.
+  static long long mostSplits(long long tiles);
 };
 
 } // namespace flashjit::tuner

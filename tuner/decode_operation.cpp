@@ -114,6 +114,19 @@ public:
     return std::unique_ptr<TimingProblem>(std::move(*problem));
   }
 
+  std::vector<int> splitCountsToTime(const LoadedKernel &loaded,
+                                     const ForwardShape &shape) const override {
+    const DecodeKernel *kernel = DecodeKernel::of(loaded);
+    if (!kernel)
+      return {};
+    DecodeBuffers none;
+    return kernel->splitCountsToTime(makeDecodeParams(shape, none));
+  }
+  std::unique_ptr<LoadedKernel> withSplits(const LoadedKernel &loaded, int splits) const override {
+    const DecodeKernel *kernel = DecodeKernel::of(loaded);
+    return kernel ? kernel->withSplits(splits) : nullptr;
+  }
+
   double flops(const generator::KernelSpec &spec, const ForwardShape &shape) const override {
     return (double)attentionFlops(attentionShapeOf(spec, shape));
   }

@@ -5,6 +5,7 @@
 #include "support/error.h"
 #include "tuner/compile_tile.h"
 #include "tuner/measure.h"
+#include "tuner/tuned_config.h"
 #include "tuner/tuner.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -33,13 +34,15 @@ llvm::Expected<WinnerImport> importWinner(cache::Cache &cache, const cache::Tuni
   llvm::Expected<generator::KernelSpec> spec = generator::KernelSpec::parse(winner.key.spec);
   if (!spec)
     return stop(WinnerImport::Failed, llvm::toString(spec.takeError()));
-  llvm::Expected<generator::TileConfig> tile = generator::TileConfig::parse(winner.config);
-  if (!tile)
-    return stop(WinnerImport::Failed, llvm::toString(tile.takeError()));
-  if (llvm::Error err = generator::validateTile(*spec, *tile))
+  // The split count (decode) is a launch setting: the binary is the tile's.
+  llvm::Expected<TunedConfig> config = TunedConfig::parse(winner.config);
+  if (!config)
+    return stop(WinnerImport::Failed, llvm::toString(config.takeError()));
+  const generator::TileConfig &tile = config->tile;
+  if (llvm::Error err = generator::validateTile(*spec, tile))
     return stop(WinnerImport::Failed, llvm::toString(std::move(err)));
 
-  llvm::Expected<Variant> v = compileTile(cache, *spec, *tile);
+  llvm::Expected<Variant> v = compileTile(cache, *spec, tile);
   if (!v)
     return v.takeError();
   result.compiledNow = v->compiledNow;

@@ -21,7 +21,9 @@
 
 namespace flashjit::tuner {
 
-constexpr int kMeasurementProtocolVersion = 2;
+// Rows measured under another version are never compared or reused (docs/TUNING.md).
+// 3: decode tunes its split count with the tile, and its buckets count packed rows.
+constexpr int kMeasurementProtocolVersion = 3;
 
 struct MeasureOptions {
   double warmupMs = 20;     // at least this long, and at least `warmupLaunches` launches

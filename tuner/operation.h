@@ -47,6 +47,18 @@ public:
   makeTimingProblem(const generator::KernelSpec &spec, const ForwardShape &shape,
                     uint64_t l2Bytes) const = 0;
 
+  // Split-KV operations (decode) tune their split count together with the tile
+  // (docs/TUNING.md, "The space", decode): the explicit counts worth timing for `kernel` on `shape`
+  // besides its heuristic's, and the kernel launching with a count fixed (sharing its
+  // loaded module). Other operations have none: {} and null.
+  virtual std::vector<int> splitCountsToTime(const LoadedKernel &kernel,
+                                             const ForwardShape &shape) const {
+    return {};
+  }
+  virtual std::unique_ptr<LoadedKernel> withSplits(const LoadedKernel &kernel, int splits) const {
+    return nullptr;
+  }
+
   // Useful FLOPs of one run on `shape` (the papers' count), for TFLOP/s.
   virtual double flops(const generator::KernelSpec &spec, const ForwardShape &shape) const = 0;
 

@@ -13,8 +13,8 @@ double tieTolerance(double bestSpread) {
 }
 
 bool smallerFootprint(const RankedCandidate &a, const RankedCandidate &b) {
-  return std::make_tuple(a.sharedBytes, a.registers, a.tile.key()) <
-         std::make_tuple(b.sharedBytes, b.registers, b.tile.key());
+  return std::make_tuple(a.sharedBytes, a.registers, a.tile.key(), a.splits) <
+         std::make_tuple(b.sharedBytes, b.registers, b.tile.key(), b.splits);
 }
 
 namespace {

@@ -14,6 +14,7 @@ namespace flashjit::tuner {
 
 struct RankedCandidate {
   generator::TileConfig tile;
+  int splits = 0;  // split-KV kernels: the split count timed (0: the heuristic's)
   int sharedBytes = 0;
   int registers = 0;
   double medianUs = 0;
@@ -26,7 +27,9 @@ struct RankedCandidate {
 double tieTolerance(double bestSpread);
 
 // The footprint order that breaks ties: less shared memory, then fewer registers,
-// then the smaller tile key string. A strict total order on distinct tiles.
+// then the smaller tile key string, then the split heuristic before fixed counts and
+// fewer splits before more (less workspace). A strict total order on distinct
+// (tile, splits).
 bool smallerFootprint(const RankedCandidate &a, const RankedCandidate &b);
 
 // Indices of the candidates tied with the fastest (the fastest included).

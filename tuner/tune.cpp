@@ -6,6 +6,7 @@
 #include "tuner/select.h"
 #include "tuner/space.h"
 #include "tuner/tune_record.h"
+#include "tuner/tuned_config.h"
 #include "tuner/tuner_impl.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -215,22 +216,54 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
   // 4. Timing (tuner/screening.h): every candidate screened briefly, in the order of
   // step 1 while the budget lasts; the few near the fastest timed in full.
   Clock::time_point timeStart = Clock::now();
-  llvm::Expected<std::unique_ptr<TimingProblem>> problem = operationFor(spec.family).makeTimingProblem(
-      spec, record.timingShape, (uint64_t)props.l2Bytes);
+  llvm::Expected<std::unique_ptr<TimingProblem>> problem =
+      operationFor(spec.family).makeTimingProblem(spec, record.timingShape,
+                                                  (uint64_t)props.l2Bytes);
   if (!problem)
     return problem.takeError();
   runtime::ClockReading before = runtime::readClocks(props.ordinal);
-  std::vector<TimedCandidate> timed;
+  // Every candidate with the split heuristic first, in the order of step 1; then, for
+  // split-KV operations, each tile at the other split counts worth timing (the budget
+  // may cut those short, never the tiles).
+  const Operation &operation = operationFor(spec.family);
+  std::vector<std::vector<int>> splitCounts;
+  size_t splitVariants = 0;
   for (Candidate *a : passed) {
+    splitCounts.push_back(operation.splitCountsToTime(*a->kernel, record.timingShape));
+    splitVariants += splitCounts.back().size();
+  }
+  std::vector<CandidateRecord> splitRecords;  // appended to the record once timed
+  splitRecords.reserve(splitVariants);        // TimedCandidate points into it
+  std::vector<std::unique_ptr<LoadedKernel>> splitKernels;
+  std::vector<TimedCandidate> timed;
+  std::vector<Candidate *> ownerOf;  // per timed candidate: its tile's candidate
+  auto addTimed = [&](Candidate *a, const LoadedKernel *kernel, CandidateRecord *c) {
     TimedCandidate t;
-    t.kernel = a->kernel.get();
-    t.record = a->record;
-    t.name = a->variant->keyText;
-    t.ranked.tile = a->record->tile;
+    t.kernel = kernel;
+    t.record = c;
+    t.name = a->variant->keyText + (c->splits ? llvm::formatv(" at {0} splits", c->splits).str()
+                                              : std::string());
+    t.ranked.tile = c->tile;
+    t.ranked.splits = c->splits;
     t.ranked.sharedBytes = a->variant->emitted.sharedBytes;
     t.ranked.registers = a->kernel->registers();
     timed.push_back(std::move(t));
-  }
+    ownerOf.push_back(a);
+  };
+  for (Candidate *a : passed)
+    addTimed(a, a->kernel.get(), a->record);
+  for (size_t i = 0; i < passed.size(); ++i)
+    for (int n : splitCounts[i]) {
+      std::unique_ptr<LoadedKernel> kernel = operation.withSplits(*passed[i]->kernel, n);
+      if (!kernel)
+        return makeError(ErrorCode::Internal, "{0} cannot launch at a fixed split count",
+                         passed[i]->variant->keyText);
+      splitRecords.push_back(*passed[i]->record);
+      splitRecords.back().splits = n;
+      splitKernels.push_back(std::move(kernel));
+      addTimed(passed[i], splitKernels.back().get(), &splitRecords.back());
+    }
+  report.splitVariants = (int)splitVariants;
   TimingPlan plan;
   plan.measure = options.measure;
   plan.screen = options.screen;
@@ -244,9 +277,6 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
   report.timed = (int)outcome->finalists.size();
   timings += outcome->screened + report.timed;
   const std::vector<RankedCandidate> &ranked = outcome->ranked;
-  std::vector<Candidate *> rankedOf;
-  for (int i : outcome->finalists)
-    rankedOf.push_back(passed[i]);
   runtime::ClockReading after = runtime::readClocks(props.ordinal);
   problem->reset();  // free the timing buffers before anything else is allocated
   report.timeSeconds = secondsSince(timeStart);
@@ -256,18 +286,20 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
   if (w < 0)
     return makeError(ErrorCode::Internal, "no timed candidate of {0} has a valid time",
                      spec.key());
-  Candidate &winner = *rankedOf[w];
-  winner.record->winner = true;
+  const TimedCandidate &won = timed[outcome->finalists[w]];
+  Candidate &winner = *ownerOf[outcome->finalists[w]];
+  const TunedConfig config{won.record->tile, won.record->splits};
+  won.record->winner = true;
   std::vector<int> ties = tiedWithFastest(ranked);
   double fastest = ranked[ties.front()].medianUs;
   for (int t : ties)
     fastest = std::min(fastest, ranked[t].medianUs);
   for (int t : ties)
-    record.ties.push_back(ranked[t].tile.key());
+    record.ties.push_back(TunedConfig{ranked[t].tile, ranked[t].splits}.key());
   for (const RankedCandidate &r : ranked)
     if (r.medianUs == fastest)
       record.tieTolerance = tieTolerance(r.spread);
-  record.winner = winner.record->tile.key();
+  record.winner = config.key();
   report.totalSeconds = secondsSince(start);
   report.smClockMHzBefore = before.available ? before.smMHz : 0;
   report.smClockMHzAfter = after.available ? after.smMHz : 0;
@@ -283,9 +315,11 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
     return key.takeError();
   cache::TuningRow row;
   row.key = *key;
-  row.config = winner.record->tile.key();
+  for (CandidateRecord &c : splitRecords)
+    record.candidates.push_back(std::move(c));
+  row.config = config.key();
   row.binaryKey = winner.variant->key;
-  row.medianUs = winner.record->rankedUs;
+  row.medianUs = won.record->rankedUs;
   row.tflops = usefulTflops(spec, record.timingShape, row.medianUs);
   row.candidatesJson = candidatesJson(record);
   row.clocksJson = clocksJson(before, after, props.clockKHz);
@@ -294,13 +328,20 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
   ++tunes;
 
   Selection sel = selectionOf(spec, bucket, *winner.variant, Origin::TunedNow);
+  sel.splits = config.splits;
   sel.tuningKeyText = key->text();
   sel.registers = winner.kernel->registers();
   sel.tunedUs = row.medianUs;
   sel.tflops = row.tflops;
   sel.report = report;
-  sel.note = llvm::formatv("tuned now: {0} of {1} tiles screened, {2} timed, winner {3}{4}",
-                           report.screened, report.space, report.timed, row.config,
+  const std::string screenedWhat =
+      report.splitVariants
+          ? llvm::formatv("{0} of {1} tiles and {2} fixed split counts screened", report.screened,
+                          report.space, report.splitVariants)
+                .str()
+          : llvm::formatv("{0} of {1} tiles screened", report.screened, report.space).str();
+  sel.note = llvm::formatv("tuned now: {0}, {1} timed, winner {2}{3}", screenedWhat, report.timed,
+                           row.config,
                            ties.size() > 1
                                ? llvm::formatv(" (smallest footprint of {0} tied within "
                                                "{1:F1}%)",
@@ -309,9 +350,16 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
                                : std::string());
   {
     std::lock_guard<std::mutex> lock(kernelsMutex);
-    auto &slot = kernels[winner.variant->key];
-    if (!slot)
-      slot = std::shared_ptr<LoadedKernel>(std::move(winner.kernel));
+    auto &slot = kernels[loadedKey(*winner.variant, config.splits)];
+    if (!slot) {
+      if (config.splits == 0) {
+        slot = std::shared_ptr<LoadedKernel>(std::move(winner.kernel));
+      } else {
+        for (std::unique_ptr<LoadedKernel> &k : splitKernels)
+          if (k.get() == won.kernel)
+            slot = std::shared_ptr<LoadedKernel>(std::move(k));
+      }
+    }
     sel.kernel = slot;
   }
   // Say when the budget cut the search short: the winner is then the best of part of it.

@@ -31,6 +31,8 @@ llvm::json::Object measureJson(const MeasureOptions &m) {
 
 llvm::json::Object candidateJson(const CandidateRecord &c) {
   llvm::json::Object o{{"tile", c.tile.key()}, {"fate", fateName(c.fate)}};
+  if (c.splits > 0)
+    o["splits"] = c.splits;
   if (!c.reason.empty())
     o["reason"] = c.reason;
   if (c.modelUs > 0)

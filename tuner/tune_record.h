@@ -32,6 +32,8 @@ llvm::StringRef fateName(CandidateFate fate); // "pruned-fit", ..., "timed"
 
 struct CandidateRecord {
   generator::TileConfig tile;
+  int splits = 0;             // split-KV kernels: the split count it was timed at (0: the
+                              // heuristic's); the tuning row's config (tuned_config.h)
   CandidateFate fate = CandidateFate::PrunedFit;
   std::string reason;         // why it was pruned or rejected
   double modelUs = 0;         // the model's time (0 when not estimated)

@@ -3,6 +3,7 @@
 #include "generator/templates.h"
 #include "support/error.h"
 #include "tuner/space.h"
+#include "tuner/tuned_config.h"
 #include "tuner/tuner_impl.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -98,18 +99,30 @@ llvm::Error Tuner::Impl::checkSpec(const generator::KernelSpec &spec) const {
 }
 
 llvm::Expected<std::shared_ptr<LoadedKernel>> Tuner::Impl::load(const generator::KernelSpec &spec,
-                                                                const Variant &variant) {
+                                                                const Variant &variant,
+                                                                int splits) {
   if (!device)
     return nullptr;
   std::lock_guard<std::mutex> lock(kernelsMutex);
-  auto &slot = kernels[variant.key];
+  const std::string key = loadedKey(variant, splits);
+  auto &slot = kernels[key];
   if (slot)
     return slot;
   if (llvm::Error err = device->makeCurrent())
     return std::move(err);
-  auto loaded = operationFor(spec.family).load(variant.binary->cubin, variant.emitted);
+  const Operation &operation = operationFor(spec.family);
+  auto loaded = operation.load(variant.binary->cubin, variant.emitted);
+  if (loaded && splits > 0) {
+    std::unique_ptr<LoadedKernel> fixed = operation.withSplits(**loaded, splits);
+    if (!fixed)
+      loaded = makeError(ErrorCode::InvalidValue,
+                         "{0} was tuned with {1} splits, but its kernels take no split count",
+                         variant.keyText, splits);
+    else
+      *loaded = std::move(fixed);
+  }
   if (!loaded) {
-    kernels.erase(variant.key);
+    kernels.erase(key);
     return loaded.takeError();
   }
   slot = std::shared_ptr<LoadedKernel>(std::move(*loaded));
@@ -119,27 +132,28 @@ llvm::Expected<std::shared_ptr<LoadedKernel>> Tuner::Impl::load(const generator:
 llvm::Expected<Selection> Tuner::Impl::fromRow(const generator::KernelSpec &spec,
                                                const cache::Found<cache::TuningRow> &found) {
   const cache::TuningRow &row = found.row;
-  llvm::Expected<generator::TileConfig> tile = generator::TileConfig::parse(row.config);
-  if (!tile)
-    return tile.takeError();
+  llvm::Expected<TunedConfig> config = TunedConfig::parse(row.config);
+  if (!config)
+    return config.takeError();
+  const generator::TileConfig &tile = config->tile;
   llvm::Expected<Bucket> bucket = Bucket::parse(row.key.bucket);
   if (!bucket)
     return bucket.takeError();
   BuildOptions build;
   build.allowCompile = options.mode != TuneMode::Cached;
   build.threads = 1;
-  llvm::Expected<BuildResult> built = buildVariants(cache, spec, {*tile}, build);
+  llvm::Expected<BuildResult> built = buildVariants(cache, spec, {tile}, build);
   std::string noCompiler;
   if (!built) {
     // No NVRTC here (so no binary key of our own): the binary the row recorded, as is.
     noCompiler = takeErrorReport(built.takeError()).message;
     llvm::Expected<std::optional<Variant>> recorded =
-        recordedVariant(cache, spec, *tile, row.binaryKey);
+        recordedVariant(cache, spec, tile, row.binaryKey);
     if (!recorded)
       return recorded.takeError();
     if (!*recorded)
       return makeError(ErrorCode::NotFound, "tuned winner {0} for {1}: {2}, and its binary {3} "
-                       "is not in the cache", binaryKeyText(spec, *tile), row.key.bucket,
+                       "is not in the cache", binaryKeyText(spec, tile), row.key.bucket,
                        noCompiler, row.binaryKey);
     built = BuildResult{};
     built->variants.push_back(std::move(**recorded));
@@ -151,6 +165,7 @@ llvm::Expected<Selection> Tuner::Impl::fromRow(const generator::KernelSpec &spec
                      "tuned winner {0} for {1} ({2}): {3}", v.keyText, row.key.bucket,
                      found.path, v.error);
   Selection s = selectionOf(spec, *bucket, v, originOf(found.source));
+  s.splits = config->splits;
   s.tuningKeyText = row.key.text();
   s.tunedUs = row.medianUs;
   s.tflops = row.tflops;
@@ -163,7 +178,9 @@ llvm::Expected<Selection> Tuner::Impl::fromRow(const generator::KernelSpec &spec
                   : "; binary compiled now (this NVRTC or target differs from the tune's)";
   if (!v.rejection.empty())
     s.note += "; warning: with this compiler it " + v.rejection;
-  llvm::Expected<std::shared_ptr<LoadedKernel>> kernel = load(spec, v);
+  if (s.splits > 0)
+    s.note += llvm::formatv("; {0} splits, tuned with the tile", s.splits).str();
+  llvm::Expected<std::shared_ptr<LoadedKernel>> kernel = load(spec, v, s.splits);
   if (!kernel)
     return kernel.takeError();
   s.kernel = std::move(*kernel);

@@ -35,6 +35,8 @@ struct TuneReport {
   int compiled = 0;         // NVRTC compilations run now (the rest came from the cache)
   int rejectedCompile = 0;  // failed to compile, spilled, or the log reported problems
   int rejectedWrong = 0;    // failed the correctness bar
+  int splitVariants = 0;    // split-KV (decode): the tiles' timings at fixed split counts,
+                            // besides the heuristic's; counted below like tiles
   int screened = 0;         // timed briefly (the screening pass)
   int timed = 0;            // finalists: timed with the full protocol
   int skippedBudget = 0;    // passed the bar but not screened: the budget ran out
@@ -47,6 +49,9 @@ struct Selection {
   generator::KernelSpec spec;
   Bucket bucket;                         // the bucket the row was tuned for
   generator::TileConfig tile;
+  int splits = 0;                        // decode: the split count tuned with the tile for
+                                         // this bucket (0: the heuristic; the kernel
+                                         // launches with it, DecodeKernel::plan)
   Origin origin = Origin::CompiledNow;
   std::string binaryKey, tuningKeyText;  // readable key strings (tuningKeyText empty when
                                          // untuned)

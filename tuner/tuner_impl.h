@@ -44,9 +44,10 @@ public:
                                              const Bucket &bucket) const;
   llvm::Error checkSpec(const generator::KernelSpec &spec) const;
 
-  // The variant's kernel, loaded once per binary key (null without a device).
+  // The variant's kernel, loaded once per binary key and split count (null without a
+  // device); with splits > 0, launching its calls as that many splits.
   llvm::Expected<std::shared_ptr<LoadedKernel>> load(const generator::KernelSpec &spec,
-                                                    const Variant &variant);
+                                                    const Variant &variant, int splits = 0);
   // The Selection for a cached tuning row (its binary found or compiled for us).
   llvm::Expected<Selection> fromRow(const generator::KernelSpec &spec,
                                     const cache::Found<cache::TuningRow> &row);
@@ -59,6 +60,12 @@ public:
   llvm::Expected<CUstream> tuneStream();
   llvm::Expected<std::vector<Checker *>> checkersFor(const generator::KernelSpec &spec);
 };
+
+// The key `kernels` holds a loaded variant under: its binary key, and its split count
+// when fixed.
+inline std::string loadedKey(const Variant &variant, int splits) {
+  return splits > 0 ? variant.key + "+splits" + std::to_string(splits) : variant.key;
+}
 
 // A Selection for a built variant, without the kernel.
 Selection selectionOf(const generator::KernelSpec &spec, const Bucket &bucket,

@@ -11,11 +11,15 @@
 
 #include "support/error.h"
 #include "tuner/checker.h"
+#include "tuner/decode_checker.h"
+#include "tuner/decode_kernel.h"
 #include "tuner/sweep.h"
+#include "tuner/tuned_config.h"
 #include "tuner/tuner.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 
 #include <algorithm>
@@ -493,6 +497,87 @@ TEST(TunerGpu, SpentBudgetStillTimesOneCandidate) {
   EXPECT_EQ(sel->report.skippedBudget, 2);
   EXPECT_GT(sel->tunedUs, 0);
   std::printf("  %s\n", sel->note.c_str());
+}
+
+// Decode tunes its split count with the tile (issue 27): a GQA step's bucket (4 query
+// rows packed per KV head, 128 (sequence, KV head) pairs, 4096 keys) times each tile at
+// the heuristic's split count and at fixed ones; the winner's config carries its count,
+// a later handle loads it from the row, and the kernel runs the calls that request no
+// count with it, correctly.
+TEST(TunerGpu, DecodeTunesTheSplitCountWithTheTile) {
+  FLASHJIT_REQUIRE_GPU();
+  KernelSpec spec = specFor(128, false, generator::Family::DecMma);
+  const Bucket bucket{4, 4096, 128};
+  TunerOptions options;
+  options.candidates = {{16, 32, 2, 2}, {16, 64, 4, 2}, {16, 128, 8, 2}};
+  TempCache dir;
+  auto cache = openCache(dir.path());
+  Tuner tuner(flashjit::testing::openTestDevice().get(), *cache, options);
+  auto sel = tuner.select(spec, bucket);
+  ASSERT_TRUE(bool(sel)) << llvm::toString(sel.takeError());
+  EXPECT_GT(sel->report.splitVariants, 0);
+  EXPECT_EQ(sel->report.skippedBudget, 0);
+  auto row = publishedRow(*cache, tuner, spec, bucket);
+  ASSERT_TRUE(row.has_value());
+  auto config = tuner::TunedConfig::parse(row->row.config);
+  ASSERT_TRUE(bool(config)) << llvm::toString(config.takeError());
+  EXPECT_EQ(config->tile, sel->tile);
+  EXPECT_EQ(config->splits, sel->splits);
+  // Every tile was screened at fixed counts too; the winner's entry is the one marked.
+  const llvm::json::Array *list = row->candidates.getAsObject()->getArray("candidates");
+  ASSERT_NE(list, nullptr);
+  std::set<std::string> tilesWithSplits;
+  int winners = 0;
+  for (const llvm::json::Value &v : *list) {
+    const llvm::json::Object *c = v.getAsObject();
+    const int splits = (int)c->getInteger("splits").getValueOr(0);
+    if (splits > 0) {
+      tilesWithSplits.insert(c->getString("tile")->str());
+      EXPECT_TRUE(c->getNumber("screen_median_us").hasValue()) << c->getString("tile")->str();
+    }
+    if (c->getBoolean("winner").getValueOr(false)) {
+      ++winners;
+      EXPECT_EQ(c->getString("tile")->str(), config->tile.key());
+      EXPECT_EQ(splits, config->splits);
+    }
+    std::printf("    %-18s splits %3d  %-9s screened %7.2f us%s\n",
+                c->getString("tile")->str().c_str(), splits,
+                c->getString("fate")->str().c_str(),
+                c->getNumber("screen_median_us").getValueOr(0),
+                c->getBoolean("winner").getValueOr(false) ? "  (winner)" : "");
+  }
+  EXPECT_EQ(winners, 1);
+  EXPECT_EQ(tilesWithSplits.size(), options.candidates.size());
+  std::printf("  %s: %s\n", row->row.config.c_str(), sel->note.c_str());
+
+  // A new tuner finds the row and launches with its count.
+  Tuner again(flashjit::testing::openTestDevice().get(), *cache, options);
+  auto hit = again.select(spec, bucket);
+  ASSERT_TRUE(bool(hit)) << llvm::toString(hit.takeError());
+  EXPECT_EQ(again.counters().timings, 0);
+  EXPECT_EQ(hit->splits, config->splits);
+  const tuner::DecodeKernel *kernel = tuner::DecodeKernel::of(*hit->kernel);
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_EQ(kernel->tunedSplits(), config->splits);
+
+  // Correct at the count it plans for a call of the bucket (odd lengths, paged, GQA).
+  tuner::ForwardShape shape;
+  shape.batch = 3, shape.headsQ = 16, shape.headsKV = 4, shape.seqQ = 1;
+  shape.seqlensK = {4001, 2050, 3333};
+  shape.seqK = 4001;
+  shape.headDim = shape.headDimV = 128;
+  shape.pageSize = 16;
+  Stream stream;
+  auto checker = tuner::DecodeChecker::create(spec, shape, 5, stream.stream);
+  ASSERT_TRUE(bool(checker)) << llvm::toString(checker.takeError());
+  auto report = (*checker)->check(*hit->kernel, stream.stream);
+  ASSERT_TRUE(bool(report)) << llvm::toString(report.takeError());
+  EXPECT_TRUE(report->passed) << report->summary();
+  if (config->splits > 1) {  // a power of two that divides the bucket's key tiles
+    EXPECT_EQ(report->output, llvm::formatv("o ({0} splits)", config->splits).str());
+  }
+  std::printf("  %s at its tuned count: %s, %s\n", hit->binaryKeyText.c_str(),
+              report->output.c_str(), report->summary().c_str());
 }
 
 TEST(TunerGpu, HeuristicCompilesOneTileAndCachedNeverCompiles) {

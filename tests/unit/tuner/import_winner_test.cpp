@@ -95,7 +95,7 @@ TEST(ImportWinner, BadRowsFailWithTheReason) {
   wrongTarget.key.spec = "fwd_wgmma.bf16.d64.dv64.causal.sm80";
   for (const auto &[row, expected] :
        {std::pair<cache::TuningRow, const char *>{badSpec, "bad kernel spec"},
-        {badTile, "bad tile config"},
+        {badTile, "bad tuned config"},
         {tooBig, ""},
         {wrongTarget, "sm_90a"}}) {
     auto done = tuner::importWinner(*cache, row);

@@ -49,7 +49,9 @@ TEST(TuneRecord, CandidatesJsonKeepsEveryFateAndTheProtocol) {
   screened.screened = true;
   screened.screen.medianUs = 200.0;
   screened.screen.runs = 25;
-  r.candidates = {wrong, timed, pruned, screened};
+  tuner::CandidateRecord split = screened;
+  split.splits = 8;
+  r.candidates = {wrong, timed, pruned, screened, split};
 
   auto parsed = llvm::json::parse(tuner::candidatesJson(r));
   ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
@@ -61,7 +63,7 @@ TEST(TuneRecord, CandidatesJsonKeepsEveryFateAndTheProtocol) {
   ASSERT_NE(o->getObject("screen"), nullptr);
   const llvm::json::Array *c = o->getArray("candidates");
   ASSERT_NE(c, nullptr);
-  ASSERT_EQ(c->size(), 4u);
+  ASSERT_EQ(c->size(), 5u);
   EXPECT_EQ((*c)[0].getAsObject()->getString("fate"), llvm::StringRef("wrong"));
   EXPECT_EQ((*c)[0].getAsObject()->getNumber("max_error").getValueOr(-1), 1.5);
   EXPECT_EQ((*c)[1].getAsObject()->getString("fate"), llvm::StringRef("timed"));
@@ -79,6 +81,9 @@ TEST(TuneRecord, CandidatesJsonKeepsEveryFateAndTheProtocol) {
   EXPECT_EQ(s->getNumber("screen_median_us").getValueOr(-1), 200.0);
   EXPECT_EQ(s->getInteger("screen_runs").getValueOr(-1), 25);
   EXPECT_FALSE(s->getNumber("median_us").hasValue()) << "screened only: no full timing";
+  EXPECT_FALSE(s->getInteger("splits").hasValue()) << "the split heuristic's timing";
+  EXPECT_EQ((*c)[4].getAsObject()->getInteger("splits").getValueOr(-1), 8);
+  EXPECT_EQ((*c)[4].getAsObject()->getString("tile"), llvm::StringRef("bm128.bn32.w8.s2"));
 }
 
 TEST(TuneRecord, ClocksJsonWithAndWithoutNvml) {

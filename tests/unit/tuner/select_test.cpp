@@ -102,3 +102,20 @@ TEST(Select, IgnoresMissingTimes) {
 }
 
 } // namespace
+
+TEST(Select, TiedSplitCountsGoToTheHeuristicThenToFewerSplits) {
+  // One decode tile timed at the heuristic's split count (0) and at fixed ones: the
+  // same footprint, so the tie goes to the heuristic (it adapts to the bucket's other
+  // shapes), else to the fewest splits (the least workspace).
+  auto at = [](int splits, double us) {
+    RankedCandidate c = cand("bm16.bn64.w4.s2", 20480, 168, us);
+    c.splits = splits;
+    return c;
+  };
+  std::vector<RankedCandidate> c = {at(8, 10.0), at(0, 10.05), at(4, 10.1)};
+  EXPECT_EQ(tuner::pickWinner(c), 1);
+  c = {at(8, 10.0), at(16, 10.05), at(4, 10.1)};
+  EXPECT_EQ(tuner::pickWinner(c), 2);
+  c = {at(8, 10.0), at(0, 12.0), at(4, 11.0)};
+  EXPECT_EQ(tuner::pickWinner(c), 0) << "a clearly faster split count wins";
+}
