@@ -20,13 +20,13 @@ llvm::Error checkHasDecode(const fj_kernel_s *kernel) {
   return llvm::Error::success();
 }
 
-// The decode variant for a call of these sizes: the nearest bucket of (seqlen_q,
-// seqlen_k, batch * heads_q) among the handle's decode variants; `index` receives its
-// index in kernel->variants. No allocation.
+// The decode variant for a call of these sizes: the nearest decode bucket
+// (decodeBucketFor) among the handle's decode variants; `index` receives its index in
+// kernel->variants. No allocation.
 llvm::Expected<const tuner::DecodeKernel *> dispatch(const fj_kernel_s *kernel,
                                                      const FjDecodeParams &p, int &index) {
   const tuner::Bucket wanted =
-      bucketFor(p.seqlen_q, p.seqlen_k, (int64_t)p.batch * p.heads_q);
+      decodeBucketFor(p.seqlen_q, p.seqlen_k, p.batch, p.heads_q, p.heads_kv);
   llvm::ArrayRef<tuner::Bucket> buckets =
       llvm::ArrayRef<tuner::Bucket>(kernel->buckets).drop_front(kernel->decodeBegin);
   const int nearest = tuner::nearestBucket(buckets, wanted);

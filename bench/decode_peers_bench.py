@@ -119,13 +119,14 @@ def decode_handle(flashjit):
     return found[-1] if found else None
 
 
-def variant_of(flashjit, handle, info, batch, n, heads):
+def variant_of(flashjit, handle, info, batch, n, heads, heads_kv):
     """(tile, origin, tuned_us) of the decode variant fj_decode dispatches this shape to:
-    the bucket q1.k<N>.bh<B*H> rounded up to powers of 2, else the primary decode one."""
+    the decode bucket q<H/Hkv>.k<N>.bh<B*Hkv> (query rows packed per KV head, keys,
+    (sequence, KV head) pairs) rounded up to powers of 2, else the primary decode one."""
     from flashjit import _capi
     lib = _capi.library()
     pow2 = lambda x: 1 << max(0, (x - 1).bit_length())  # noqa: E731
-    want = f"q1.k{pow2(n)}.bh{pow2(batch * heads)}"
+    want = f"q{pow2(heads // heads_kv)}.k{pow2(n)}.bh{pow2(batch * heads_kv)}"
     first = info.num_variants - info.num_decode_variants
     chosen = None
     for i in range(first, info.num_variants):
@@ -274,7 +275,7 @@ def run_shape(a, flashjit, _runtime, row, dtype, d, B, N, H, Hk, kv_bytes, l2, c
     torch.cuda.synchronize()
     row["get_s"] = time.perf_counter() - t0
     handle, info, _ = decode_handle(flashjit)
-    row.update(variant_of(flashjit, handle, info, B, N, H))
+    row.update(variant_of(flashjit, handle, info, B, N, H, Hk))
     row["workspace_bytes"] = workspace_bytes(flashjit, handle, B, N)
     row["splits"] = splits_of(row["workspace_bytes"], B, H, d)
     row["flashjit_us"] = median_us(lambda i: flashjit.decode(data[i]["q"], data[i]["k"],

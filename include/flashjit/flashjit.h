@@ -56,7 +56,7 @@ extern "C" {
 #endif
 
 #define FLASHJIT_VERSION_MAJOR 0
-#define FLASHJIT_VERSION_MINOR 7
+#define FLASHJIT_VERSION_MINOR 8
 #define FLASHJIT_VERSION_PATCH 0
 
 /* ---- Status codes ------------------------------------------------------------ */
@@ -777,7 +777,10 @@ FJ_API fj_status fj_kernel_info(fj_kernel kernel, struct fj_kernel_info *info);
 typedef struct fj_variant_info {
   size_t struct_size;       /* set by the caller: sizeof(fj_variant_info) */
   /* Strings owned by the kernel, valid until it is released. */
-  const char *bucket;       /* "q1024.k1024.bh64": the shape bucket it was tuned for */
+  const char *bucket;       /* "q1024.k1024.bh64": the shape bucket it was tuned for.
+                               A decode variant's counts the query rows packed per KV
+                               head (seqlen_q x num_heads_q / num_heads_kv), the keys,
+                               and batch x num_heads_kv */
   const char *tile;         /* "bm128.bn64.w8.s2" */
   const char *binary_key;   /* the cache's binary key (sha256 hex) */
   const char *binary_key_text;  /* the same, readable: "spec/tile" */
@@ -792,6 +795,12 @@ typedef struct fj_variant_info {
    * fj_decode / fj_kv_append by its kind). (Added in 0.5: a struct_size that ends
    * before it is accepted, and it is not written.) */
   int64_t calls;
+  /* A decode variant: the split count it runs the calls that leave
+   * fj_decode_args.num_splits at 0 with, tuned with its tile for its bucket (fewer
+   * when a call's keys are too few for that many); 0: the heuristic decides per call.
+   * 0 for the other variants. (Added in 0.8: a struct_size that ends before it is
+   * accepted, and it is not written.) */
+  int32_t num_splits;
 } fj_variant_info;
 
 /* Variant `index` in [0, num_variants). */

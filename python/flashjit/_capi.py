@@ -164,7 +164,8 @@ class VariantInfo(C.Structure):
                 ("bucket_batch_heads", C.c_int32), ("origin", C.c_int32),
                 ("block_m", C.c_int32), ("block_n", C.c_int32), ("warps", C.c_int32),
                 ("stages", C.c_int32), ("registers", C.c_int32), ("shared_bytes", C.c_int32),
-                ("tuned_us", C.c_double), ("calls", C.c_int64)]  # calls: 0.5
+                ("tuned_us", C.c_double), ("calls", C.c_int64),  # calls: 0.5
+                ("num_splits", C.c_int32)]  # 0.8
 
 
 class DispatchInfo(C.Structure):

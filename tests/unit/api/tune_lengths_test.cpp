@@ -135,6 +135,19 @@ TEST(ApiTuneLengths, DispatchInfoChecksItsArguments) {
   old.info.struct_size = offsetof(fj_variant_info, calls);
   ASSERT_TRUE(succeeds(fj_kernel_variant_info(kernel, 0, &old.info)));
   EXPECT_EQ(old.after[0], 0x5A) << "nothing written past the caller's struct";
+  // A 0.7 caller's (no `num_splits`): `calls` written, `num_splits` left as it was.
+  std::memset(&old, 0x5A, sizeof(old));
+  old.info.struct_size = offsetof(fj_variant_info, num_splits);
+  ASSERT_TRUE(succeeds(fj_kernel_variant_info(kernel, 0, &old.info)));
+  EXPECT_EQ(old.info.calls, 0);
+  unsigned char splitsBytes[sizeof(old.info.num_splits)];
+  std::memcpy(splitsBytes, &old.info.num_splits, sizeof(splitsBytes));
+  for (unsigned char byte : splitsBytes)
+    EXPECT_EQ(byte, 0x5A) << "num_splits is past a 0.7 caller's struct";
+  fj_variant_info now;
+  now.struct_size = sizeof(now);
+  ASSERT_TRUE(succeeds(fj_kernel_variant_info(kernel, 0, &now)));
+  EXPECT_EQ(now.num_splits, 0) << "not a decode variant";
   EXPECT_EQ(fj_kernel_release(kernel), FJ_SUCCESS);
   EXPECT_EQ(fj_context_destroy(context), FJ_SUCCESS);
 }
