@@ -21,12 +21,12 @@ llvm::Error checkHasDecode(const fj_kernel_s *kernel) {
 }
 
 // The decode variant for a call of these sizes: the nearest decode bucket
-// (decodeBucketFor) among the handle's decode variants; `index` receives its index in
+// (tuner::Bucket::forDecode) among the handle's decode variants; `index` receives its index in
 // kernel->variants. No allocation.
 llvm::Expected<const tuner::DecodeKernel *> dispatch(const fj_kernel_s *kernel,
                                                      const FjDecodeParams &p, int &index) {
   const tuner::Bucket wanted =
-      decodeBucketFor(p.seqlen_q, p.seqlen_k, p.batch, p.heads_q, p.heads_kv);
+      tuner::Bucket::forDecode(p.seqlen_q, p.seqlen_k, p.batch, p.heads_q, p.heads_kv);
   llvm::ArrayRef<tuner::Bucket> buckets =
       llvm::ArrayRef<tuner::Bucket>(kernel->buckets).drop_front(kernel->decodeBegin);
   const int nearest = tuner::nearestBucket(buckets, wanted);

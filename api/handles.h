@@ -179,12 +179,6 @@ selectVariants(fj_context_s &context, const generator::KernelSpec &spec,
                const tuner::Bucket &hinted);
 // The bucket a call's shape dispatches to.
 tuner::Bucket bucketFor(int64_t seqQ, int64_t seqK, int64_t batchHeads);
-// A decode call's bucket: what its kernels' work depends on, the query rows packed per
-// KV head (seqlen_q x heads_q / heads_kv) and the (sequence, KV head) pairs, against
-// seqlen_k. Its timing problem (tuner::timingShape, MHA) has the same row tiles, CTAs
-// and K/V bytes as every GQA step that packs to it.
-tuner::Bucket decodeBucketFor(int64_t seqQ, int64_t seqK, int64_t batch, int64_t headsQ,
-                              int64_t headsKV);
 // Checks the first word of a kernel handle (the launch paths' cheap test).
 llvm::Error checkKernelMagic(const fj_kernel_s *kernel);
 llvm::Error kernelInfo(const fj_kernel_s *kernel, struct fj_kernel_info *info);

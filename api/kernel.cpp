@@ -115,11 +115,6 @@ tuner::Bucket bucketFor(int64_t seqQ, int64_t seqK, int64_t batchHeads) {
   return tuner::Bucket::forShape(bucketDim(seqQ), bucketDim(seqK), bucketDim(batchHeads));
 }
 
-tuner::Bucket decodeBucketFor(int64_t seqQ, int64_t seqK, int64_t batch, int64_t headsQ,
-                              int64_t headsKV) {
-  const int64_t group = headsQ / std::max<int64_t>(1, headsKV);
-  return bucketFor(seqQ * group, seqK, batch * headsKV);
-}
 
 llvm::Error checkKernelMagic(const fj_kernel_s *kernel) {
   if (!kernel)
@@ -334,8 +329,8 @@ llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attentio
     // 1) against the hinted cache length (4096 when the hint is a prefill's or unset).
     const int decodeRows = desc->seqQHint <= 64 ? desc->seqQHint : 1;
     const int decodeKeys = desc->seqKHint >= 256 ? desc->seqKHint : 4096;
-    const tuner::Bucket decodeHinted = decodeBucketFor(decodeRows, decodeKeys, desc->batchHint,
-                                                       desc->headsQ, desc->headsKV);
+    const tuner::Bucket decodeHinted = tuner::Bucket::forDecode(
+        decodeRows, decodeKeys, desc->batchHint, desc->headsQ, desc->headsKV);
     auto decode = selectVariants(*context, dec, decodeHinted);
     if (!decode) {
       ErrorReport failed = takeErrorReport(decode.takeError());

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the system cache that is installed with flashjit (share/flashjit/system.sqlite):
-#   1. the deviceless sweep: the default tile of every default spec, forward and backward,
-#      compiled for sm_80, sm_86, sm_89 and sm_90a (`flashjit tune --compile-only`);
+#   1. the deviceless sweep: the default tile of every default spec, forward, backward and
+#      decode, compiled for sm_80, sm_86, sm_89 and sm_90a (`flashjit tune --compile-only`);
 #   2. the tuning winners the project measured on GPUs (data/winners/*.json), each tile
 #      compiled here, each row kept as measured; rows of an older generator are skipped;
 #   3. written by `flashjit cache merge` (journal mode DELETE, readable in a read-only
@@ -27,7 +27,7 @@ jobs=()
 [ -n "${FLASHJIT_JOBS:-}" ] && jobs=(--jobs "$FLASHJIT_JOBS")
 # shellcheck disable=SC2086 # FLASHJIT_SYSTEM_CACHE_ARGS is a list of options
 FLASHJIT_SYSTEM_CACHE= FLASHJIT_CACHE="$scratch/sweep.sqlite" \
-  "$flashjit" tune --compile-only --backward --cache "$scratch/sweep.sqlite" \
+  "$flashjit" tune --compile-only --backward --decode --cache "$scratch/sweep.sqlite" \
   "${jobs[@]}" "${winners[@]}" ${FLASHJIT_SYSTEM_CACHE_ARGS:-} >"$scratch/tune.log" 2>&1 ||
   { cat "$scratch/tune.log" >&2; echo "$0: the sweep failed" >&2; exit 1; }
 grep -E "^[0-9]+ items:|^winners " "$scratch/tune.log" || true

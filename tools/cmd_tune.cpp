@@ -64,15 +64,35 @@ cl::list<unsigned> ladderHeads("ladder-heads",
 cl::opt<std::string> family("family",
                             cl::desc("Kernel family: auto (what the C API loads on each "
                                      "target: fwd_wgmma and its fwd_mma fallback on sm_90a, "
-                                     "fwd_mma elsewhere), fwd_mma, fwd_wgmma, or the "
+                                     "fwd_mma elsewhere), fwd_mma, fwd_wgmma, the "
                                      "backward pass's bwd_mma or bwd_wgmma (sm_90a, head "
-                                     "dims 64 and 128)"),
+                                     "dims 64 and 128), or decode's dec_mma"),
                             cl::init("auto"), cl::sub(sub), cl::cat(sweepCat));
 cl::opt<bool> backwardFlag("backward",
                            cl::desc("With --family auto: also the backward pass (bwd_wgmma "
                                     "on sm_90a for head dims 64 and 128, else bwd_mma), what "
                                     "fj_kernel_get loads for desc.backward"),
                            cl::sub(sub), cl::cat(sweepCat));
+cl::opt<bool> decodeFlag("decode",
+                         cl::desc("With --family auto: also the decode kernels (dec_mma), "
+                                  "what fj_kernel_get loads for desc.decode, at the decode "
+                                  "buckets of --decode-q-lens x --decode-heads x "
+                                  "--decode-batches x --decode-kv-lens"),
+                         cl::sub(sub), cl::cat(sweepCat));
+cl::list<unsigned> decodeQueryLens("decode-q-lens",
+                                   cl::desc("Decode: query rows per sequence (default: 1)"),
+                                   cl::CommaSeparated, cl::sub(sub), cl::cat(sweepCat));
+cl::list<std::string> decodeHeads("decode-heads",
+                                  cl::desc("Decode: query/KV head counts (default: "
+                                           "32/8,32/32)"),
+                                  cl::CommaSeparated, cl::sub(sub), cl::cat(sweepCat));
+cl::list<unsigned> decodeBatches("decode-batches",
+                                 cl::desc("Decode: sequences per step (default: 1,4,16,64)"),
+                                 cl::CommaSeparated, cl::sub(sub), cl::cat(sweepCat));
+cl::list<unsigned> decodeKvLens("decode-kv-lens",
+                                cl::desc("Decode: KV cache lengths (default: "
+                                         "1024,4096,16384)"),
+                                cl::CommaSeparated, cl::sub(sub), cl::cat(sweepCat));
 cl::opt<bool> defaultSweepFlag("default-sweep",
                                cl::desc("The default sweep (what plain `flashjit tune` runs)"),
                                cl::sub(sub), cl::cat(sweepCat));
@@ -126,6 +146,8 @@ bool anySpecOption() {
   return headDims.getNumOccurrences() || dtypes.getNumOccurrences() ||
          causal.getNumOccurrences() || seqlens.getNumOccurrences() ||
          batchHeads.getNumOccurrences() || ladderHeads.getNumOccurrences() ||
+         decodeQueryLens.getNumOccurrences() || decodeHeads.getNumOccurrences() ||
+         decodeBatches.getNumOccurrences() || decodeKvLens.getNumOccurrences() ||
          featureOptions.given();
 }
 
@@ -137,13 +159,45 @@ llvm::Expected<SweepConfig> sweepConfig() {
     if (!fam) {
       llvm::consumeError(fam.takeError());
       return makeError(ErrorCode::InvalidValue,
-                       "--family '{0}': expected auto, fwd_mma, fwd_wgmma, bwd_mma or "
-                       "bwd_wgmma",
+                       "--family '{0}': expected auto, fwd_mma, fwd_wgmma, bwd_mma, "
+                       "bwd_wgmma or dec_mma",
                        family);
     }
     c.families = {*fam};
   }
   c.backward = backwardFlag;
+  c.decode = decodeFlag;
+  if (decodeQueryLens.getNumOccurrences())
+    c.decodeQueryLens.assign(decodeQueryLens.begin(), decodeQueryLens.end());
+  if (decodeBatches.getNumOccurrences())
+    c.decodeBatches.assign(decodeBatches.begin(), decodeBatches.end());
+  if (decodeKvLens.getNumOccurrences())
+    c.decodeKvLens.assign(decodeKvLens.begin(), decodeKvLens.end());
+  if (decodeHeads.getNumOccurrences()) {
+    c.decodeHeads.clear();
+    for (llvm::StringRef text : decodeHeads) {
+      auto [q, kv] = text.trim().split('/');
+      int hq = 0, hkv = 0;
+      if (q.getAsInteger(10, hq) || kv.getAsInteger(10, hkv) || hq < 1 || hkv < 1 ||
+          hq % hkv != 0)
+        return makeError(ErrorCode::InvalidValue,
+                         "--decode-heads '{0}': expected query/KV head counts, the KV heads "
+                         "dividing the query heads (e.g. 32/8)",
+                         text);
+      c.decodeHeads.push_back({hq, hkv});
+    }
+  }
+  for (const std::vector<int> *list : {&c.decodeQueryLens, &c.decodeBatches, &c.decodeKvLens})
+    for (int v : *list)
+      if (v < 1)
+        return makeError(ErrorCode::InvalidValue,
+                         "--decode-q-lens, --decode-batches and --decode-kv-lens take sizes "
+                         ">= 1 (got {0})",
+                         v);
+  for (int q : c.decodeQueryLens)
+    if (q > 64)
+      return makeError(ErrorCode::InvalidValue,
+                       "--decode-q-lens: {0} query rows; a decode step has 1 to 64", q);
   if (headDims.getNumOccurrences())
     c.headDims.assign(headDims.begin(), headDims.end());
   if (dtypes.getNumOccurrences()) {

@@ -6,6 +6,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MathExtras.h"
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 
@@ -25,6 +26,13 @@ int roundUpPow2(int n) {
 
 Bucket Bucket::forShape(int seqQ, int seqK, int batchHeads) {
   return Bucket{roundUpPow2(seqQ), roundUpPow2(seqK), roundUpPow2(batchHeads)};
+}
+
+Bucket Bucket::forDecode(int64_t seqQ, int64_t seqK, int64_t batch, int64_t headsQ,
+                         int64_t headsKV) {
+  auto dim = [](int64_t n) { return (int)std::clamp<int64_t>(n, 1, 1 << 30); };
+  const int64_t group = std::max<int64_t>(1, headsQ / std::max<int64_t>(1, headsKV));
+  return forShape(dim(dim(seqQ) * group), dim(seqK), dim(dim(batch) * std::max<int64_t>(1, headsKV)));
 }
 
 std::string Bucket::key() const {

@@ -9,6 +9,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,13 @@ struct Bucket {
 
   // Each size rounded UP to a power of two (sizes < 1 count as 1).
   static Bucket forShape(int seqQ, int seqK, int batchHeads);
+  // A decode step's bucket: what the decode kernels' work depends on, the query rows
+  // packed per KV head (seqQ x headsQ / headsKV) and the (sequence, KV head) pairs
+  // (batch x headsKV), against seqK. Its timing problem (timingShape: MHA with that
+  // many query rows) has the same row tiles, CTAs and K/V bytes as every GQA step that
+  // packs to it.
+  static Bucket forDecode(int64_t seqQ, int64_t seqK, int64_t batch, int64_t headsQ,
+                          int64_t headsKV);
   // "q1024.k1024.bh64"; every field a power of two.
   static llvm::Expected<Bucket> parse(llvm::StringRef key);
   std::string key() const;

@@ -7,6 +7,7 @@
 #include "tuner/operation.h"
 #include "tuner/roofline.h"
 #include "tuner/space.h"
+#include "tuner/tuned_config.h"
 #include "tuner/variants.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -40,7 +41,24 @@ SweepConfig defaultSweep() {
   c.causal = {false, true};
   c.seqlens = {1024, 4096, 16384};
   c.batchHeads = {32};
+  c.decodeQueryLens = {1};
+  c.decodeBatches = {1, 4, 16, 64};
+  c.decodeKvLens = {1024, 4096, 16384};
+  c.decodeHeads = {{32, 8}, {32, 32}};
   return c;
+}
+
+std::vector<Bucket> decodeBuckets(const SweepConfig &c) {
+  std::vector<Bucket> buckets;
+  for (int q : unique(c.decodeQueryLens))
+    for (const std::pair<int, int> &heads : unique(c.decodeHeads))
+      for (int batch : unique(c.decodeBatches))
+        for (int kv : unique(c.decodeKvLens)) {
+          Bucket b = Bucket::forDecode(q, kv, batch, heads.first, heads.second);
+          if (!llvm::is_contained(buckets, b))
+            buckets.push_back(b);
+        }
+  return buckets;
 }
 
 std::vector<std::string> defaultCompileTargets() { return {"sm_80", "sm_86", "sm_89", "sm_90a"}; }
@@ -70,6 +88,8 @@ std::vector<generator::Family> sweepFamilies(const SweepConfig &config, llvm::St
     std::vector<generator::Family> families = plan->families();
     if (config.backward)
       families.push_back(plan->backward);
+    if (config.decode)
+      families.push_back(plan->decode);
     return families;
   }
   std::vector<generator::Family> families;
@@ -142,6 +162,11 @@ std::vector<SweepItem> tuneItems(const SweepConfig &config, llvm::StringRef targ
                                  std::vector<std::string> *leftOut) {
   std::vector<SweepItem> items;
   for (const generator::KernelSpec &spec : specsOf(config, {target.str()}, leftOut)) {
+    if (generator::operationOf(spec.family) == generator::Operation::Decode) {
+      for (const Bucket &b : decodeBuckets(config))
+        items.push_back({spec, b});
+      continue;
+    }
     std::vector<Bucket> buckets;
     auto add = [&](const Bucket &b) {
       if (!llvm::is_contained(buckets, b))
@@ -332,7 +357,7 @@ llvm::Expected<SweepOutcome> runTuneSweep(cache::Cache &cache, llvm::ArrayRef<Sw
         r.message = llvm::toString(sel.takeError());
       } else {
         r.status = sel->origin == Origin::TunedNow ? SweepResult::Tuned : SweepResult::Cached;
-        r.tile = sel->tile.key();
+        r.tile = TunedConfig{sel->tile, sel->splits}.key();  // the row's config
         r.us = sel->tunedUs;
         r.tflops = sel->tflops;
         r.rooflineFraction = rooflineFraction(item.spec, *item.bucket, r.us, gpu);

@@ -29,6 +29,9 @@ struct SweepConfig {
   // for desc.backward: bwd_wgmma on sm_90a for the head dims it takes, else bwd_mma),
   // after the forward's.
   bool backward = false;
+  // With `families` empty: also the decode kernels' family (dec_mma: what fj_kernel_get
+  // loads for desc.decode), after the others.
+  bool decode = false;
   std::vector<int> headDims;
   std::vector<generator::DType> dtypes;
   std::vector<bool> causal;  // {false, true}: both
@@ -37,10 +40,20 @@ struct SweepConfig {
   // Query-head counts whose length ladder (lengthLadder(heads, 0): what fj_kernel_get
   // tunes for a description with no length hint) joins the buckets above.
   std::vector<int> ladderHeads;
+  // The decode specs' buckets, instead of the ones above (Bucket::forDecode of each
+  // query length x head layout x batch x KV length; duplicates dropped).
+  std::vector<int> decodeQueryLens, decodeBatches, decodeKvLens;
+  std::vector<std::pair<int, int>> decodeHeads;  // (query heads, KV heads)
 };
 
+// The buckets a decode spec of the sweep is tuned at, in a stable order.
+std::vector<Bucket> decodeBuckets(const SweepConfig &config);
+
 // The README's main job: head dims 64, 128 and 256, bf16 and fp16, causal and not, over
-// sequence lengths 1024, 4096 and 16384 at batch x heads 32.
+// sequence lengths 1024, 4096 and 16384 at batch x heads 32. Its decode buckets (used
+// with `decode` or a decode family): a step of 1 query row, heads 32/8 and 32/32, batch
+// 1, 4, 16, 64, KV lengths 1024, 4096, 16384 (at most 4.3 GB of K+V at d 128: longer
+// caches are asked for, --decode-kv-lens 65536, where the device holds them).
 SweepConfig defaultSweep();
 // The targets the deviceless default sweep compiles for.
 std::vector<std::string> defaultCompileTargets(); // sm_80, sm_86, sm_89, sm_90a
@@ -62,7 +75,8 @@ std::vector<generator::Family> sweepFamilies(const SweepConfig &config, llvm::St
 
 // Tuning items for one device target, in a stable order with the buckets of one spec
 // adjacent (they share compiled candidates): dtype, head dim, causal, family, then
-// seqlen, batch x heads, then the ladders' buckets. Duplicated buckets are dropped. A
+// seqlen, batch x heads, then the ladders' buckets (a decode spec: decodeBuckets).
+// Duplicated buckets are dropped. A
 // spec its family cannot take (--family bwd_wgmma at head dim 256) is left out,
 // described in `leftOut` when given.
 std::vector<SweepItem> tuneItems(const SweepConfig &config, llvm::StringRef target,

@@ -144,3 +144,17 @@ TEST(Dispatch, NeverTunedBucketFallsBackToTheNearest) {
 }
 
 } // namespace
+
+TEST(Bucket, ADecodeBucketCountsPackedRowsAndKvHeadPairs) {
+  // GQA 32/8 at batch 16: 4 query rows packed per KV head, 128 (sequence, KV head) pairs.
+  EXPECT_EQ(Bucket::forDecode(1, 4096, 16, 32, 8), (Bucket{4, 4096, 128}));
+  // MHA: one row per head, batch x heads pairs, as the forward's bucket would say.
+  EXPECT_EQ(Bucket::forDecode(1, 1000, 3, 32, 32), (Bucket{1, 1024, 128}));
+  // MQA, 7 speculative rows of 64 heads: 448 packed rows.
+  EXPECT_EQ(Bucket::forDecode(7, 70000, 2, 64, 1), (Bucket{512, 131072, 2}));
+  // Nonsense sizes still give a bucket (the API has rejected them before dispatch).
+  EXPECT_EQ(Bucket::forDecode(0, 0, 0, 8, 0), (Bucket{8, 1, 1}));
+  EXPECT_EQ(Bucket::forDecode(64, 1LL << 40, 1LL << 40, 1 << 20, 1).seqK, 1 << 30)
+      << "no overflow";
+  EXPECT_EQ(Bucket::forDecode(64, 1, 1LL << 40, 1 << 20, 1 << 20).batchHeads, 1 << 30);
+}

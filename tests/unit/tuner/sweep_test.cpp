@@ -447,3 +447,44 @@ TEST(Sweep, CompileItemsLeaveOutSpecsWithNoFittingTile) {
   EXPECT_EQ(llvm::StringRef(leftOut[1]).split(':').first, "bwd_mma.bf16.d256.dv256.nocausal.sm89");
   EXPECT_NE(leftOut[0].find("shared memory"), std::string::npos) << leftOut[0];
 }
+
+// --decode: the decode family after the others, at decode buckets (packed rows per KV
+// head, KV lengths, sequence x KV head pairs), never at the forward's; FP8 has no
+// decode kernels and is left out, said so.
+TEST(Sweep, DecodeSpecsGetDecodeBuckets) {
+  SweepConfig c = smallConfig();
+  c.families.clear();  // auto
+  c.decode = true;
+  c.headDims = {128};
+  c.dtypes = {generator::DType::BF16, generator::DType::E4M3};
+  c.causal = {false};
+  c.seqlens = {1024};
+  c.decodeQueryLens = {1};
+  c.decodeHeads = {{32, 8}, {32, 32}, {8, 8}};
+  c.decodeBatches = {1, 4};
+  c.decodeKvLens = {1000, 4096};
+  EXPECT_EQ(tuner::sweepFamilies(c, "sm_80"),
+            (std::vector<generator::Family>{generator::Family::FwdMma,
+                                            generator::Family::DecMma}));
+  std::vector<std::string> leftOut;
+  std::vector<std::string> decode;
+  for (const SweepItem &item : tuner::tuneItems(c, "sm_80", &leftOut))
+    if (item.spec.family == generator::Family::DecMma)
+      decode.push_back(item.bucket->key());
+  // 8/8 at batch 4 packs like 32/32 at batch 1: no bucket of its own there.
+  EXPECT_EQ(decode, (std::vector<std::string>{"q4.k1024.bh8", "q4.k4096.bh8",
+                                              "q4.k1024.bh32", "q4.k4096.bh32",
+                                              "q1.k1024.bh32", "q1.k4096.bh32",
+                                              "q1.k1024.bh128", "q1.k4096.bh128",
+                                              "q1.k1024.bh8", "q1.k4096.bh8"}));
+  bool e4m3Said = false;
+  for (const std::string &why : leftOut)
+    e4m3Said |= llvm::StringRef(why).startswith("dec_mma.e4m3");
+  EXPECT_TRUE(e4m3Said) << llvm::join(leftOut, "\n");
+  c.decode = false;
+  for (const SweepItem &item : tuner::tuneItems(c, "sm_80"))
+    EXPECT_NE(item.spec.family, generator::Family::DecMma) << item.label();
+  c.families = {generator::Family::DecMma};  // --family dec_mma: decode alone
+  for (const SweepItem &item : tuner::tuneItems(c, "sm_80"))
+    EXPECT_EQ(item.spec.family, generator::Family::DecMma) << item.label();
+}
