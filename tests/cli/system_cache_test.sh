@@ -30,9 +30,9 @@ grep -q "winners $dir/stale.json: 0 imported (0 compiled now), 1 stale, 0 failed
   fail "the stale winner was not reported as such"
 grep -q "$db: ok" "$dir/build.log" || fail "the DB did not verify"
 # fwd_mma on both targets, fwd_wgmma on sm_90a, bwd_mma on sm_80 and bwd_wgmma on sm_90a
-# (what fj_kernel_get loads for d64 there).
+# (what fj_kernel_get loads for d64 there), and dec_mma on both.
 binaries=$(sqlite3 "$db" "SELECT count(*) FROM binaries")
-[ "$binaries" -eq 5 ] || fail "expected 5 binaries, found $binaries"
+[ "$binaries" -eq 7 ] || fail "expected 7 binaries, found $binaries"
 [ "$(sqlite3 "$db" "PRAGMA journal_mode")" = delete ] || fail "not in journal mode DELETE"
 
 # Read-only: nothing appears beside it.
