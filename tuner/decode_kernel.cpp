@@ -82,42 +82,44 @@ DecodeKernel::load(llvm::StringRef cubin, const generator::EmittedKernel &emitte
   result->threads_ = emitted.threads;
   result->sharedBytes_ = emitted.sharedBytes;
   result->registers_ = *regs;
-  result->blockM_ = emitted.blockM;
-  result->blockN_ = emitted.decode.blockN;
+  result->policy_.blockM = emitted.blockM;
+  result->policy_.blockN = emitted.decode.blockN;
   result->headDimV_ = emitted.decode.headDimV;
-  result->smCount_ = std::max(1, *sms);
+  const int smCount = std::max(1, *sms);
   // Resident CTAs per multiprocessor: shared memory (1 KB reserved per CTA), registers
   // (allocated per warp in 256s) and threads.
   const int bySmem = *sharedPerSm / std::max(1, emitted.sharedBytes + 1024);
   const int warpRegs = (*regs * 32 + 255) / 256 * 256;
   const int byRegs = *regsPerSm / std::max(1, warpRegs * (emitted.threads / 32));
   const int byThreads = 2048 / std::max(1, emitted.threads);
-  result->residentCtas_ = std::max(1, std::min({bySmem, byRegs, byThreads, 32}));
+  result->policy_.residentSlots =
+      (long long)smCount * std::max(1, std::min({bySmem, byRegs, byThreads, 32}));
   return std::move(result);
 }
 
-long long DecodeKernel::mostSplits(long long tiles) {
+long long SplitPolicy::mostSplits(long long tiles) {
   return std::min<long long>(ceilDiv(tiles, kMinTilesPerSplit), kMaxDecodeSplits);
 }
 
-DecodeSplits DecodeKernel::plan(const FjDecodeParams &p, int requested) const {
+long long SplitPolicy::ctas(const FjDecodeParams &p) const {
+  const long long rowTiles =
+      ceilDiv((long long)p.seqlen_q * (p.heads_q / std::max(1, p.heads_kv)), blockM);
+  return std::max(1LL, (long long)p.batch * p.heads_kv * rowTiles);
+}
+
+DecodeSplits SplitPolicy::plan(const FjDecodeParams &p, int requested) const {
   DecodeSplits out;
-  const long long tiles = std::max(1LL, ceilDiv(std::max(p.seqlen_k, 1), blockN_));
+  const long long tiles = std::max(1LL, ceilDiv(std::max(p.seqlen_k, 1), blockN));
   long long splits = requested;
-  if (splits <= 0 && tunedSplits_ > 0) {
-    // A call shorter than its bucket's timing problem keeps the tuned parallelism while
-    // its splits stay long enough to pay for themselves.
-    splits = std::min<long long>(tunedSplits_, mostSplits(tiles));
-  } else if (splits <= 0) {
-    const long long rowTiles = ceilDiv((long long)p.seqlen_q * (p.heads_q / std::max(1, p.heads_kv)), blockM_);
-    const long long ctas = std::max(1LL, (long long)p.batch * p.heads_kv * rowTiles);
-    // One wave: every resident slot busy once. More splits only add partial outputs
-    // and a longer combine (H100, docs/PERF.md d1: batch 1, 16k keys, 8 KV heads ran 39 us
-    // at 16 splits, 51 us at 32).
-    const long long target = (long long)smCount_ * residentCtas_;
-    // Rounded down: one CTA past the wave is a second wave (batch 4 x 8 KV heads at
-    // 264 resident slots: 9 splits ran 141 us where 8 ran 104).
-    splits = std::min<long long>(std::max(1LL, target / ctas), mostSplits(tiles));
+  if (splits <= 0) {
+    // The CTAs in flight to aim for: the tuned problem's, else one wave. One wave: every
+    // resident slot busy once; more splits only add partial outputs and a longer
+    // combine (H100, docs/PERF.md d1: batch 1, 16k keys, 8 KV heads ran 39 us at 16
+    // splits, 51 us at 32). Rounded down: one CTA past the wave is a second wave (batch
+    // 4 x 8 KV heads at 264 resident slots: 9 splits ran 141 us where 8 ran 104).
+    const long long target = tunedSplits > 0 ? tunedSplits * std::max(1LL, tunedCtas)
+                                             : residentSlots;
+    splits = std::min<long long>(std::max(1LL, target / ctas(p)), mostSplits(tiles));
   }
   splits = std::clamp<long long>(splits, 1, std::min<long long>(tiles, kMaxDecodeSplits));
   out.tilesPerSplit = (int)ceilDiv(tiles, splits);
@@ -126,9 +128,9 @@ DecodeSplits DecodeKernel::plan(const FjDecodeParams &p, int requested) const {
 }
 
 std::vector<int> DecodeKernel::splitCountsToTime(const FjDecodeParams &p) const {
-  const long long tiles = std::max(1LL, ceilDiv(std::max(p.seqlen_k, 1), blockN_));
+  const long long tiles = std::max(1LL, ceilDiv(std::max(p.seqlen_k, 1), policy_.blockN));
   std::vector<int> planned{plan(p, 0).numSplits}, counts;
-  for (long long n = 1; n <= mostSplits(tiles); n *= 2) {
+  for (long long n = 1; n <= SplitPolicy::mostSplits(tiles); n *= 2) {
     const int got = plan(p, (int)n).numSplits;
     if (llvm::is_contained(planned, got))
       continue;
@@ -138,9 +140,11 @@ std::vector<int> DecodeKernel::splitCountsToTime(const FjDecodeParams &p) const 
   return counts;
 }
 
-std::unique_ptr<DecodeKernel> DecodeKernel::withSplits(int splits) const {
+std::unique_ptr<DecodeKernel> DecodeKernel::withSplits(int splits,
+                                                       const FjDecodeParams &tunedOn) const {
   auto copy = std::unique_ptr<DecodeKernel>(new DecodeKernel(*this));
-  copy->tunedSplits_ = std::clamp(splits, 0, kMaxDecodeSplits);
+  copy->policy_.tunedSplits = std::clamp(splits, 0, kMaxDecodeSplits);
+  copy->policy_.tunedCtas = policy_.ctas(tunedOn);
   return copy;
 }
 
@@ -148,7 +152,8 @@ llvm::Error DecodeKernel::launch(const FjDecodeParams &p, CUstream stream) const
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0)
     return llvm::Error::success();
   void *args[] = {const_cast<FjDecodeParams *>(&p)};
-  const long long rowTiles = ceilDiv((long long)p.seqlen_q * (p.heads_q / p.heads_kv), blockM_);
+  const long long rowTiles =
+      ceilDiv((long long)p.seqlen_q * (p.heads_q / p.heads_kv), policy_.blockM);
   if (llvm::Error err = split_.launch((unsigned)p.num_splits, (unsigned)rowTiles,
                                       (unsigned)((long long)p.batch * p.heads_kv),
                                       (unsigned)threads_, (unsigned)sharedBytes_, stream, args))

@@ -32,6 +32,30 @@ void bindDecodeWorkspace(FjDecodeParams &params, int headDimV, void *base);
 // The largest split count any call takes (the workspace a caller must be ready for).
 constexpr int kMaxDecodeSplits = 128;
 
+// How a decode kernel splits the calls that request no count: its tile, the device's
+// resident slots for it, and the count its bucket was tuned with (if any).
+struct SplitPolicy {
+  int blockM = 16, blockN = 64;
+  long long residentSlots = 1;  // multiprocessors x resident CTAs of this tile
+  // Tuned: `tunedSplits` splits ran fastest on a problem of `tunedCtas` CTAs (row tiles x
+  // batch x KV heads); 0: untuned, the heuristic.
+  int tunedSplits = 0;
+  long long tunedCtas = 0;
+
+  // The CTAs a call of these sizes runs per split.
+  long long ctas(const FjDecodeParams &params) const;
+  // The splits for a call of these sizes: `requested` (> 0) capped at the key tiles.
+  // With 0 and a tuned count, as many CTAs in flight as the tuned problem had: the
+  // tuned count scaled by its CTAs over the call's (rounded down), so a call of the
+  // tuned problem's size runs the tuned count, a smaller one more splits, a much larger
+  // one (a far bucket's) fewer. Untuned, the heuristic: one wave of the resident slots
+  // (rounded down: a CTA past the wave is a second wave). Both give each split at least
+  // 2 key tiles; every count at most kMaxDecodeSplits.
+  DecodeSplits plan(const FjDecodeParams &params, int requested = 0) const;
+  // The most splits plan() gives a call of `tiles` key tiles without a request.
+  static long long mostSplits(long long tiles);
+};
+
 class DecodeKernel : public LoadedKernel {
 public:
   static llvm::Expected<std::unique_ptr<DecodeKernel>>
@@ -39,21 +63,20 @@ public:
   // The decode kernel a LoadedKernel is, or null when it is another operation's.
   static const DecodeKernel *of(const LoadedKernel &kernel);
 
-  // The splits for a call of these sizes: `requested` (> 0) capped at the key tiles;
-  // with 0 the count this kernel was tuned with (withSplits) while the call's keys give
-  // each split at least 2 key tiles; untuned, the heuristic: enough CTAs for one wave of
-  // the resident CTAs this tile allows on the device, with at least 2 key tiles per
-  // split. At most kMaxDecodeSplits. Pure arithmetic on the sizes (no device call).
-  DecodeSplits plan(const FjDecodeParams &params, int requested = 0) const;
+  // The splits for a call of these sizes (SplitPolicy::plan). Pure arithmetic on the
+  // sizes (no device call).
+  DecodeSplits plan(const FjDecodeParams &params, int requested = 0) const {
+    return policy_.plan(params, requested);
+  }
 
   // The split counts a tune times besides the heuristic's for a call of these sizes
   // (tuner/tune.cpp): the powers of two up to the most splits plan() allows, each
   // giving a different number of splits than the heuristic and than each other.
   std::vector<int> splitCountsToTime(const FjDecodeParams &params) const;
-  // This kernel, launching the calls that request no count as `splits` splits (the
-  // tuned count of its bucket); it shares the loaded module.
-  std::unique_ptr<DecodeKernel> withSplits(int splits) const;
-  int tunedSplits() const { return tunedSplits_; }
+  // This kernel, with `splits` the count tuned on a problem of the sizes `tunedOn` (its
+  // bucket's timing problem); it shares the loaded module.
+  std::unique_ptr<DecodeKernel> withSplits(int splits, const FjDecodeParams &tunedOn) const;
+  int tunedSplits() const { return policy_.tunedSplits; }
 
   // Asynchronous: the split kernel, then (num_splits > 1) the combine. params must
   // have num_splits and tiles_per_split set (plan) and, with more than one split, the
@@ -64,8 +87,8 @@ public:
 
   generator::Operation operation() const override { return generator::Operation::Decode; }
   int registers() const override { return registers_; }
-  int blockM() const { return blockM_; }
-  int blockN() const { return blockN_; }
+  int blockM() const { return policy_.blockM; }
+  int blockN() const { return policy_.blockN; }
   int headDimV() const { return headDimV_; }
 
 private:
@@ -73,11 +96,8 @@ private:
   runtime::Kernel split_, combine_, append_;
   generator::DecodeEntries entries_;
   int threads_ = 0, sharedBytes_ = 0, registers_ = 0;
-  int blockM_ = 16, blockN_ = 64, headDimV_ = 0;
-  int smCount_ = 1, residentCtas_ = 1;  // per multiprocessor, for this tile
-  int tunedSplits_ = 0;                 // 0: the heuristic
-  // The most splits plan() gives a call of `tiles` key tiles without a request.
-  static long long mostSplits(long long tiles);
+  int headDimV_ = 0;
+  SplitPolicy policy_;
 };
 
 } // namespace flashjit::tuner

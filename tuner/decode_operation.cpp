@@ -122,9 +122,11 @@ public:
     DecodeBuffers none;
     return kernel->splitCountsToTime(makeDecodeParams(shape, none));
   }
-  std::unique_ptr<LoadedKernel> withSplits(const LoadedKernel &loaded, int splits) const override {
+  std::unique_ptr<LoadedKernel> withSplits(const LoadedKernel &loaded, int splits,
+                                           const ForwardShape &tunedOn) const override {
     const DecodeKernel *kernel = DecodeKernel::of(loaded);
-    return kernel ? kernel->withSplits(splits) : nullptr;
+    DecodeBuffers none;
+    return kernel ? kernel->withSplits(splits, makeDecodeParams(tunedOn, none)) : nullptr;
   }
 
   double flops(const generator::KernelSpec &spec, const ForwardShape &shape) const override {

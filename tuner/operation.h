@@ -48,14 +48,15 @@ public:
                     uint64_t l2Bytes) const = 0;
 
   // Split-KV operations (decode) tune their split count together with the tile
-  // (docs/TUNING.md, "The space", decode): the explicit counts worth timing for `kernel` on `shape`
-  // besides its heuristic's, and the kernel launching with a count fixed (sharing its
-  // loaded module). Other operations have none: {} and null.
+  // (docs/TUNING.md, "The space", decode): the explicit counts worth timing for `kernel`
+  // on `shape` besides its heuristic's, and the kernel launching with the count tuned on
+  // `tunedOn` (sharing its loaded module). Other operations have none: {} and null.
   virtual std::vector<int> splitCountsToTime(const LoadedKernel &kernel,
                                              const ForwardShape &shape) const {
     return {};
   }
-  virtual std::unique_ptr<LoadedKernel> withSplits(const LoadedKernel &kernel, int splits) const {
+  virtual std::unique_ptr<LoadedKernel> withSplits(const LoadedKernel &kernel, int splits,
+                                                   const ForwardShape &tunedOn) const {
     return nullptr;
   }
 

@@ -254,7 +254,8 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
     addTimed(a, a->kernel.get(), a->record);
   for (size_t i = 0; i < passed.size(); ++i)
     for (int n : splitCounts[i]) {
-      std::unique_ptr<LoadedKernel> kernel = operation.withSplits(*passed[i]->kernel, n);
+      std::unique_ptr<LoadedKernel> kernel =
+          operation.withSplits(*passed[i]->kernel, n, record.timingShape);
       if (!kernel)
         return makeError(ErrorCode::Internal, "{0} cannot launch at a fixed split count",
                          passed[i]->variant->keyText);
@@ -336,8 +337,10 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
   sel.report = report;
   const std::string screenedWhat =
       report.splitVariants
-          ? llvm::formatv("{0} of {1} tiles and {2} fixed split counts screened", report.screened,
-                          report.space, report.splitVariants)
+          ? llvm::formatv("{0} of {1} candidates screened ({2} tiles, {3} more at fixed "
+                          "split counts)",
+                          report.screened, report.space + report.splitVariants, report.space,
+                          report.splitVariants)
                 .str()
           : llvm::formatv("{0} of {1} tiles screened", report.screened, report.space).str();
   sel.note = llvm::formatv("tuned now: {0}, {1} timed, winner {2}{3}", screenedWhat, report.timed,
@@ -350,7 +353,7 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
                                : std::string());
   {
     std::lock_guard<std::mutex> lock(kernelsMutex);
-    auto &slot = kernels[loadedKey(*winner.variant, config.splits)];
+    auto &slot = kernels[loadedKey(*winner.variant, config.splits, bucket)];
     if (!slot) {
       if (config.splits == 0) {
         slot = std::shared_ptr<LoadedKernel>(std::move(winner.kernel));

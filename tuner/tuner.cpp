@@ -100,11 +100,12 @@ llvm::Error Tuner::Impl::checkSpec(const generator::KernelSpec &spec) const {
 
 llvm::Expected<std::shared_ptr<LoadedKernel>> Tuner::Impl::load(const generator::KernelSpec &spec,
                                                                 const Variant &variant,
-                                                                int splits) {
+                                                                int splits,
+                                                                const Bucket &bucket) {
   if (!device)
     return nullptr;
   std::lock_guard<std::mutex> lock(kernelsMutex);
-  const std::string key = loadedKey(variant, splits);
+  const std::string key = loadedKey(variant, splits, bucket);
   auto &slot = kernels[key];
   if (slot)
     return slot;
@@ -113,7 +114,8 @@ llvm::Expected<std::shared_ptr<LoadedKernel>> Tuner::Impl::load(const generator:
   const Operation &operation = operationFor(spec.family);
   auto loaded = operation.load(variant.binary->cubin, variant.emitted);
   if (loaded && splits > 0) {
-    std::unique_ptr<LoadedKernel> fixed = operation.withSplits(**loaded, splits);
+    std::unique_ptr<LoadedKernel> fixed =
+        operation.withSplits(**loaded, splits, timingShape(spec, bucket));
     if (!fixed)
       loaded = makeError(ErrorCode::InvalidValue,
                          "{0} was tuned with {1} splits, but its kernels take no split count",
@@ -180,7 +182,7 @@ llvm::Expected<Selection> Tuner::Impl::fromRow(const generator::KernelSpec &spec
     s.note += "; warning: with this compiler it " + v.rejection;
   if (s.splits > 0)
     s.note += llvm::formatv("; {0} splits, tuned with the tile", s.splits).str();
-  llvm::Expected<std::shared_ptr<LoadedKernel>> kernel = load(spec, v, s.splits);
+  llvm::Expected<std::shared_ptr<LoadedKernel>> kernel = load(spec, v, s.splits, *bucket);
   if (!kernel)
     return kernel.takeError();
   s.kernel = std::move(*kernel);

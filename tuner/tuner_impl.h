@@ -44,10 +44,11 @@ public:
                                              const Bucket &bucket) const;
   llvm::Error checkSpec(const generator::KernelSpec &spec) const;
 
-  // The variant's kernel, loaded once per binary key and split count (null without a
-  // device); with splits > 0, launching its calls as that many splits.
+  // The variant's kernel, loaded once per binary key (null without a device); with
+  // splits > 0, once per bucket too, launching its calls with the count tuned there.
   llvm::Expected<std::shared_ptr<LoadedKernel>> load(const generator::KernelSpec &spec,
-                                                    const Variant &variant, int splits = 0);
+                                                    const Variant &variant, int splits = 0,
+                                                    const Bucket &bucket = {});
   // The Selection for a cached tuning row (its binary found or compiled for us).
   llvm::Expected<Selection> fromRow(const generator::KernelSpec &spec,
                                     const cache::Found<cache::TuningRow> &row);
@@ -61,10 +62,11 @@ public:
   llvm::Expected<std::vector<Checker *>> checkersFor(const generator::KernelSpec &spec);
 };
 
-// The key `kernels` holds a loaded variant under: its binary key, and its split count
-// when fixed.
-inline std::string loadedKey(const Variant &variant, int splits) {
-  return splits > 0 ? variant.key + "+splits" + std::to_string(splits) : variant.key;
+// The key `kernels` holds a loaded variant under: its binary key, and with a tuned split
+// count that count and the bucket it was tuned for (its timing problem's CTAs scale it).
+inline std::string loadedKey(const Variant &variant, int splits, const Bucket &bucket) {
+  return splits > 0 ? variant.key + "+splits" + std::to_string(splits) + "@" + bucket.key()
+                    : variant.key;
 }
 
 // A Selection for a built variant, without the kernel.

@@ -795,11 +795,12 @@ typedef struct fj_variant_info {
    * fj_decode / fj_kv_append by its kind). (Added in 0.5: a struct_size that ends
    * before it is accepted, and it is not written.) */
   int64_t calls;
-  /* A decode variant: the split count it runs the calls that leave
-   * fj_decode_args.num_splits at 0 with, tuned with its tile for its bucket (fewer
-   * when a call's keys are too few for that many); 0: the heuristic decides per call.
-   * 0 for the other variants. (Added in 0.8: a struct_size that ends before it is
-   * accepted, and it is not written.) */
+  /* A decode variant: the split count tuned with its tile for its bucket; 0: the
+   * heuristic decides per call. The calls that leave fj_decode_args.num_splits at 0
+   * keep as many CTAs in flight as that tune did: this count at the bucket's size, more
+   * splits for fewer (sequence, KV head) pairs, fewer for more, and fewer when a call's
+   * keys are too few. 0 for the other variants. (Added in 0.8: a struct_size that ends
+   * before it is accepted, and it is not written.) */
   int32_t num_splits;
 } fj_variant_info;
 

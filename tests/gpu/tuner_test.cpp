@@ -560,24 +560,35 @@ TEST(TunerGpu, DecodeTunesTheSplitCountWithTheTile) {
   ASSERT_NE(kernel, nullptr);
   EXPECT_EQ(kernel->tunedSplits(), config->splits);
 
-  // Correct at the count it plans for a call of the bucket (odd lengths, paged, GQA).
-  tuner::ForwardShape shape;
-  shape.batch = 3, shape.headsQ = 16, shape.headsKV = 4, shape.seqQ = 1;
-  shape.seqlensK = {4001, 2050, 3333};
-  shape.seqK = 4001;
-  shape.headDim = shape.headDimV = 128;
-  shape.pageSize = 16;
+  // Correct, and at the tuned count, on a call of the bucket's size (128 (sequence, KV
+  // head) pairs of 4 packed rows; odd lengths, paged); a call of a quarter the pairs
+  // keeps the tuned CTAs in flight with 4x the splits (fewer when its keys run out).
   Stream stream;
-  auto checker = tuner::DecodeChecker::create(spec, shape, 5, stream.stream);
-  ASSERT_TRUE(bool(checker)) << llvm::toString(checker.takeError());
-  auto report = (*checker)->check(*hit->kernel, stream.stream);
-  ASSERT_TRUE(bool(report)) << llvm::toString(report.takeError());
-  EXPECT_TRUE(report->passed) << report->summary();
-  if (config->splits > 1) {  // a power of two that divides the bucket's key tiles
-    EXPECT_EQ(report->output, llvm::formatv("o ({0} splits)", config->splits).str());
+  for (int batch : {32, 8}) {
+    tuner::ForwardShape shape;
+    shape.batch = batch, shape.headsQ = 16, shape.headsKV = 4, shape.seqQ = 1;
+    shape.seqlensK.assign(batch, 4001);
+    shape.seqlensK[1] = 2050, shape.seqlensK[batch - 1] = 3333;
+    shape.seqK = 4001;
+    shape.headDim = shape.headDimV = 128;
+    shape.pageSize = 16;
+    auto checker = tuner::DecodeChecker::create(spec, shape, 5, stream.stream);
+    ASSERT_TRUE(bool(checker)) << llvm::toString(checker.takeError());
+    auto report = (*checker)->check(*hit->kernel, stream.stream);
+    ASSERT_TRUE(bool(report)) << llvm::toString(report.takeError());
+    EXPECT_TRUE(report->passed) << report->summary();
+    // 4001 keys: a power of two up to the 2-tile minimum splits them evenly.
+    const int tiles = (4001 + kernel->blockN() - 1) / kernel->blockN();
+    const int expected =
+        config->splits == 0 ? 0 : std::min(config->splits * (32 / batch), (tiles + 1) / 2);
+    if (expected > 1) {
+      const int perSplit = (tiles + expected - 1) / expected;
+      const int planned = (tiles + perSplit - 1) / perSplit;
+      EXPECT_EQ(report->output, llvm::formatv("o ({0} splits)", planned).str()) << batch;
+    }
+    std::printf("  %s, batch %d, at its tuned count: %s, %s\n", hit->binaryKeyText.c_str(),
+                batch, report->output.c_str(), report->summary().c_str());
   }
-  std::printf("  %s at its tuned count: %s, %s\n", hit->binaryKeyText.c_str(),
-              report->output.c_str(), report->summary().c_str());
 }
 
 TEST(TunerGpu, HeuristicCompilesOneTileAndCachedNeverCompiles) {
