@@ -467,7 +467,8 @@ def decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, *, causal=
     row that sees no key gets 0, lse -inf). softmax_scale None: 1/sqrt(d).
 
     num_splits: how many ranges of keys are computed in parallel and merged (split-KV):
-    0 automatic, else 1 to 128. max_seqlen_k: the longest cache_seqlens entry if known (an
+    0 automatic (the count tuned with the tile for the step's bucket, else a heuristic),
+    else 1 to 128. max_seqlen_k: the longest cache_seqlens entry if known (an
     int; None: the cache's capacity, seqlen_k or max_pages * page_size), which sizes the
     splits; every entry must be at most it. The split workspace is allocated with torch.
 
