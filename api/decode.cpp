@@ -21,8 +21,8 @@ llvm::Error checkHasDecode(const fj_kernel_s *kernel) {
 }
 
 // The decode variant for a call of these sizes: the nearest decode bucket
-// (tuner::Bucket::forDecode) among the handle's decode variants; `index` receives its index in
-// kernel->variants. No allocation.
+// (tuner::Bucket::forDecode) among the handle's decode variants; `index` receives its
+// index in kernel->variants. No allocation.
 llvm::Expected<const tuner::DecodeKernel *> dispatch(const fj_kernel_s *kernel,
                                                      const FjDecodeParams &p, int &index) {
   const tuner::Bucket wanted =

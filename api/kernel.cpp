@@ -115,7 +115,6 @@ tuner::Bucket bucketFor(int64_t seqQ, int64_t seqK, int64_t batchHeads) {
   return tuner::Bucket::forShape(bucketDim(seqQ), bucketDim(seqK), bucketDim(batchHeads));
 }
 
-
 llvm::Error checkKernelMagic(const fj_kernel_s *kernel) {
   if (!kernel)
     return makeError(ErrorCode::InvalidValue, "kernel is NULL");

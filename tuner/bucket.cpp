@@ -31,8 +31,9 @@ Bucket Bucket::forShape(int seqQ, int seqK, int batchHeads) {
 Bucket Bucket::forDecode(int64_t seqQ, int64_t seqK, int64_t batch, int64_t headsQ,
                          int64_t headsKV) {
   auto dim = [](int64_t n) { return (int)std::clamp<int64_t>(n, 1, 1 << 30); };
-  const int64_t group = std::max<int64_t>(1, headsQ / std::max<int64_t>(1, headsKV));
-  return forShape(dim(dim(seqQ) * group), dim(seqK), dim(dim(batch) * std::max<int64_t>(1, headsKV)));
+  const int64_t kvHeads = std::max<int64_t>(1, headsKV);
+  const int64_t group = std::max<int64_t>(1, headsQ / kvHeads);
+  return forShape(dim(dim(seqQ) * group), dim(seqK), dim(dim(batch) * kvHeads));
 }
 
 std::string Bucket::key() const {
