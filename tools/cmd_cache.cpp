@@ -25,8 +25,9 @@ cl::SubCommand
     cacheCommand("cache",
                  "Inspect and ship the kernel cache:\n"
                  "  ls [--call Q,K,BH]                list tuning rows (user DB, --shipped, system);\n"
-                 "                                    --call: the row each spec's handles run a\n"
-                 "                                    call of that shape on\n"
+                 "     [--decode-call B,Q,K,HQ/HKV]   --call: the row each spec's handles run a\n"
+                 "                                    call of that shape on (--decode-call: a\n"
+                 "                                    decode step's, for the decode specs)\n"
                  "  export --device-key K --out F     write a compact DB to ship (--format json:\n"
                  "                                    the winners alone, as text)\n"
                  "  merge A B... --out F              combine DBs, keeping the faster winner\n"
@@ -59,6 +60,12 @@ cl::opt<std::string> callShape("call",
                                        "bucket each spec's handles run it on: its own "
                                        "(tuned) or the nearest tuned one"),
                               cl::value_desc("q,k,bh"), cl::sub(cacheCommand));
+cl::opt<std::string> decodeCallShape(
+    "decode-call",
+    cl::desc("ls: for a decode step of batch,seqlen_q,seqlen_k,heads_q/heads_kv, the decode "
+             "bucket (query rows packed per KV head, keys, batch*heads_kv) each decode "
+             "spec's handles run it on"),
+    cl::value_desc("b,q,k,hq/hkv"), cl::sub(cacheCommand));
 cl::opt<std::string> outPath("out", cl::desc("export, merge: the DB to write"),
                              cl::value_desc("file"), cl::sub(cacheCommand));
 
@@ -108,8 +115,48 @@ void printTable(const std::vector<std::vector<std::string>> &rows) {
   }
 }
 
-// --call: per (spec, device) of the rows, what a handle's dispatch does with the shape
-// (tuner::nearestBucket over the tuned buckets, as fj_forward).
+// Whether a spec key names a decode kernel (its family's operation).
+bool isDecodeSpec(StringRef spec) {
+  Expected<flashjit::generator::Family> family =
+      flashjit::generator::parseFamily(spec.split('.').first);
+  if (!family) {
+    consumeError(family.takeError());
+    return false;
+  }
+  return flashjit::generator::operationOf(*family) == flashjit::generator::Operation::Decode;
+}
+
+// Per (spec, device) of the rows whose spec is a decode one or not (`decode`), what a
+// handle's dispatch does with a call of bucket `wanted` (tuner::nearestBucket over the
+// tuned buckets, as fj_forward and fj_decode).
+void printDispatch(ArrayRef<flashjit::cache::Found<flashjit::cache::TuningRow>> rows,
+                   const flashjit::tuner::Bucket &wanted, bool decode) {
+  // Rows grouped by (spec, device) in the order they were listed.
+  using Group = std::pair<std::string, std::string>;
+  MapVector<Group, std::vector<flashjit::tuner::Bucket>, std::map<Group, unsigned>> groups;
+  for (const auto &found : rows) {
+    if (isDecodeSpec(found.row.key.spec) != decode)
+      continue;
+    auto bucket = flashjit::tuner::Bucket::parse(found.row.key.bucket);
+    if (!bucket) {
+      consumeError(bucket.takeError());  // not a forward/backward/decode bucket key
+      continue;
+    }
+    groups[{found.row.key.spec, found.row.key.deviceKey}].push_back(*bucket);
+  }
+  std::vector<std::vector<std::string>> table{{"SPEC", "DEVICE", "RUNS ON", "TUNED"}};
+  for (const auto &[group, buckets] : groups) {
+    const flashjit::tuner::Bucket &chosen =
+        buckets[flashjit::tuner::nearestBucket(buckets, wanted)];
+    table.push_back({group.first, group.second, chosen.key(),
+                     chosen == wanted
+                         ? "yes"
+                         : formatv("no (nearest of {0} tuned)", buckets.size()).str()});
+  }
+  printTable(table);
+}
+
+// --call: for the forward and backward specs.
 int listCall(ArrayRef<flashjit::cache::Found<flashjit::cache::TuningRow>> rows) {
   SmallVector<StringRef, 3> parts;
   StringRef(callShape).split(parts, ',');
@@ -121,29 +168,36 @@ int listCall(ArrayRef<flashjit::cache::Found<flashjit::cache::TuningRow>> rows) 
                  ">= 1 (e.g. 2048,2048,128)");
   const flashjit::tuner::Bucket wanted =
       flashjit::tuner::Bucket::forShape(sizes[0], sizes[1], sizes[2]);
-  // Rows grouped by (spec, device) in the order they were listed.
-  using Group = std::pair<std::string, std::string>;
-  MapVector<Group, std::vector<flashjit::tuner::Bucket>, std::map<Group, unsigned>> groups;
-  for (const auto &found : rows) {
-    auto bucket = flashjit::tuner::Bucket::parse(found.row.key.bucket);
-    if (!bucket) {
-      consumeError(bucket.takeError());  // not a forward/backward/decode bucket key
-      continue;
-    }
-    groups[{found.row.key.spec, found.row.key.deviceKey}].push_back(*bucket);
+  outs() << formatv("\na call of {0}x{1} (batch*heads {2}) is bucket {3} (decode specs: "
+                    "--decode-call):\n",
+                    sizes[0], sizes[1], sizes[2], wanted.key());
+  printDispatch(rows, wanted, false);
+  return 0;
+}
+
+// --decode-call: for the decode specs, whose buckets count packed rows.
+int listDecodeCall(ArrayRef<flashjit::cache::Found<flashjit::cache::TuningRow>> rows) {
+  SmallVector<StringRef, 4> parts;
+  StringRef(decodeCallShape).split(parts, ',');
+  int sizes[5] = {0, 0, 0, 0, 0};  // batch, seqlen_q, seqlen_k, heads_q, heads_kv
+  bool ok = parts.size() == 4;
+  for (int i = 0; ok && i < 3; ++i)
+    ok = !parts[i].trim().getAsInteger(10, sizes[i]) && sizes[i] >= 1;
+  if (ok) {
+    auto [q, kv] = parts[3].trim().split('/');
+    ok = !q.getAsInteger(10, sizes[3]) && !kv.getAsInteger(10, sizes[4]) && sizes[3] >= 1 &&
+         sizes[4] >= 1 && sizes[3] % sizes[4] == 0;
   }
-  outs() << formatv("\na call of {0}x{1} (batch*heads {2}) is bucket {3}:\n", sizes[0], sizes[1],
-                    sizes[2], wanted.key());
-  std::vector<std::vector<std::string>> table{{"SPEC", "DEVICE", "RUNS ON", "TUNED"}};
-  for (const auto &[group, buckets] : groups) {
-    const flashjit::tuner::Bucket &chosen =
-        buckets[flashjit::tuner::nearestBucket(buckets, wanted)];
-    table.push_back({group.first, group.second, chosen.key(),
-                     chosen == wanted
-                         ? "yes"
-                         : formatv("no (nearest of {0} tuned)", buckets.size()).str()});
-  }
-  printTable(table);
+  if (!ok)
+    return usage("--decode-call '" + decodeCallShape +
+                 "': expected batch,seqlen_q,seqlen_k,heads_q/heads_kv, sizes >= 1 and the KV "
+                 "heads dividing the query heads (e.g. 16,1,4096,32/8)");
+  const flashjit::tuner::Bucket wanted =
+      flashjit::tuner::Bucket::forDecode(sizes[1], sizes[2], sizes[0], sizes[3], sizes[4]);
+  outs() << formatv("\na decode step of {0} x {1} rows against {2} keys, heads {3}/{4}, is "
+                    "bucket {5}:\n",
+                    sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], wanted.key());
+  printDispatch(rows, wanted, true);
   return 0;
 }
 
@@ -172,7 +226,10 @@ int list() {
   printTable(table);
   outs() << rows->size() << " tuning rows\n";
   if (callShape.getNumOccurrences())
-    return listCall(*rows);
+    if (int status = listCall(*rows))
+      return status;
+  if (decodeCallShape.getNumOccurrences())
+    return listDecodeCall(*rows);
   return 0;
 }
 
