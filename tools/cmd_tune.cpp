@@ -84,7 +84,7 @@ cl::list<unsigned> decodeQueryLens("decode-q-lens",
                                    cl::CommaSeparated, cl::sub(sub), cl::cat(sweepCat));
 cl::list<std::string> decodeHeads("decode-heads",
                                   cl::desc("Decode: query/KV head counts (default: "
-                                           "32/8,32/32)"),
+                                           "32/8,32/32,64/8)"),
                                   cl::CommaSeparated, cl::sub(sub), cl::cat(sweepCat));
 cl::list<unsigned> decodeBatches("decode-batches",
                                  cl::desc("Decode: sequences per step (default: 1,4,16,64)"),

@@ -44,7 +44,7 @@ SweepConfig defaultSweep() {
   c.decodeQueryLens = {1};
   c.decodeBatches = {1, 4, 16, 64};
   c.decodeKvLens = {1024, 4096, 16384};
-  c.decodeHeads = {{32, 8}, {32, 32}};
+  c.decodeHeads = {{32, 8}, {32, 32}, {64, 8}};
   return c;
 }
 

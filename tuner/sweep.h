@@ -51,9 +51,9 @@ std::vector<Bucket> decodeBuckets(const SweepConfig &config);
 
 // The README's main job: head dims 64, 128 and 256, bf16 and fp16, causal and not, over
 // sequence lengths 1024, 4096 and 16384 at batch x heads 32. Its decode buckets (used
-// with `decode` or a decode family): a step of 1 query row, heads 32/8 and 32/32, batch
-// 1, 4, 16, 64, KV lengths 1024, 4096, 16384 (at most 4.3 GB of K+V at d 128: longer
-// caches are asked for, --decode-kv-lens 65536, where the device holds them).
+// with `decode` or a decode family): a step of 1 query row, heads 32/8, 32/32 and 64/8,
+// batch 1, 4, 16, 64, KV lengths 1024, 4096, 16384 (at most 4.3 GB of K+V at d 128:
+// longer caches are asked for, --decode-kv-lens 65536, where the device holds them).
 SweepConfig defaultSweep();
 // The targets the deviceless default sweep compiles for.
 std::vector<std::string> defaultCompileTargets(); // sm_80, sm_86, sm_89, sm_90a
