@@ -179,24 +179,22 @@ int listCall(ArrayRef<flashjit::cache::Found<flashjit::cache::TuningRow>> rows) 
 int listDecodeCall(ArrayRef<flashjit::cache::Found<flashjit::cache::TuningRow>> rows) {
   SmallVector<StringRef, 4> parts;
   StringRef(decodeCallShape).split(parts, ',');
-  int sizes[5] = {0, 0, 0, 0, 0};  // batch, seqlen_q, seqlen_k, heads_q, heads_kv
-  bool ok = parts.size() == 4;
-  for (int i = 0; ok && i < 3; ++i)
-    ok = !parts[i].trim().getAsInteger(10, sizes[i]) && sizes[i] >= 1;
-  if (ok) {
-    auto [q, kv] = parts[3].trim().split('/');
-    ok = !q.getAsInteger(10, sizes[3]) && !kv.getAsInteger(10, sizes[4]) && sizes[3] >= 1 &&
-         sizes[4] >= 1 && sizes[3] % sizes[4] == 0;
-  }
-  if (!ok)
+  int batch = 0, seqQ = 0, seqK = 0;
+  std::optional<std::pair<int, int>> heads;  // (query heads, KV heads)
+  if (parts.size() == 4)
+    heads = flashjit::tools::parseHeadLayout(parts[3]);
+  if (!heads || parts[0].trim().getAsInteger(10, batch) ||
+      parts[1].trim().getAsInteger(10, seqQ) || parts[2].trim().getAsInteger(10, seqK) ||
+      batch < 1 || seqQ < 1 || seqK < 1)
     return usage("--decode-call '" + decodeCallShape +
                  "': expected batch,seqlen_q,seqlen_k,heads_q/heads_kv, sizes >= 1 and the KV "
                  "heads dividing the query heads (e.g. 16,1,4096,32/8)");
+  const auto [headsQ, headsKV] = *heads;
   const flashjit::tuner::Bucket wanted =
-      flashjit::tuner::Bucket::forDecode(sizes[1], sizes[2], sizes[0], sizes[3], sizes[4]);
+      flashjit::tuner::Bucket::forDecode(seqQ, seqK, batch, headsQ, headsKV);
   outs() << formatv("\na decode step of {0} x {1} rows against {2} keys, heads {3}/{4}, is "
                     "bucket {5}:\n",
-                    sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], wanted.key());
+                    batch, seqQ, seqK, headsQ, headsKV, wanted.key());
   printDispatch(rows, wanted, true);
   return 0;
 }

@@ -175,16 +175,14 @@ llvm::Expected<SweepConfig> sweepConfig() {
     c.decodeKvLens.assign(decodeKvLens.begin(), decodeKvLens.end());
   if (decodeHeads.getNumOccurrences()) {
     c.decodeHeads.clear();
-    for (llvm::StringRef text : decodeHeads) {
-      auto [q, kv] = text.trim().split('/');
-      int hq = 0, hkv = 0;
-      if (q.getAsInteger(10, hq) || kv.getAsInteger(10, hkv) || hq < 1 || hkv < 1 ||
-          hq % hkv != 0)
+    for (const std::string &text : decodeHeads) {
+      std::optional<std::pair<int, int>> heads = parseHeadLayout(text);
+      if (!heads)
         return makeError(ErrorCode::InvalidValue,
                          "--decode-heads '{0}': expected query/KV head counts, the KV heads "
                          "dividing the query heads (e.g. 32/8)",
                          text);
-      c.decodeHeads.push_back({hq, hkv});
+      c.decodeHeads.push_back(*heads);
     }
   }
   for (const std::vector<int> *list : {&c.decodeQueryLens, &c.decodeBatches, &c.decodeKvLens})
