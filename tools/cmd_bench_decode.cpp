@@ -223,8 +223,7 @@ int runBenchDecode() {
           if (!best)
             continue;
           // The split count the launch used (the heuristic's).
-          tuner::DecodeBuffers none;
-          FjDecodeParams p = tuner::makeDecodeParams(shape, none);
+          FjDecodeParams p = tuner::decodeSizes(shape);
           const auto *kernel = tuner::DecodeKernel::of(*best->kernel);
           const int splits = kernel ? kernel->plan(p, requested).numSplits : 0;
           const double gbps = kvBytes / (bestUs * 1e-6) / 1e9;

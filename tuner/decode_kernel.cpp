@@ -101,6 +101,10 @@ long long SplitPolicy::mostSplits(long long tiles) {
   return std::min<long long>(ceilDiv(tiles, kMinTilesPerSplit), kMaxDecodeSplits);
 }
 
+long long SplitPolicy::keyTiles(const FjDecodeParams &p) const {
+  return std::max(1LL, ceilDiv(std::max(p.seqlen_k, 1), blockN));
+}
+
 long long SplitPolicy::ctas(const FjDecodeParams &p) const {
   const long long rowTiles =
       ceilDiv((long long)p.seqlen_q * (p.heads_q / std::max(1, p.heads_kv)), blockM);
@@ -109,7 +113,7 @@ long long SplitPolicy::ctas(const FjDecodeParams &p) const {
 
 DecodeSplits SplitPolicy::plan(const FjDecodeParams &p, int requested) const {
   DecodeSplits out;
-  const long long tiles = std::max(1LL, ceilDiv(std::max(p.seqlen_k, 1), blockN));
+  const long long tiles = keyTiles(p);
   long long splits = requested;
   if (splits <= 0) {
     // The CTAs in flight to aim for: the tuned problem's, else one wave. One wave: every
@@ -128,7 +132,7 @@ DecodeSplits SplitPolicy::plan(const FjDecodeParams &p, int requested) const {
 }
 
 std::vector<int> DecodeKernel::splitCountsToTime(const FjDecodeParams &p) const {
-  const long long tiles = std::max(1LL, ceilDiv(std::max(p.seqlen_k, 1), policy_.blockN));
+  const long long tiles = policy_.keyTiles(p);
   std::vector<int> planned{plan(p, 0).numSplits}, counts;
   for (long long n = 1; n <= SplitPolicy::mostSplits(tiles); n *= 2) {
     const int got = plan(p, (int)n).numSplits;

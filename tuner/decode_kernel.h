@@ -42,7 +42,8 @@ struct SplitPolicy {
   int tunedSplits = 0;
   long long tunedCtas = 0;
 
-  // The CTAs a call of these sizes runs per split.
+  // A call's key tiles, and the CTAs it runs per split (row tiles x batch x KV heads).
+  long long keyTiles(const FjDecodeParams &params) const;
   long long ctas(const FjDecodeParams &params) const;
   // The splits for a call of these sizes: `requested` (> 0) capped at the key tiles.
   // With 0 and a tuned count, as many CTAs in flight as the tuned problem had: the

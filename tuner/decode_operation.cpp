@@ -119,14 +119,12 @@ public:
     const DecodeKernel *kernel = DecodeKernel::of(loaded);
     if (!kernel)
       return {};
-    DecodeBuffers none;
-    return kernel->splitCountsToTime(makeDecodeParams(shape, none));
+    return kernel->splitCountsToTime(decodeSizes(shape));
   }
   std::unique_ptr<LoadedKernel> withSplits(const LoadedKernel &loaded, int splits,
                                            const ForwardShape &tunedOn) const override {
     const DecodeKernel *kernel = DecodeKernel::of(loaded);
-    DecodeBuffers none;
-    return kernel ? kernel->withSplits(splits, makeDecodeParams(tunedOn, none)) : nullptr;
+    return kernel ? kernel->withSplits(splits, decodeSizes(tunedOn)) : nullptr;
   }
 
   double flops(const generator::KernelSpec &spec, const ForwardShape &shape) const override {

@@ -126,6 +126,10 @@ llvm::Expected<DecodeBuffers> allocateDecodeBuffers(generator::DType dtype,
   return std::move(out);
 }
 
+FjDecodeParams decodeSizes(const ForwardShape &shape) {
+  return makeDecodeParams(shape, DecodeBuffers{});
+}
+
 FjDecodeParams makeDecodeParams(const ForwardShape &s, const DecodeBuffers &b) {
   FjDecodeParams p = {};
   const bool paged = s.pageSize > 0;

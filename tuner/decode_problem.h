@@ -43,6 +43,8 @@ llvm::Expected<DecodeBuffers> allocateDecodeBuffers(generator::DType dtype,
 // Parameters over the buffers (num_splits and the workspace are the caller's: see
 // DecodeKernel::plan and bindDecodeWorkspace).
 FjDecodeParams makeDecodeParams(const ForwardShape &shape, const DecodeBuffers &buffers);
+// The sizes and strides alone, no pointers: what DecodeKernel::plan reads.
+FjDecodeParams decodeSizes(const ForwardShape &shape);
 
 // The same shape as a variable-length forward problem (one sequence of seqQ queries and
 // its cache length of keys per batch entry): what the forward reference computes.
