@@ -12,18 +12,18 @@
 //                                           read MN-major)
 //   dQ   = dS K       (A = dS^T, stored to shared memory once, read MN-major)
 // dK and dV stay in registers across the walk. A third warpgroup serves the consumers,
-// so that neither loads nor dQ's trip to global memory sit on their path. Two of its
-// warps (the others idle):
-//   - copy Q, dO, lse and D with cp.async into a ring of kStages stages of the
-//     128-byte-swizzled panels wgmma reads (so every argument bwd_mma takes, varlen and
-//     strides that are multiples of 8 elements, works without tensor maps), handing
-//     each stage over through an mbarrier;
-//   - add each consumer's 64 x 64 dQ slice, which the consumer leaves in shared memory
-//     in fp32, to the global accumulator with one 16 KB bulk reduction
-//     (cp.reduce.async.bulk), the accumulator tiled to match (bwd_mma::DqTiled). The
-//     consumer goes on to its next step. docs/PERF.md bw1 measured a quarter of the
-//     time in the atomics when the consumers added dQ themselves; bw2 measured bulk
-//     reductions of one row each, and atomics from the serving warps, both slower.
+// so that neither loads nor dQ's trip to global memory sit on their path:
+//   - its warps 0 and 1 copy Q, dO, lse and D with cp.async into a ring of kStages
+//     stages of the 128-byte-swizzled panels wgmma reads (so every argument bwd_mma
+//     takes, varlen and strides that are multiples of 8 elements, works without tensor
+//     maps), handing each stage over through an mbarrier;
+//   - one thread per consumer (lane 0 of warps 2 and 3) adds the consumer's 64 x 64 dQ
+//     slice, which the consumer leaves in shared memory in fp32, to the global
+//     accumulator with one 16 KB bulk reduction (cp.reduce.async.bulk), the accumulator
+//     tiled to match (bwd_mma::DqTiled). The consumer goes on to its next step.
+//     docs/PERF.md bw1 measured a quarter of the time in the atomics when the consumers
+//     added dQ themselves; bw2 measured bulk reductions of one row each, and atomics
+//     from the serving warps, both slower; bw3 took the sends off the loading warps.
 //
 // Causal attention is aligned bottom-right as in the forward; a key block skips the
 // query blocks that see none of it, and only blocks that cross the diagonal or a
@@ -241,19 +241,15 @@ template <typename Cfg> struct Block {
   __device__ __forceinline__ u32 dq_read(int c) const { return base + kDqRead + c * 8; }
 };
 
-// The serving warps (0 and 1; lane 0 of warp c also sends consumer c's dQ): K and V
-// once, then each step's Q, dO, lse and D into the ring, a stage handed over once its
-// copies have landed and been fenced for wgmma's proxy; and consumer c's dQ slice of
-// each step to the fp32 accumulator, one bulk reduction, its buffer handed back once
-// read. The loads of step s wait for the consumers to free a stage, which they do as
-// they finish step s - kStages, with that step's dQ: so iteration s issues both, then
-// waits for both. One path for both jobs, and the walk by counters rather than
-// divisions: these warps have 56 registers (ptxas spilled when loads and dQ were two
-// branches).
+// The loading warps (0 and 1 of the serving warpgroup): K and V once, then each step's
+// Q, dO, lse and D into the ring, a stage handed over once its copies have landed and
+// been fenced for wgmma's proxy. The loads of step s wait for the consumers to free a
+// stage, which they do as they finish step s - kStages. The walk goes by counters
+// rather than divisions: these warps have 56 registers.
 template <typename Cfg>
-__device__ __forceinline__ void serve(const FjBackwardParams &P, const Block<Cfg> &w, int tid) {
+__device__ __forceinline__ void load(const FjBackwardParams &P, const Block<Cfg> &w, int tid) {
   constexpr int D = Cfg::kHeadDim, BM = Cfg::kBlockM, BN = Cfg::kBlockN;
-  constexpr int kT = Cfg::kLoadThreads, kLag = Cfg::kStages;
+  constexpr int kT = Cfg::kLoadThreads;
   const FjForwardParams &p = P.fwd;
   if (w.steps == 0)
     return;  // no query sees the block
@@ -269,68 +265,66 @@ __device__ __forceinline__ void serve(const FjBackwardParams &P, const Block<Cfg
     load_panels_async<BN, D, kT>(w.s_k(), k, p.k_row_stride, w.keys_valid, tid);
     load_panels_async<BN, D, kT>(w.s_v(), v, p.v_row_stride, w.keys_valid, tid);
   }
-  const bool with_dq = P.dq_accum != nullptr;
-  const int c = tid / 32, lane = tid % 32;
-  // The query head within the group and the query block of the step loaded (h, mb) and
-  // of the step whose dQ is sent (dq_h, dq_mb, kLag steps behind).
-  int h = 0, mb = w.m_begin, dq_h = 0, dq_mb = w.m_begin;
-  for (int s = 0; s < w.steps + kLag; ++s) {
+  int h = 0, mb = w.m_begin;  // the query head within the group and the query block
+  for (int s = 0; s < w.steps; ++s) {
     const int stage = s % Cfg::kStages;
-    if (s < w.steps) {
-      mbar_wait(w.empty(stage), ((s / Cfg::kStages) & 1) ^ 1);
-      const int head = w.h_kv * w.group + h, m0 = mb * BM;
-      const int rows = imin(BM, w.seq.seqlen_q - m0);
-      const u16 *q = (const u16 *)p.q +
-                     tensor_base(w.seq.q_offset, w.b, head, p.q_batch_stride, p.q_row_stride,
-                                 p.q_head_stride) +
-                     (long long)m0 * p.q_row_stride;
-      load_panels_async<BM, D, kT>(w.s_q(stage), q, p.q_row_stride, rows, tid);
-      const u16 *dout = (const u16 *)P.dout +
-                        tensor_base(w.seq.q_offset, w.b, head, P.dout_batch_stride,
-                                    P.dout_row_stride, P.dout_head_stride) +
-                        (long long)m0 * P.dout_row_stride;
-      load_panels_async<BM, D, kT>(w.s_do(stage), dout, P.dout_row_stride, rows, tid);
-      const long long li = w.seq.lse_offset + (long long)head * p.lse_head_stride + m0;
-      for (int r = tid; r < 2 * BM; r += kT) {
-        const int row = r % BM;
-        const float *src = (r < BM ? P.lse_log2 : P.dpsum) + li + row;
-        bwd_mma::cp_async_4(w.s_stats(stage) + r * 4, row < rows ? src : P.dpsum, row < rows);
-      }
-      cp_async_commit();
-      w.next_step(h, mb);
+    mbar_wait(w.empty(stage), ((s / Cfg::kStages) & 1) ^ 1);
+    const int head = w.h_kv * w.group + h, m0 = mb * BM;
+    const int rows = imin(BM, w.seq.seqlen_q - m0);
+    const u16 *q = (const u16 *)p.q +
+                   tensor_base(w.seq.q_offset, w.b, head, p.q_batch_stride, p.q_row_stride,
+                               p.q_head_stride) +
+                   (long long)m0 * p.q_row_stride;
+    load_panels_async<BM, D, kT>(w.s_q(stage), q, p.q_row_stride, rows, tid);
+    const u16 *dout = (const u16 *)P.dout +
+                      tensor_base(w.seq.q_offset, w.b, head, P.dout_batch_stride,
+                                  P.dout_row_stride, P.dout_head_stride) +
+                      (long long)m0 * P.dout_row_stride;
+    load_panels_async<BM, D, kT>(w.s_do(stage), dout, P.dout_row_stride, rows, tid);
+    const long long li = w.seq.lse_offset + (long long)head * p.lse_head_stride + m0;
+#pragma unroll 1  // unrolled, ptxas spilled 4 bytes at head dim 64
+    for (int r = tid; r < 2 * BM; r += kT) {
+      const int row = r % BM;
+      const float *src = (r < BM ? P.lse_log2 : P.dpsum) + li + row;
+      bwd_mma::cp_async_4(w.s_stats(stage) + r * 4, row < rows ? src : P.dpsum, row < rows);
     }
-    const bool sends = with_dq && s >= kLag;
-    if (sends) {
-      // Consumer c's slice of the step kLag behind: one bulk reduction of 16 KB into the
-      // tiled accumulator (rows past the sequence's end add zeros to its padding).
-      mbar_wait(w.dq_written(c), (s - kLag) & 1);
-      if (lane == 0) {
-        const long long q0 = bwd_mma::first_query_row(p, w.seq, w.b);
-        const long long group =
-            (bwd_mma::DqTiled::padded_row0(q0, w.b) + dq_mb * BM) / 64 + c / Cfg::kDqColSlices;
-        float *dst = P.dq_accum + bwd_mma::DqTiled::slice(group, w.h_kv * w.group + dq_h,
-                                                          c % Cfg::kDqColSlices, p.heads_q, D);
-        asm volatile(
-            "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
-                dst),
-            "r"(w.s_dq(c)), "n"(Cfg::kDqStageBytes)
-            : "memory");
-        bulk_commit();
-      }
-      w.next_step(dq_h, dq_mb);
-    }
-    if (s < w.steps) {
-      cp_async_wait<0>();
-      fence_proxy_async_smem();  // cp.async wrote the operands wgmma reads
-      mbar_arrive(w.full(stage));
-    }
-    if (sends && lane == 0) {
-      bulk_wait_read();  // the slice has been read: the consumer may write the next
-      mbar_arrive(w.dq_read(c));
-    }
+    cp_async_commit();
+    w.next_step(h, mb);
+    cp_async_wait<0>();
+    fence_proxy_async_smem();  // cp.async wrote the operands wgmma reads
+    mbar_arrive(w.full(stage));
   }
-  if (with_dq && lane == 0)
-    bulk_wait();
+}
+
+// The sending thread of consumer c (lane 0 of serving warp 2 + c): each step's dQ slice,
+// which the consumer leaves in shared memory in fp32, added to the global accumulator
+// with one bulk reduction of 16 KB into the tiled accumulator (rows past the sequence's
+// end add zeros to its padding), the slice handed back once read. A thread of its own,
+// so that no load waits for a reduction to be read (docs/PERF.md bw3: with one thread
+// doing both, the consumers waited on the ring for 15 % of their time).
+template <typename Cfg>
+__device__ __forceinline__ void send_dq(const FjBackwardParams &P, const Block<Cfg> &w, int c) {
+  const FjForwardParams &p = P.fwd;
+  if (w.steps == 0 || P.dq_accum == nullptr)
+    return;
+  const long long rows0 = bwd_mma::DqTiled::padded_row0(bwd_mma::first_query_row(p, w.seq, w.b), w.b);
+  int h = 0, mb = w.m_begin;
+  for (int s = 0; s < w.steps; ++s) {
+    mbar_wait(w.dq_written(c), s & 1);
+    const long long group = (rows0 + mb * Cfg::kBlockM) / 64 + c / Cfg::kDqColSlices;
+    float *dst = P.dq_accum + bwd_mma::DqTiled::slice(group, w.h_kv * w.group + h,
+                                                      c % Cfg::kDqColSlices, p.heads_q,
+                                                      Cfg::kHeadDim);
+    asm volatile(
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+        "r"(w.s_dq(c)), "n"(Cfg::kDqStageBytes)
+        : "memory");
+    bulk_commit();
+    w.next_step(h, mb);
+    bulk_wait_read();  // the slice has been read: the consumer may write the next
+    mbar_arrive(w.dq_read(c));
+  }
+  bulk_wait();
 }
 
 // A consumer warpgroup (c = 0, 1): keys c * 64 .. c * 64 + 63 of the block.
@@ -455,7 +449,7 @@ __device__ __forceinline__ void consume(const FjBackwardParams &P, const Block<C
       wgmma_wait<0>();
       pin_registers(acc_dq);
       mbar_arrive(w.empty(stage));  // this thread is done with Q, dO, lse and D
-      // The slice to shared memory for its serving warp, once the last one has been read:
+      // The slice to shared memory for its sending thread, once the last one has been read:
       // register quad j of each thread, 16 bytes, threads side by side.
       mbar_wait(w.dq_read(c), (s & 1) ^ 1);  // a fresh barrier passes parity 1
       const u32 row = s_dq + (ct % 128) * 16;
@@ -519,7 +513,7 @@ __device__ __forceinline__ Block<Cfg> make_block(const FjForwardParams &p, unsig
 }
 
 // Grid (ceil(seqlen_k / kBlockN), heads_kv, batch), kThreads threads: warpgroup 0
-// serves (warps 0-1 load and send dQ, warps 2-3 idle), warpgroups 1 and 2 compute.
+// serves (warps 0-1 load, lane 0 of warps 2-3 sends dQ), warpgroups 1 and 2 compute.
 template <typename Cfg>
 __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned char *smem) {
   const FjForwardParams &p = P.fwd;
@@ -535,7 +529,7 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
     }
     for (int c = 0; c < Cfg::kConsumers; ++c) {
       mbar_init(w.dq_written(c), 128);  // the consumer's threads
-      mbar_init(w.dq_read(c), 1);       // its serving warp's lane 0, which reads it
+      mbar_init(w.dq_read(c), 1);       // its sending thread, once the slice is read
     }
     mbar_fence_init();
   }
@@ -545,8 +539,12 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
   // single if/else.
   if (tid < 128) {
     regs_lower<Cfg::kServerRegs>();
+    // One walk for both jobs: built in each branch, ptxas spilled (20 bytes at d 128).
+    const Block<Cfg> w = make_block<Cfg>(p, smem);
     if (tid < Cfg::kLoadThreads)
-      serve<Cfg>(P, make_block<Cfg>(p, smem), tid);
+      load<Cfg>(P, w, tid);
+    else if (tid % 32 == 0 && tid / 32 - 2 < Cfg::kConsumers)
+      send_dq<Cfg>(P, w, tid / 32 - 2);
   } else {
     regs_raise<Cfg::kConsumerRegs>();
     consume<Cfg>(P, make_block<Cfg>(p, smem), (tid - 128) / 128, tid - 128);
