@@ -10,11 +10,10 @@ set -euo pipefail
 flashjit=$1
 dir=$(mktemp -d "${TMPDIR:-/tmp}/flashjit-cache-call.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=build_keys.sh
+source "$(dirname "$0")/build_keys.sh"
 
-keys=$("$flashjit" info | sed -n 's/^Keys: *generator \([0-9a-f]*\), measurement protocol \([0-9]*\)$/\1 \2/p')
-read -r fingerprint protocol <<<"$keys"
-[ -n "${protocol:-}" ] || fail "flashjit info does not print the generator and protocol"
+build_keys "$flashjit"
 spec=fwd_mma.bf16.d64.dv64.nocausal.sm80
 decode=dec_mma.bf16.d64.dv64.nocausal.sm80
 row() {

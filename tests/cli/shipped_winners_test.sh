@@ -4,18 +4,18 @@
 # a key no call of this build makes: the system cache would ship it unused, and the
 # installed package would tune at first use again. The fingerprint covers every
 # template's text, so a template change lands with data/winners re-tuned on the GPU
-# (scripts/retune-winners.sh, docs/GPU-TESTING.md). That script, here without a GPU,
-# stops at its first sweep and writes no winners.
+# (scripts/retune-winners.sh, docs/GPU-TESTING.md). That script, with no GPU visible
+# (hidden here even on a GPU machine, so that the test never tunes), stops at its first
+# sweep and writes no winners.
 # Usage: shipped_winners_test.sh FLASHJIT WINNERS_DIR RETUNE_SCRIPT
 set -euo pipefail
 flashjit=$1
 dir=$2
 retune=$3
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=build_keys.sh
+source "$(dirname "$0")/build_keys.sh"
 
-keys=$("$flashjit" info | sed -n 's/^Keys: *generator \([0-9a-f]*\), measurement protocol \([0-9]*\)$/\1 \2/p')
-read -r fingerprint protocol <<<"$keys"
-[ -n "${protocol:-}" ] || fail "flashjit info does not print the generator and protocol"
+build_keys "$flashjit"
 
 files=("$dir"/*.json)
 [ -e "${files[0]}" ] || fail "no winners in $dir"
@@ -35,15 +35,9 @@ done
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/flashjit-retune-test.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-if FLASHJIT_RETUNE_DB="$tmp/t.sqlite" "$retune" "$flashjit" "$tmp/w.json" >"$tmp/log" 2>&1; then
-  if [ -e "$tmp/w.json" ]; then
-    echo "retune-winners.sh ran on a GPU here; not checked"
-  else
-    fail "retune-winners.sh succeeded without writing its winners"
-  fi
-else
-  [ ! -e "$tmp/w.json" ] || fail "retune-winners.sh failed but left $tmp/w.json"
-  grep -q "no GPU to tune on" "$tmp/log" || fail "retune-winners.sh without a GPU: $(cat "$tmp/log")"
-fi
+CUDA_VISIBLE_DEVICES= FLASHJIT_RETUNE_DB="$tmp/t.sqlite" "$retune" "$flashjit" "$tmp/w.json" \
+  >"$tmp/log" 2>&1 && fail "retune-winners.sh succeeded without a GPU"
+[ ! -e "$tmp/w.json" ] || fail "retune-winners.sh failed but left $tmp/w.json"
+grep -q "no GPU to tune on" "$tmp/log" || fail "retune-winners.sh without a GPU: $(cat "$tmp/log")"
 "$retune" 2>/dev/null && fail "retune-winners.sh without arguments succeeded"
 echo "shipped winners: ok"
