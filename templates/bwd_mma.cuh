@@ -439,6 +439,30 @@ __device__ __forceinline__ void dq_to_accumulator(const FjBackwardParams &P, u32
   }
 }
 
+// The key block, key/value head and batch entry of a main kernel's CTA (grid
+// (ceil(seqlen_k / kBlockN), heads_kv, batch)). Causal blocks differ in work (the first
+// key blocks are seen by the most queries), and the hardware starts CTAs in the order of
+// their linear index, x fastest, so in the grid's own order the last heads' heaviest
+// blocks start last and run on alone. Causal kernels walk the grid in chunks of whole
+// heads, about 128 blocks a chunk, key block by key block across the chunk's heads: the
+// heaviest blocks start first, and the CTAs running at once still share the Q, dO and dQ
+// of few heads in L2 (with the key block the slowest index over all heads, N <= 4k ran
+// up to 35 % slower, docs/PERF.md bw4).
+struct CtaTile {
+  int key_block, h_kv, b;
+};
+template <bool kCausal> __device__ __forceinline__ CtaTile cta_tile() {
+  if (!kCausal)
+    return {(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z};
+  const int blocks = gridDim.x, heads = gridDim.y * gridDim.z;
+  const int chunk = imax(1, (128 + blocks - 1) / blocks);  // heads per chunk
+  const int linear = blockIdx.x + blocks * (blockIdx.y + gridDim.y * blockIdx.z);
+  const int first = linear / (chunk * blocks) * chunk, within = linear % (chunk * blocks);
+  const int chunk_heads = imin(chunk, heads - first);  // the last chunk may be short
+  const int head = first + within % chunk_heads;
+  return {within / chunk_heads, head % (int)gridDim.y, head / (int)gridDim.y};
+}
+
 // ---- main: dK and dV of one key block, dQ by atomics ---------------------------------
 // kPass: 0 everything, 1 dV only, 2 dK and dQ only (the two passes of kSplitPasses).
 // Grid (ceil(seqlen_k / kBlockN), heads_kv, batch).
@@ -451,7 +475,8 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int n_block = blockIdx.x, h_kv = blockIdx.y, b = blockIdx.z;
+  const CtaTile tile = cta_tile<Cfg::kCausal>();
+  const int n_block = tile.key_block, h_kv = tile.h_kv, b = tile.b;
   const SeqExtent seq = seq_extent(p, b);
   const int n0 = n_block * Cfg::kBlockN;
   if (n0 >= seq.seqlen_k)

@@ -301,7 +301,7 @@ __device__ __forceinline__ void load(const FjBackwardParams &P, const Block<Cfg>
 // with one bulk reduction of 16 KB into the tiled accumulator (rows past the sequence's
 // end add zeros to its padding), the slice handed back once read. A thread of its own,
 // so that no load waits for a reduction to be read (docs/PERF.md bw3: with one thread
-// doing both, the consumers waited on the ring for 15 % of their time).
+// doing both, the consumers waited for their slice buffer for 15 % of their time).
 template <typename Cfg>
 __device__ __forceinline__ void send_dq(const FjBackwardParams &P, const Block<Cfg> &w, int c) {
   const FjForwardParams &p = P.fwd;
@@ -492,10 +492,11 @@ template <typename Cfg>
 __device__ __forceinline__ Block<Cfg> make_block(const FjForwardParams &p, unsigned char *smem) {
   constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN;
   Block<Cfg> w;
-  w.b = blockIdx.z;
-  w.h_kv = blockIdx.y;
+  const bwd_mma::CtaTile tile = bwd_mma::cta_tile<Cfg::kCausal>();
+  w.b = tile.b;
+  w.h_kv = tile.h_kv;
   w.seq = seq_extent(p, w.b);
-  w.n0 = blockIdx.x * BN;
+  w.n0 = tile.key_block * BN;
   w.keys_valid = imin(BN, w.seq.seqlen_k - w.n0);
   w.group = p.heads_q / p.heads_kv;
   w.diag = w.seq.seqlen_k - w.seq.seqlen_q;  // query i sees keys j <= i + diag
@@ -517,7 +518,8 @@ __device__ __forceinline__ Block<Cfg> make_block(const FjForwardParams &p, unsig
 template <typename Cfg>
 __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned char *smem) {
   const FjForwardParams &p = P.fwd;
-  if ((int)blockIdx.x * Cfg::kBlockN >= seq_extent(p, blockIdx.z).seqlen_k)
+  const bwd_mma::CtaTile tile = bwd_mma::cta_tile<Cfg::kCausal>();
+  if (tile.key_block * Cfg::kBlockN >= seq_extent(p, tile.b).seqlen_k)
     return;  // varlen: this sequence has fewer keys than the longest
 
   const int tid = threadIdx.x;
