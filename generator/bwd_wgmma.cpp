@@ -48,13 +48,13 @@ bool bwdWgmmaSupportsHeadDims(const KernelSpec &spec) {
 
 int bwdWgmmaMainSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
   // Mirrors BwdWgmmaConfig::kSmemBytes: K, V, the Q and dO rings, two dS^T buffers, lse
-  // and D per stage, the two consumers' fp32 dQ slices (64 x 64),
-  // the mbarriers (the ring's full and empty, each slice's written and read).
+  // and D per stage (block_m + 4 floats each), the two consumers' fp32 dQ slices (64 x 64),
+  // the mbarriers (the ring's full and empty, each slice's written and read, K and V's).
   const int d = spec.headDim;
   const int dqSlice = 64 * dqColumns(spec, tile) * 4;
   return 1024 + 2 * tile.blockN * d * 2 + 2 * tile.stages * tile.blockM * d * 2 +
-         2 * tile.blockN * tile.blockM * 2 + tile.stages * 2 * tile.blockM * 4 +
-         2 * dqSlice + (2 * tile.stages + 2 * 2) * 8;
+         2 * tile.blockN * tile.blockM * 2 + tile.stages * 2 * (tile.blockM + 4) * 4 +
+         2 * dqSlice + (2 * tile.stages + 2 * 2 + 1) * 8;
 }
 
 int bwdWgmmaSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
@@ -115,9 +115,11 @@ std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) 
              "\"host and device disagree on registers\");\n\n"
              "{13}"
              "extern \"C\" __global__ void __launch_bounds__(FjConfig::kThreads, 1)\n"
-             "flashjit_bwd_main(const FjBackwardParams params) {{\n"
+             "flashjit_bwd_main(const FjBackwardParams params,\n"
+             "                  const __grid_constant__ fj::TensorMap tm_q,\n"
+             "                  const __grid_constant__ fj::TensorMap tm_dout) {{\n"
              "  extern __shared__ __align__(128) unsigned char fj_smem[];\n"
-             "  fj::bwd_wgmma::run_main<FjConfig>(params, fj_smem);\n"
+             "  fj::bwd_wgmma::run_main<FjConfig>(params, {{tm_q, tm_dout}, fj_smem);\n"
              "}\n",
              spec.key(), tile.key(), elementTypeName(spec.dtype), spec.headDim, tile.blockM,
              tile.stages, spec.causal ? "true" : "false", dq.blockM, dq.blockN, dq.warps,
@@ -151,6 +153,12 @@ llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileCon
   e = bwdMmaSharedEntries(mmaSpec(spec), dqTile(spec));
   e.passes = {"flashjit_bwd_main"};
   e.keysPerCta = tile.blockN;
+  // Q and dO by TMA in boxes of 64 columns x block_m rows (128-byte swizzle).
+  e.tma.enabled = true;
+  e.tma.dtype = spec.dtype;
+  e.tma.headDim = e.tma.headDimV = spec.headDim;
+  e.tma.panelD = e.tma.panelDv = 64;
+  e.tma.qRows = tile.blockM;
   kernel.entryName = e.passes.front();
   kernel.options = compileOptions();
   kernel.threads = tile.warps * 32;

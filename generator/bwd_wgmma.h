@@ -14,8 +14,8 @@ namespace flashjit::generator {
 
 // Registers per thread after setmaxnreg (BwdWgmmaConfig): the two consumer warpgroups'
 // and the serving warpgroup's; one CTA of 384 threads at 168 each at launch.
-constexpr int kBwdWgmmaConsumerRegisters = 224;
-constexpr int kBwdWgmmaServerRegisters = 56;
+constexpr int kBwdWgmmaConsumerRegisters = 240;
+constexpr int kBwdWgmmaServerRegisters = 24;
 
 // Whether the family takes the spec's head dims (the target is validateSpec's): head_dim
 // = head_dim_v, a whole number of 128-byte swizzle panels whose dK and dV accumulators

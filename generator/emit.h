@@ -43,6 +43,9 @@ struct BackwardEntries {
   int dqThreads = 0;                // dq's block size
   int auxThreads = 256;             // prep and convert: one warp per query row
   int auxRowsPerCta = 8;
+  // When enabled, the main pass's parameters after FjBackwardParams: the tensor maps of
+  // Q and dO (rank 4 as the forward's, boxes of panelD columns x qRows rows).
+  TmaOperands tma;
 };
 
 // A decode module's kernels (family dec_mma): the split kernel (entryName, grid

@@ -13,10 +13,12 @@
 //   dQ   = dS K       (A = dS^T, stored to shared memory once, read MN-major)
 // dK and dV stay in registers across the walk. A third warpgroup serves the consumers,
 // so that neither loads nor dQ's trip to global memory sit on their path:
-//   - its warps 0 and 1 copy Q, dO, lse and D with cp.async into a ring of kStages
-//     stages of the 128-byte-swizzled panels wgmma reads (so every argument bwd_mma
-//     takes, varlen and strides that are multiples of 8 elements, works without tensor
-//     maps), handing each stage over through an mbarrier;
+//   - its warp 0 copies K and V once with cp.async (rows past the block's keys zero-filled:
+//     no tensor map is needed for K and V, whose packed row count the caller need not
+//     give), then its lane 0 loads each step's Q and dO by TMA (the 128-byte-swizzled
+//     panels wgmma reads) and lse and D by bulk copies into a ring of kStages stages,
+//     one transaction barrier a stage. One thread issuing a handful of copies leaves the
+//     serving warpgroup 24 registers, so the consumers get 240 (docs/PERF.md bw5);
 //   - one thread per consumer (lane 0 of warps 2 and 3) adds the consumer's 64 x 64 dQ
 //     slice, which the consumer leaves in shared memory in fp32, to the global
 //     accumulator with one 16 KB bulk reduction (cp.reduce.async.bulk), the accumulator
@@ -24,6 +26,13 @@
 //     docs/PERF.md bw1 measured a quarter of the time in the atomics when the consumers
 //     added dQ themselves; bw2 measured bulk reductions of one row each, and atomics
 //     from the serving warps, both slower; bw3 took the sends off the loading warps.
+// Q and dO come through tensor maps (tuner/backward_kernel.cpp; rank 4: column, row,
+// head, batch; rows past the sequence read as zeros, or with cu_seqlens as the next
+// sequence's rows, which the mask drops). lse and D come as bulk copies of block_m + 4
+// floats from the 16-byte boundary at or before the block's first row: a block's rows
+// past its head's end read the next head's finite values, or the zeroed pad after the
+// array (FJ_BWD_STATS_PAD), and are masked: P = 0 there, so dS = 0. (Tensor maps of
+// fp32 rows, rank 1 or 2, stopped the kernel with an illegal instruction on an H100.)
 //
 // Causal attention is aligned bottom-right as in the forward; a key block skips the
 // query blocks that see none of it, and only blocks that cross the diagonal or a
@@ -48,13 +57,13 @@ struct BwdWgmmaConfig {
   static constexpr int kBlockN = 64 * kConsumers;
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = kConsumerThreads + 128;  // and the serving warpgroup
-  static constexpr int kLoadThreads = 64;                   // its warps 0 and 1
+  static constexpr int kKvLoadThreads = 32;                 // its warp 0 copies K and V
 
   // Registers after setmaxnreg: 168 each at launch (384 threads, one CTA per SM); the
-  // serving warpgroup gives back all but 56. With 24 to 40, ptxas spilled, in it or, by
-  // some coupling between the roles, in the consumers, which need no more than 224.
-  static constexpr int kServerRegs = 56;
-  static constexpr int kConsumerRegs = 224;
+  // serving warpgroup gives back all but 24, as its loads are TMA boxes from one thread
+  // (bw2-bw4's 64 cp.async threads needed 56).
+  static constexpr int kServerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
   static_assert(kServerRegs * 128 + kConsumerRegs * kConsumerThreads <= 168 * kThreads,
                 "the register file of one CTA");
 
@@ -78,15 +87,17 @@ struct BwdWgmmaConfig {
   // Shared memory, each operand a whole number of 1024-byte swizzle atoms from a
   // 1024-byte aligned base: K, V, the Q and dO rings, dS^T (two buffers: a consumer may
   // write the next step's while the other still reads this one's), lse and D per stage,
-  // the consumers' dQ slices, then the mbarriers: the ring's (full, empty) and each dQ
-  // slice's (written, read).
+  // the consumers' dQ slices, then the mbarriers: the ring's (full, empty), each dQ
+  // slice's (written, read) and K and V's.
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kDsBytes = kBlockN * kBlockM * 2;
-  static constexpr int kStatsBytes = 2 * kBlockM * 4;
+  // lse and D of a stage: block_m + 4 floats each (the copy starts up to 3 rows early).
+  static constexpr int kStatsFloats = kBlockM + 4;
+  static constexpr int kStatsBytes = 2 * kStatsFloats * 4;
   static constexpr int kSmemBytes = 1024 + 2 * kKBytes + 2 * kStages * kQBytes +
                                     2 * kDsBytes + kStages * kStatsBytes +
-                                    kConsumers * kDqStageBytes + (2 * kStages + 2 * kConsumers) * 8;
+                                    kConsumers * kDqStageBytes + (2 * kStages + 2 * kConsumers + 1) * 8;
 };
 
 namespace bwd_wgmma {
@@ -100,7 +111,7 @@ template <int kRows> __device__ __forceinline__ u32 panel_offset(int r, int c) {
 
 // Copies a kRows x kCols tile (rows `row_stride` elements apart) into panels with
 // cp.async; rows at or past `valid_rows` are zero-filled. Each thread keeps one chunk
-// column and steps down the rows.
+// column and steps down the rows (K and V, once a CTA).
 template <int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void load_panels_async(u32 dst, const u16 *src, long long row_stride,
                                                   int valid_rows, int tid) {
@@ -109,7 +120,7 @@ __device__ __forceinline__ void load_panels_async(u32 dst, const u16 *src, long 
   static_assert(kThreads % kChunks == 0 && kRows % kRowStep == 0, "whole passes");
   const int r0 = tid / kChunks, c = tid % kChunks;
   const u16 *from = src + r0 * row_stride + c * 8;
-#pragma unroll 1  // the serving warps have few registers
+#pragma unroll 1  // the serving warps have 24 registers
   for (int it = 0; it < kRows / kRowStep; ++it) {
     const int r = r0 + it * kRowStep;
     cp_async_16(dst + panel_offset<kRows>(r, c), r < valid_rows ? from : src, r < valid_rows);
@@ -222,6 +233,7 @@ template <typename Cfg> struct Block {
   static constexpr u32 kEmpty = kFull + Cfg::kStages * 8;
   static constexpr u32 kDqWritten = kEmpty + Cfg::kStages * 8;
   static constexpr u32 kDqRead = kDqWritten + Cfg::kConsumers * 8;
+  static constexpr u32 kKvFull = kDqRead + Cfg::kConsumers * 8;
   __device__ __forceinline__ u32 s_k() const { return base; }
   __device__ __forceinline__ u32 s_v() const { return base + kV; }
   __device__ __forceinline__ u32 s_q(int stage) const { return base + kQ + stage * Cfg::kQBytes; }
@@ -239,17 +251,44 @@ template <typename Cfg> struct Block {
   __device__ __forceinline__ u32 empty(int stage) const { return base + kEmpty + stage * 8; }
   __device__ __forceinline__ u32 dq_written(int c) const { return base + kDqWritten + c * 8; }
   __device__ __forceinline__ u32 dq_read(int c) const { return base + kDqRead + c * 8; }
+  __device__ __forceinline__ u32 kv_full() const { return base + kKvFull; }
+
+  // TMA coordinates: with cu_seqlens the maps hold the packed rows as one batch.
+  __device__ __forceinline__ int tma_row(int m0) const {
+    return m0 + (seq.q_offset < 0 ? 0 : (int)seq.q_offset);
+  }
+  __device__ __forceinline__ int tma_batch() const { return seq.q_offset < 0 ? b : 0; }
+  // Index of query row m0 of query head `head` in the lse-shaped arrays.
+  __device__ __forceinline__ long long stats_index(const FjForwardParams &p, int head,
+                                                   int m0) const {
+    return seq.lse_offset + (long long)head * p.lse_head_stride + m0;
+  }
 };
 
-// The loading warps (0 and 1 of the serving warpgroup): K and V once, then each step's
-// Q, dO, lse and D into the ring, a stage handed over once its copies have landed and
-// been fenced for wgmma's proxy. The loads of step s wait for the consumers to free a
-// stage, which they do as they finish step s - kStages. The walk goes by counters
-// rather than divisions: these warps have 56 registers.
+// The main kernel's tensor maps (kernel parameters, encoded per call by the host).
+struct Maps {
+  const TensorMap &q, &dout;
+};
+
+// `bytes` (a multiple of 16) from global `src` (16-byte aligned) into shared memory,
+// completion counted in bytes on `bar`.
+__device__ __forceinline__ void bulk_load(u32 dst, const void *src, u32 bytes, u32 bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+// The loading warp (0 of the serving warpgroup): K and V once by cp.async, every lane
+// arriving on kv_full for its own copies; then lane 0 alone loads each step's Q, dO (by
+// TMA), lse and D (bulk copies) into the ring, a stage's transaction barrier counting
+// their bytes. The loads of step s wait for the consumers to free a stage, which they do
+// as they finish step s - kStages. The walk goes by counters rather than divisions: this
+// warpgroup has 24 registers.
 template <typename Cfg>
-__device__ __forceinline__ void load(const FjBackwardParams &P, const Block<Cfg> &w, int tid) {
+__device__ __forceinline__ void load(const FjBackwardParams &P, const Maps &maps,
+                                     const Block<Cfg> &w, int lane) {
   constexpr int D = Cfg::kHeadDim, BM = Cfg::kBlockM, BN = Cfg::kBlockN;
-  constexpr int kT = Cfg::kLoadThreads;
   const FjForwardParams &p = P.fwd;
   if (w.steps == 0)
     return;  // no query sees the block
@@ -262,37 +301,37 @@ __device__ __forceinline__ void load(const FjBackwardParams &P, const Block<Cfg>
                    tensor_base(w.seq.k_offset, w.b, w.h_kv, p.v_batch_stride, p.v_row_stride,
                                p.v_head_stride) +
                    (long long)w.n0 * p.v_row_stride;
-    load_panels_async<BN, D, kT>(w.s_k(), k, p.k_row_stride, w.keys_valid, tid);
-    load_panels_async<BN, D, kT>(w.s_v(), v, p.v_row_stride, w.keys_valid, tid);
+    load_panels_async<BN, D, Cfg::kKvLoadThreads>(w.s_k(), k, p.k_row_stride, w.keys_valid,
+                                                  lane);
+    load_panels_async<BN, D, Cfg::kKvLoadThreads>(w.s_v(), v, p.v_row_stride, w.keys_valid,
+                                                  lane);
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async_smem();  // cp.async wrote the operands wgmma reads
+    mbar_arrive(w.kv_full());
   }
+  if (lane != 0)
+    return;
+  tma_prefetch_map(maps.q);
+  tma_prefetch_map(maps.dout);
+  const int batch = w.tma_batch();
   int h = 0, mb = w.m_begin;  // the query head within the group and the query block
   for (int s = 0; s < w.steps; ++s) {
     const int stage = s % Cfg::kStages;
     mbar_wait(w.empty(stage), ((s / Cfg::kStages) & 1) ^ 1);
-    const int head = w.h_kv * w.group + h, m0 = mb * BM;
-    const int rows = imin(BM, w.seq.seqlen_q - m0);
-    const u16 *q = (const u16 *)p.q +
-                   tensor_base(w.seq.q_offset, w.b, head, p.q_batch_stride, p.q_row_stride,
-                               p.q_head_stride) +
-                   (long long)m0 * p.q_row_stride;
-    load_panels_async<BM, D, kT>(w.s_q(stage), q, p.q_row_stride, rows, tid);
-    const u16 *dout = (const u16 *)P.dout +
-                      tensor_base(w.seq.q_offset, w.b, head, P.dout_batch_stride,
-                                  P.dout_row_stride, P.dout_head_stride) +
-                      (long long)m0 * P.dout_row_stride;
-    load_panels_async<BM, D, kT>(w.s_do(stage), dout, P.dout_row_stride, rows, tid);
-    const long long li = w.seq.lse_offset + (long long)head * p.lse_head_stride + m0;
-#pragma unroll 1  // unrolled, ptxas spilled 4 bytes at head dim 64
-    for (int r = tid; r < 2 * BM; r += kT) {
-      const int row = r % BM;
-      const float *src = (r < BM ? P.lse_log2 : P.dpsum) + li + row;
-      bwd_mma::cp_async_4(w.s_stats(stage) + r * 4, row < rows ? src : P.dpsum, row < rows);
+    const int head = w.h_kv * w.group + h, m0 = mb * BM, row = w.tma_row(m0);
+    const u32 full = w.full(stage);
+    mbar_arrive_expect_tx(full, 2 * Cfg::kQBytes + Cfg::kStatsBytes);
+#pragma unroll
+    for (int pn = 0; pn < D / 64; ++pn) {
+      tma_load_4d(w.s_q(stage) + pn * BM * 128, maps.q, full, pn * 64, row, head, batch);
+      tma_load_4d(w.s_do(stage) + pn * BM * 128, maps.dout, full, pn * 64, row, head, batch);
     }
-    cp_async_commit();
+    const long long aligned = w.stats_index(p, head, m0) & ~3ll;  // 16 bytes
+    bulk_load(w.s_stats(stage), P.lse_log2 + aligned, Cfg::kStatsFloats * 4, full);
+    bulk_load(w.s_stats(stage) + Cfg::kStatsFloats * 4, P.dpsum + aligned,
+              Cfg::kStatsFloats * 4, full);
     w.next_step(h, mb);
-    cp_async_wait<0>();
-    fence_proxy_async_smem();  // cp.async wrote the operands wgmma reads
-    mbar_arrive(w.full(stage));
   }
 }
 
@@ -327,12 +366,114 @@ __device__ __forceinline__ void send_dq(const FjBackwardParams &P, const Block<C
   bulk_wait();
 }
 
+// ---- a consumer's step, in pieces that both step orders use ----
+
+// P^T = exp2(S^T scale log2e - lse) in place, masked where the block crosses a sequence
+// end or the diagonal. key_row: this thread's first key row within the block.
+template <typename Cfg>
+__device__ __forceinline__ void scores_to_probs(float (&acc_s)[Cfg::kBlockM / 2],
+                                                const FjForwardParams &p, const Block<Cfg> &w,
+                                                int m0, int key_row, u32 s_lse, int t) {
+  constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN;
+  const bool crosses = m0 + BM > w.seq.seqlen_q || w.n0 + BN > w.seq.seqlen_k ||
+                       (Cfg::kCausal && w.n0 + BN - 1 > m0 + w.diag);
+  if (crosses) {
+#pragma unroll
+    for (int i = 0; i < BM / 2; ++i) {
+      const int key = w.n0 + key_row + 8 * ((i >> 1) & 1);
+      const int query = m0 + (i >> 2) * 8 + 2 * t + (i & 1);
+      if (key >= w.seq.seqlen_k || query >= w.seq.seqlen_q ||
+          (Cfg::kCausal && key > query + w.diag))
+        acc_s[i] = bwd_mma::neg_inf();
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < BM / 8; ++j) {
+    const u32 addr = s_lse + (j * 8 + 2 * t) * 4;
+    const float l0 = __uint_as_float(ld_shared_u32(addr));
+    const float l1 = __uint_as_float(ld_shared_u32(addr + 4));
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc_s[4 * j + e] = fast_exp2(acc_s[4 * j + e] * p.scale_log2 - ((e & 1) ? l1 : l0));
+  }
+}
+
+// dS^T = P^T (dP^T - D), in place of dP^T.
+template <typename Cfg>
+__device__ __forceinline__ void probs_to_dscores(float (&acc_dp)[Cfg::kBlockM / 2],
+                                                 const float (&acc_s)[Cfg::kBlockM / 2],
+                                                 u32 s_dpsum, int t) {
+#pragma unroll
+  for (int j = 0; j < Cfg::kBlockM / 8; ++j) {
+    const u32 addr = s_dpsum + (j * 8 + 2 * t) * 4;
+    const float d0 = __uint_as_float(ld_shared_u32(addr));
+    const float d1 = __uint_as_float(ld_shared_u32(addr + 4));
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc_dp[4 * j + e] = acc_s[4 * j + e] * (acc_dp[4 * j + e] - ((e & 1) ? d1 : d0));
+  }
+}
+
+// dS^T to shared memory, [key][query] in panels of 64 queries: the A operand of dQ.
+template <typename Cfg>
+__device__ __forceinline__ void store_dscores(u32 s_ds, const u32 (&ds_frag)[Cfg::kBlockM / 16][4],
+                                              int key_row, int t) {
+#pragma unroll
+  for (int j = 0; j < Cfg::kBlockM / 8; ++j)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf)
+      st_shared_u32(s_ds + panel_offset<Cfg::kBlockN>(key_row + 8 * hf, j) + t * 4,
+                    ds_frag[j / 2][(j & 1) * 2 + hf]);
+}
+
+// Issues dQ(slice) = dS K over the block's keys (one commit group): A = dS^T read
+// MN-major (64 queries of a panel), B = K read MN-major (this slice's panels of the head
+// dim).
+template <typename Cfg>
+__device__ __forceinline__ void product_dq(float (&acc_dq)[Cfg::kDqCols / 2], u32 s_ds, u32 s_k,
+                                           int dq_rows0, int dq_col0) {
+  constexpr int BN = Cfg::kBlockN;
+  const u64 a0 = wgmma_desc(s_ds + (dq_rows0 / 64) * BN * 128, BN * 128, 1024, 128);
+  const u64 b0 = wgmma_desc(s_k + (dq_col0 / 64) * BN * 128, BN * 128, 1024, 128);
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk)
+    wgmma_bwd_dq(acc_dq, wgmma_desc_add(a0, kk * 16 * 128), wgmma_desc_add(b0, kk * 16 * 128),
+                 kk > 0 ? 1 : 0);
+  wgmma_commit();
+}
+
+// The dQ slice to shared memory for its sending thread, once the last one has been read:
+// register quad j of each thread, 16 bytes, threads side by side.
+template <typename Cfg>
+__device__ __forceinline__ void hand_over_dq(const Block<Cfg> &w, int c, int s, int ct,
+                                             const float (&acc_dq)[Cfg::kDqCols / 2]) {
+  mbar_wait(w.dq_read(c), (s & 1) ^ 1);  // a fresh barrier passes parity 1
+  const u32 row = w.s_dq(c) + (ct % 128) * 16;
+#pragma unroll
+  for (int j = 0; j < Cfg::kDqCols / 8; ++j)
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(row + j * 128 * 16),
+                 "f"(acc_dq[4 * j]), "f"(acc_dq[4 * j + 1]), "f"(acc_dq[4 * j + 2]),
+                 "f"(acc_dq[4 * j + 3])
+                 : "memory");
+  fence_proxy_async_smem();  // the bulk reduction reads it through the async proxy
+  mbar_arrive(w.dq_written(c));
+}
+
 // A consumer warpgroup (c = 0, 1): keys c * 64 .. c * 64 + 63 of the block.
+//
+// Two step orders. At head dim 128 (block_m 64), FlashAttention-3's: dV's product is
+// issued as soon as P^T is, and runs under dS^T's arithmetic, its store and the
+// consumers' barrier; dK's (A = dS^T from registers) runs under dQ's store; the tensor
+// pipe drains once a step. Its live set at dQ's issue (dK, dV, dQ, P^T and dS^T
+// fragments: 192 registers) needs the 240-register consumers. At head dim 64 (block_m
+// 128, 32 registers more of P^T and dS^T) ptxas serialises that order's wgmmas, so it
+// keeps bw1's: dV and dK issued together after dS^T, drained before dQ (docs/PERF.md
+// bw4, bw5).
 template <typename Cfg>
 __device__ __forceinline__ void consume(const FjBackwardParams &P, const Block<Cfg> &w, int c,
                                        int ct) {
-  typedef typename Cfg::Element T;
   constexpr int D = Cfg::kHeadDim, BM = Cfg::kBlockM, BN = Cfg::kBlockN;
+  constexpr bool kOverlapped = D == 128 && BM == 64;
   const FjForwardParams &p = P.fwd;
   const int lane = ct & 31, g = lane >> 2, t = lane & 3, warp_in_wg = (ct % 128) / 32;
 
@@ -348,16 +489,19 @@ __device__ __forceinline__ void consume(const FjBackwardParams &P, const Block<C
   // dQ: this warpgroup's 64 query rows of the step and its columns of the head dim.
   const int dq_rows0 = (c / Cfg::kDqColSlices) * 64;
   const int dq_col0 = (c % Cfg::kDqColSlices) * Cfg::kDqCols;
-  const u32 s_dq = w.s_dq(c);
 
+  if (w.steps > 0)
+    mbar_wait(w.kv_full(), 0);
   for (int s = 0; s < w.steps; ++s) {
     const int stage = s % Cfg::kStages;
     mbar_wait(w.full(stage), (s / Cfg::kStages) & 1);
     const int m0 = w.m0(s);
     const u32 s_q = w.s_q(stage);
     const u32 s_do = w.s_do(stage);
-    const u32 s_lse = w.s_stats(stage);
-    const u32 s_dpsum = s_lse + BM * 4;
+    // lse and D of row m0: the copies began at the 16-byte boundary before it.
+    const int q_head = w.h_kv * w.group + s / w.steps_per_head;
+    const u32 s_lse = w.s_stats(stage) + (u32)(w.stats_index(p, q_head, m0) & 3) * 4;
+    const u32 s_dpsum = s_lse + Cfg::kStatsFloats * 4;
     const u32 s_ds = w.s_ds(s & 1);
 
     // S^T and dP^T for this warpgroup's 64 keys, one commit group each.
@@ -369,101 +513,71 @@ __device__ __forceinline__ void consume(const FjBackwardParams &P, const Block<C
     wgmma_commit();
     wgmma_wait<1>();
     pin_registers(acc_s);
-
-    // P^T: masked where the block crosses a sequence end or the diagonal.
-    const bool crosses = m0 + BM > w.seq.seqlen_q || w.n0 + BN > w.seq.seqlen_k ||
-                         (Cfg::kCausal && w.n0 + BN - 1 > m0 + w.diag);
-    if (crosses) {
-#pragma unroll
-      for (int i = 0; i < BM / 2; ++i) {
-        const int key = w.n0 + key_row + 8 * ((i >> 1) & 1);
-        const int query = m0 + (i >> 2) * 8 + 2 * t + (i & 1);
-        if (key >= w.seq.seqlen_k || query >= w.seq.seqlen_q ||
-            (Cfg::kCausal && key > query + w.diag))
-          acc_s[i] = bwd_mma::neg_inf();
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < BM / 8; ++j) {
-      const u32 addr = s_lse + (j * 8 + 2 * t) * 4;
-      const float l0 = __uint_as_float(ld_shared_u32(addr));
-      const float l1 = __uint_as_float(ld_shared_u32(addr + 4));
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        acc_s[4 * j + e] = fast_exp2(acc_s[4 * j + e] * p.scale_log2 - ((e & 1) ? l1 : l0));
-    }
-
-    // dS^T = P^T (dP^T - D). dV's product waits for it, to be issued with dK's: issued
-    // under dP^T's, its P^T fragments would be live next to S^T and dP^T (ptxas spilled
-    // at head dim 64, block_m 128; at 128 it was no faster, docs/PERF.md bw1).
-    wgmma_wait<0>();
-    pin_registers(acc_dp);
-#pragma unroll
-    for (int j = 0; j < BM / 8; ++j) {
-      const u32 addr = s_dpsum + (j * 8 + 2 * t) * 4;
-      const float d0 = __uint_as_float(ld_shared_u32(addr));
-      const float d1 = __uint_as_float(ld_shared_u32(addr + 4));
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        acc_dp[4 * j + e] = acc_s[4 * j + e] * (acc_dp[4 * j + e] - ((e & 1) ? d1 : d0));
-    }
+    scores_to_probs<Cfg>(acc_s, p, w, m0, key_row, s_lse, t);
     u32 p_frag[BM / 16][4], ds_frag[BM / 16][4];
     pack_fragments<Cfg>(p_frag, acc_s);
-    pack_fragments<Cfg>(ds_frag, acc_dp);
-    if (with_dq) {
-      // dS^T to shared memory, [key][query] in panels of 64 queries: the A operand of dQ.
-#pragma unroll
-      for (int j = 0; j < BM / 8; ++j)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const int r = key_row + 8 * hf;
-          st_shared_u32(s_ds + panel_offset<BN>(r, j) + t * 4, ds_frag[j / 2][(j & 1) * 2 + hf]);
-        }
-    }
-    // dV += P^T dO and dK += dS^T Q.
-    wgmma_fence();
-    product_over_queries<Cfg>(acc_dv, p_frag, s_do);
-    product_over_queries<Cfg>(acc_dk, ds_frag, s_q);
-    wgmma_commit();
 
-    if (with_dq) {
-      // dK's and dV's products finish first: their A fragments (P^T, dS^T) then die
-      // before dQ's accumulator is live, which keeps the consumers within 224 registers.
-      wgmma_wait<0>();
-      pin_registers(acc_dk);
-      pin_registers(acc_dv);
+    if constexpr (kOverlapped) {
+      // dV += P^T dO, under dS^T's arithmetic.
+      wgmma_fence();
+      product_over_queries<Cfg>(acc_dv, p_frag, s_do);
+      wgmma_commit();
+      wgmma_wait<1>();  // dP^T (dV's product may still run)
+      pin_registers(acc_dp);
+      probs_to_dscores<Cfg>(acc_dp, acc_s, s_dpsum, t);
+      pack_fragments<Cfg>(ds_frag, acc_dp);
+      // dQ in deterministic mode too (then not sent): as a second path through the
+      // step, ptxas spilled or serialised (bw4).
+      store_dscores<Cfg>(s_ds, ds_frag, key_row, t);
       fence_proxy_async_smem();  // the dS^T stores, before wgmma reads them
       named_sync(kBarDs, Cfg::kConsumerThreads);
-      // dQ(slice) = dS K over the block's keys: A = dS^T read MN-major (64 queries of a
-      // panel), B = K read MN-major (this slice's panels of the head dim).
-      constexpr int kDqRegs = Cfg::kDqCols / 2;
-      float acc_dq[kDqRegs];
-      const u64 a0 = wgmma_desc(s_ds + (dq_rows0 / 64) * BN * 128, BN * 128, 1024, 128);
-      const u64 b0 = wgmma_desc(w.s_k() + (dq_col0 / 64) * BN * 128, BN * 128, 1024, 128);
+      float acc_dq[Cfg::kDqCols / 2];
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk)
-        wgmma_bwd_dq(acc_dq, wgmma_desc_add(a0, kk * 16 * 128), wgmma_desc_add(b0, kk * 16 * 128),
-                     kk > 0 ? 1 : 0);
+      product_dq<Cfg>(acc_dq, s_ds, w.s_k(), dq_rows0, dq_col0);
+      // dK += dS^T Q, under dQ's store.
+      product_over_queries<Cfg>(acc_dk, ds_frag, s_q);
       wgmma_commit();
-      wgmma_wait<0>();
+      wgmma_wait<1>();  // dV and dQ
+      pin_registers(acc_dv);
       pin_registers(acc_dq);
-      mbar_arrive(w.empty(stage));  // this thread is done with Q, dO, lse and D
-      // The slice to shared memory for its sending thread, once the last one has been read:
-      // register quad j of each thread, 16 bytes, threads side by side.
-      mbar_wait(w.dq_read(c), (s & 1) ^ 1);  // a fresh barrier passes parity 1
-      const u32 row = s_dq + (ct % 128) * 16;
-#pragma unroll
-      for (int j = 0; j < Cfg::kDqCols / 8; ++j)
-        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(row + j * 128 * 16),
-                     "f"(acc_dq[4 * j]), "f"(acc_dq[4 * j + 1]), "f"(acc_dq[4 * j + 2]),
-                     "f"(acc_dq[4 * j + 3])
-                     : "memory");
-      fence_proxy_async_smem();  // the bulk reduction reads it through the async proxy
-      mbar_arrive(w.dq_written(c));
-    } else {
+      if (with_dq)
+        hand_over_dq<Cfg>(w, c, s, ct, acc_dq);
       wgmma_wait<0>();
-      mbar_arrive(w.empty(stage));
+      mbar_arrive(w.empty(stage));  // this thread is done with Q, dO, lse and D
+    } else {
+      // dS^T; dV's product waits for it, to be issued with dK's: issued under dP^T's,
+      // its P^T fragments would be live next to S^T and dP^T (ptxas spilled at head dim
+      // 64, block_m 128; at 128 it was no faster, docs/PERF.md bw1).
+      wgmma_wait<0>();
+      pin_registers(acc_dp);
+      probs_to_dscores<Cfg>(acc_dp, acc_s, s_dpsum, t);
+      pack_fragments<Cfg>(ds_frag, acc_dp);
+      if (with_dq)
+        store_dscores<Cfg>(s_ds, ds_frag, key_row, t);
+      // dV += P^T dO and dK += dS^T Q.
+      wgmma_fence();
+      product_over_queries<Cfg>(acc_dv, p_frag, s_do);
+      product_over_queries<Cfg>(acc_dk, ds_frag, s_q);
+      wgmma_commit();
+      if (with_dq) {
+        // dK's and dV's products finish first: their A fragments (P^T, dS^T) then die
+        // before dQ's accumulator is live, which keeps the consumers within budget.
+        wgmma_wait<0>();
+        pin_registers(acc_dk);
+        pin_registers(acc_dv);
+        fence_proxy_async_smem();  // the dS^T stores, before wgmma reads them
+        named_sync(kBarDs, Cfg::kConsumerThreads);
+        float acc_dq[Cfg::kDqCols / 2];
+        wgmma_fence();
+        product_dq<Cfg>(acc_dq, s_ds, w.s_k(), dq_rows0, dq_col0);
+        wgmma_wait<0>();
+        pin_registers(acc_dq);
+        mbar_arrive(w.empty(stage));  // this thread is done with Q, dO, lse and D
+        hand_over_dq<Cfg>(w, c, s, ct, acc_dq);
+      } else {
+        wgmma_wait<0>();
+        mbar_arrive(w.empty(stage));
+      }
     }
     pin_registers(acc_dk);
     pin_registers(acc_dv);
@@ -508,15 +622,16 @@ __device__ __forceinline__ Block<Cfg> make_block(const FjForwardParams &p, unsig
   w.steps = w.steps_per_head * w.group;  // 0: the block only writes zero dK and dV
 
   w.base = (smem_addr(smem) + 1023) & ~1023u;
-  static_assert(Block<Cfg>::kDqRead + Cfg::kConsumers * 8 + 1024 == Cfg::kSmemBytes,
+  static_assert(Block<Cfg>::kKvFull + 8 + 1024 == Cfg::kSmemBytes,
                 "the carve-up is the size BwdWgmmaConfig counts");
   return w;
 }
 
 // Grid (ceil(seqlen_k / kBlockN), heads_kv, batch), kThreads threads: warpgroup 0
-// serves (warps 0-1 load, lane 0 of warps 2-3 sends dQ), warpgroups 1 and 2 compute.
+// serves (warp 0 loads, lane 0 of warps 2-3 sends dQ), warpgroups 1 and 2 compute.
 template <typename Cfg>
-__device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned char *smem) {
+__device__ __forceinline__ void run_main(const FjBackwardParams &P, const Maps &maps,
+                                         unsigned char *smem) {
   const FjForwardParams &p = P.fwd;
   const bwd_mma::CtaTile tile = bwd_mma::cta_tile<Cfg::kCausal>();
   if (tile.key_block * Cfg::kBlockN >= seq_extent(p, tile.b).seqlen_k)
@@ -526,13 +641,14 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
   if (tid == 0) {
     const Block<Cfg> w = make_block<Cfg>(p, smem);
     for (int s = 0; s < Cfg::kStages; ++s) {
-      mbar_init(w.full(s), Cfg::kLoadThreads);
+      mbar_init(w.full(s), 1);  // the loading thread's arrival, then the TMA bytes
       mbar_init(w.empty(s), Cfg::kConsumerThreads);  // every consumer thread arrives
     }
     for (int c = 0; c < Cfg::kConsumers; ++c) {
       mbar_init(w.dq_written(c), 128);  // the consumer's threads
       mbar_init(w.dq_read(c), 1);       // its sending thread, once the slice is read
     }
+    mbar_init(w.kv_full(), Cfg::kKvLoadThreads);
     mbar_fence_init();
   }
   __syncthreads();
@@ -543,10 +659,10 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
     regs_lower<Cfg::kServerRegs>();
     // One walk for both jobs: built in each branch, ptxas spilled (20 bytes at d 128).
     const Block<Cfg> w = make_block<Cfg>(p, smem);
-    if (tid < Cfg::kLoadThreads)
-      load<Cfg>(P, w, tid);
-    else if (tid % 32 == 0 && tid / 32 - 2 < Cfg::kConsumers)
-      send_dq<Cfg>(P, w, tid / 32 - 2);
+    if (tid < Cfg::kKvLoadThreads)
+      load<Cfg>(P, maps, w, tid);
+    else if (tid >= 64 && tid % 32 == 0 && tid / 32 - 2 < Cfg::kConsumers)
+      send_dq<Cfg>(P, w, tid / 32 - 2);  // warp 1 idles
   } else {
     regs_raise<Cfg::kConsumerRegs>();
     consume<Cfg>(P, make_block<Cfg>(p, smem), (tid - 128) / 128, tid - 128);

@@ -4,6 +4,11 @@
 
 #include "fj_params.h"
 
+// Zeroed floats after each of the workspace's lse-shaped arrays: bwd_wgmma copies a query
+// block's lse and D as 16-byte aligned bulk copies of block_m + 4 floats, which may run up
+// to block_m + 3 floats past an array's last row and must read finite values there.
+#define FJ_BWD_STATS_PAD 256
+
 // Parameters of the backward kernels (dQ, dK, dV of the forward of fj_params.h). `fwd` holds the
 // forward's tensors and sizes as the forward kernels read them (o is only read here,
 // lse is required); the rest are the gradients and the workspace the host carved.
@@ -17,7 +22,8 @@ struct FjBackwardParams {
   long long dq_batch_stride, dq_row_stride, dq_head_stride;
   long long dk_batch_stride, dk_row_stride, dk_head_stride;
   long long dv_batch_stride, dv_row_stride, dv_head_stride;
-  // Workspace, laid out like lse (fwd.lse_batch_stride, fwd.lse_head_stride):
+  // Workspace, laid out like lse (fwd.lse_batch_stride, fwd.lse_head_stride), each array
+  // followed by FJ_BWD_STATS_PAD floats that the prep kernel zeroes:
   float *lse_log2;  // lse * log2(e), +inf for rows that see no key (so that P = 0)
   float *dpsum;     // D = rowsum(dO * O)
   // fp32 dQ accumulator, [row][head_q][head_dim] with row = b * seqlen_q + i (or the

@@ -7,6 +7,24 @@ namespace {
 
 unsigned ceilDiv(long long a, long long b) { return (unsigned)((a + b - 1) / b); }
 
+// The main pass's tensor maps (generator::BackwardEntries::tma): Q and dO as the
+// forward maps its operands (with cu_seqlens one packed sequence of total_q rows, which
+// the backward's caller always gives).
+llvm::Error encodeBackwardMaps(CUtensorMap (&maps)[2], const generator::TmaOperands &tma,
+                               const FjBackwardParams &params) {
+  const FjForwardParams &p = params.fwd;
+  const bool varlen = p.cu_seqlens_q || p.cu_seqlens_k;
+  const long long rows = varlen ? p.total_q : p.seqlen_q;
+  const int batches = varlen ? 1 : p.batch;
+  if (auto err = encodeOperand(maps[0], tma, p.q, tma.headDim, rows, p.heads_q, batches,
+                               p.q_row_stride, p.q_head_stride, varlen ? 0 : p.q_batch_stride,
+                               tma.panelD, tma.qRows))
+    return err;
+  return encodeOperand(maps[1], tma, params.dout, tma.headDimV, rows, p.heads_q, batches,
+                       params.dout_row_stride, params.dout_head_stride,
+                       varlen ? 0 : params.dout_batch_stride, tma.panelDv, tma.qRows);
+}
+
 llvm::Expected<runtime::Kernel> entry(const runtime::Module &module, llvm::StringRef name,
                                       int sharedBytes) {
   auto kernel = module.kernel(name);
@@ -72,11 +90,17 @@ llvm::Error BackwardKernel::launch(const FjBackwardParams &params, CUstream stre
       return err;
   // Key blocks no query sees (or all of them, with no queries) still write their
   // zero dK and dV.
+  alignas(64) CUtensorMap maps[2] = {};
+  void *mainArgs[] = {args[0], &maps[0], &maps[1]};
+  if (entries_.tma.enabled && p.seqlen_k > 0 && p.seqlen_q > 0)
+    if (llvm::Error err = encodeBackwardMaps(maps, entries_.tma, params))
+      return err;
   if (p.seqlen_k > 0)
     for (const runtime::Kernel &pass : passes_)
       if (llvm::Error err = pass.launch(ceilDiv(p.seqlen_k, entries_.keysPerCta),
                                         (unsigned)p.heads_kv, (unsigned)p.batch,
-                                        (unsigned)threads_, (unsigned)sharedBytes_, stream, args))
+                                        (unsigned)threads_, (unsigned)sharedBytes_, stream,
+                                        mainArgs))
         return err;
   if (p.seqlen_q == 0)
     return llvm::Error::success();

@@ -18,7 +18,9 @@ llvm::Error allocate(runtime::DeviceBuffer &buffer, long long bytes) {
 BackwardWorkspace backwardWorkspace(int headsQ, long long rows, int batch, int headDim,
                                     bool deterministic) {
   BackwardWorkspace w;
-  const size_t stats = align256((size_t)headsQ * (size_t)rows * sizeof(float));
+  // Each lse-shaped array and the zeroed floats after it (FJ_BWD_STATS_PAD).
+  const size_t stats =
+      align256(((size_t)headsQ * (size_t)rows + FJ_BWD_STATS_PAD) * sizeof(float));
   w.lseLog2 = 0;
   w.dpsum = stats;
   w.bytes = 2 * stats;

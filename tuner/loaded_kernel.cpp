@@ -194,13 +194,10 @@ llvm::Error checkTmaArguments(const FjForwardParams &params) {
   return makeError(ErrorCode::NotSupported, "{0}", problem);
 }
 
-namespace {
-// Rank-4 tensor map over (column, row, head, batch) of one operand. Strides in elements,
-// of 2 bytes or (`bytes8`: FP8 inputs and V^T) 1.
 llvm::Error encodeOperand(CUtensorMap &map, const generator::TmaOperands &tma, const void *base,
                           int columns, long long rows, int heads, int batch, long long rowStride,
                           long long headStride, long long batchStride, int boxColumns,
-                          int boxRows, bool bytes8 = false) {
+                          int boxRows, bool bytes8) {
   const uint64_t size = bytes8 ? 1 : 2;
   uint64_t dims[4] = {(uint64_t)columns, (uint64_t)rows, (uint64_t)heads, (uint64_t)batch};
   uint64_t strides[3] = {(uint64_t)rowStride * size, (uint64_t)headStride * size,
@@ -220,6 +217,8 @@ llvm::Error encodeOperand(CUtensorMap &map, const generator::TmaOperands &tma, c
   return runtime::encodeTensorMapTiled(&map, dtype, 4, const_cast<void *>(base), dims, strides,
                                        box, elementStrides, swizzle);
 }
+
+namespace {
 
 // The tensor maps of Q, K and (withV) V: maps[0..2], 16-bit or bytes8 (FP8, whose V^T
 // the caller maps). A variable-length batch is one packed sequence of total_q (total_k)

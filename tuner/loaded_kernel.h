@@ -71,6 +71,14 @@ const char *tmaArgumentProblem(const FjForwardParams &params, long long *badStri
 // workspace.
 const char *fp8ArgumentProblem(const FjForwardParams &params);
 
+// Rank-4 tensor map over (column, row, head, batch) of one operand, boxes of boxColumns x
+// boxRows, swizzled as wgmma reads them. Strides in elements, of 2 bytes or (`bytes8`:
+// FP8 inputs and V^T) 1; a zero stride (a broadcast view) is encoded as 16 bytes.
+llvm::Error encodeOperand(CUtensorMap &map, const generator::TmaOperands &tma, const void *base,
+                          int columns, long long rows, int heads, int batch, long long rowStride,
+                          long long headStride, long long batchStride, int boxColumns,
+                          int boxRows, bool bytes8 = false);
+
 // Whether a TMA kernel stores O through a tensor map (else with its own stores): not for
 // variable-length batches, and only where O's address and strides are what TMA takes.
 bool outputByTma(const FjForwardParams &params);
