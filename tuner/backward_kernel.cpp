@@ -90,8 +90,11 @@ llvm::Error BackwardKernel::launch(const FjBackwardParams &params, CUstream stre
       return err;
   // Key blocks no query sees (or all of them, with no queries) still write their
   // zero dK and dV.
+  // The main pass takes the tensor maps of Q and dO after the parameters when its
+  // family loads by TMA (with no query row it loads nothing, and they stay zero).
   alignas(64) CUtensorMap maps[2] = {};
-  void *mainArgs[] = {args[0], &maps[0], &maps[1]};
+  void *withMaps[] = {args[0], &maps[0], &maps[1]};
+  void **mainArgs = entries_.tma.enabled ? withMaps : args;
   if (entries_.tma.enabled && p.seqlen_k > 0 && p.seqlen_q > 0)
     if (llvm::Error err = encodeBackwardMaps(maps, entries_.tma, params))
       return err;

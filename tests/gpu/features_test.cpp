@@ -206,6 +206,29 @@ TEST(FeaturesTiles, WindowOverTileShapes) {
   }
 }
 
+// Windows wider than a tile pair (block_m + block_n): the tiles at the window's left edge
+// are far from the diagonal's, and the tiles between them are whole (the kernels' first-
+// and last-tile paths then meet different tiles than in the narrow windows above).
+TEST(FeaturesTiles, WindowWiderThanTiles) {
+  FLASHJIT_REQUIRE_GPU();
+  for (auto [left, right] : {std::pair{600, 0}, std::pair{450, 330}}) {
+    generator::Features window;
+    window.window = true;
+    window.windowLeft = left;
+    window.windowRight = right;
+    for (generator::Family family : familiesHere())
+      for (bool causal : {false, true})
+        for (int d : {64, 128}) {
+          KernelSpec spec = featureSpec(family, d, DType::BF16, causal, window);
+          for (auto [sq, sk] : {std::pair{1500, 1709}, std::pair{1709, 1500}})
+            EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shapeOf(2, 4, 2, sq, sk),
+                                 13 + sq),
+                      "")
+                << spec.key() << " " << sq << "x" << sk;
+        }
+  }
+}
+
 // Non-causal ALiBi over tile shapes: fwd_wgmma walks its key tiles from the diagonal
 // outwards and takes the fast softmax off the tiles where the bias rises; the order and
 // that rule move with block_m and block_n, and with seqlen_q > seqlen_k (diagonals left
