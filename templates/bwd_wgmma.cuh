@@ -13,12 +13,13 @@
 //   dQ   = dS K       (A = dS^T, stored to shared memory once, read MN-major)
 // dK and dV stay in registers across the walk. A third warpgroup serves the consumers,
 // so that neither loads nor dQ's trip to global memory sit on their path:
-//   - its warp 0 copies K and V once with cp.async (rows past the block's keys zero-filled:
+//   - its warp 1 copies K and V once with cp.async (rows past the block's keys zero-filled:
 //     no tensor map is needed for K and V, whose packed row count the caller need not
-//     give), then its lane 0 loads each step's Q and dO by TMA (the 128-byte-swizzled
-//     panels wgmma reads) and lse and D by bulk copies into a ring of kStages stages,
-//     one transaction barrier a stage. One thread issuing a handful of copies leaves the
-//     serving warpgroup 24 registers, so the consumers get 240 (docs/PERF.md bw5);
+//     give), while lane 0 of its warp 0 loads each step's Q and dO by TMA (the
+//     128-byte-swizzled panels wgmma reads) and lse and D by bulk copies into a ring of
+//     kStages stages, one transaction barrier a stage. One thread issuing a handful of
+//     copies leaves the serving warpgroup 24 registers, so the consumers get 240
+//     (docs/PERF.md bw5);
 //   - one thread per consumer (lane 0 of warps 2 and 3) adds the consumer's 64 x 64 dQ
 //     slice, which the consumer leaves in shared memory in fp32, to the global
 //     accumulator with one 16 KB bulk reduction (cp.reduce.async.bulk), the accumulator
@@ -57,7 +58,7 @@ struct BwdWgmmaConfig {
   static constexpr int kBlockN = 64 * kConsumers;
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = kConsumerThreads + 128;  // and the serving warpgroup
-  static constexpr int kKvLoadThreads = 32;                 // its warp 0 copies K and V
+  static constexpr int kKvLoadThreads = 32;                 // its warp 1 copies K and V
 
   // Registers after setmaxnreg: 168 each at launch (384 threads, one CTA per SM); the
   // serving warpgroup gives back all but 24, as its loads are TMA boxes from one thread
@@ -279,38 +280,41 @@ __device__ __forceinline__ void bulk_load(u32 dst, const void *src, u32 bytes, u
                : "memory");
 }
 
-// The loading warp (0 of the serving warpgroup): K and V once by cp.async, every lane
-// arriving on kv_full for its own copies; then lane 0 alone loads each step's Q, dO (by
-// TMA), lse and D (bulk copies) into the ring, a stage's transaction barrier counting
-// their bytes. The loads of step s wait for the consumers to free a stage, which they do
-// as they finish step s - kStages. The walk goes by counters rather than divisions: this
-// warpgroup has 24 registers.
+// K and V of the block, by warp 1 of the serving warpgroup, once: cp.async, rows past
+// the block's keys zero-filled, every lane arriving on kv_full for its own copies.
 template <typename Cfg>
-__device__ __forceinline__ void load(const FjBackwardParams &P, const Maps &maps,
-                                     const Block<Cfg> &w, int lane) {
-  constexpr int D = Cfg::kHeadDim, BM = Cfg::kBlockM, BN = Cfg::kBlockN;
-  const FjForwardParams &p = P.fwd;
+__device__ __forceinline__ void copy_kv(const FjForwardParams &p, const Block<Cfg> &w, int lane) {
+  constexpr int D = Cfg::kHeadDim, BN = Cfg::kBlockN;
   if (w.steps == 0)
     return;  // no query sees the block
-  {
-    const u16 *k = (const u16 *)p.k +
-                   tensor_base(w.seq.k_offset, w.b, w.h_kv, p.k_batch_stride, p.k_row_stride,
-                               p.k_head_stride) +
-                   (long long)w.n0 * p.k_row_stride;
-    const u16 *v = (const u16 *)p.v +
-                   tensor_base(w.seq.k_offset, w.b, w.h_kv, p.v_batch_stride, p.v_row_stride,
-                               p.v_head_stride) +
-                   (long long)w.n0 * p.v_row_stride;
-    load_panels_async<BN, D, Cfg::kKvLoadThreads>(w.s_k(), k, p.k_row_stride, w.keys_valid,
-                                                  lane);
-    load_panels_async<BN, D, Cfg::kKvLoadThreads>(w.s_v(), v, p.v_row_stride, w.keys_valid,
-                                                  lane);
-    cp_async_commit();
-    cp_async_wait<0>();
-    fence_proxy_async_smem();  // cp.async wrote the operands wgmma reads
-    mbar_arrive(w.kv_full());
-  }
-  if (lane != 0)
+  const u16 *k = (const u16 *)p.k +
+                 tensor_base(w.seq.k_offset, w.b, w.h_kv, p.k_batch_stride, p.k_row_stride,
+                             p.k_head_stride) +
+                 (long long)w.n0 * p.k_row_stride;
+  const u16 *v = (const u16 *)p.v +
+                 tensor_base(w.seq.k_offset, w.b, w.h_kv, p.v_batch_stride, p.v_row_stride,
+                             p.v_head_stride) +
+                 (long long)w.n0 * p.v_row_stride;
+  load_panels_async<BN, D, Cfg::kKvLoadThreads>(w.s_k(), k, p.k_row_stride, w.keys_valid, lane);
+  load_panels_async<BN, D, Cfg::kKvLoadThreads>(w.s_v(), v, p.v_row_stride, w.keys_valid, lane);
+  cp_async_commit();
+  cp_async_wait<0>();
+  fence_proxy_async_smem();  // cp.async wrote the operands wgmma reads
+  mbar_arrive(w.kv_full());
+}
+
+// The loading thread (lane 0 of the serving warpgroup's warp 0): each step's Q and dO
+// (by TMA) and lse and D (bulk copies) into the ring, a stage's transaction barrier
+// counting their bytes. A thread apart from K and V's copies, so that the first steps'
+// loads overlap them. The loads of step s wait for the consumers to free a stage, which
+// they do as they finish step s - kStages. The walk goes by counters rather than
+// divisions: this warpgroup has 24 registers.
+template <typename Cfg>
+__device__ __forceinline__ void load_steps(const FjBackwardParams &P, const Maps &maps,
+                                           const Block<Cfg> &w) {
+  constexpr int D = Cfg::kHeadDim, BM = Cfg::kBlockM;
+  const FjForwardParams &p = P.fwd;
+  if (w.steps == 0)
     return;
   tma_prefetch_map(maps.q);
   tma_prefetch_map(maps.dout);
@@ -628,7 +632,8 @@ __device__ __forceinline__ Block<Cfg> make_block(const FjForwardParams &p, unsig
 }
 
 // Grid (ceil(seqlen_k / kBlockN), heads_kv, batch), kThreads threads: warpgroup 0
-// serves (warp 0 loads, lane 0 of warps 2-3 sends dQ), warpgroups 1 and 2 compute.
+// serves (lane 0 of warp 0 loads the steps, warp 1 copies K and V, lane 0 of warps 2-3
+// sends dQ), warpgroups 1 and 2 compute.
 template <typename Cfg>
 __device__ __forceinline__ void run_main(const FjBackwardParams &P, const Maps &maps,
                                          unsigned char *smem) {
@@ -657,12 +662,15 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, const Maps &
   // single if/else.
   if (tid < 128) {
     regs_lower<Cfg::kServerRegs>();
-    // One walk for both jobs: built in each branch, ptxas spilled (20 bytes at d 128).
+    // One walk for the three jobs: built in each branch, ptxas spilled (20 bytes at d 128,
+    // bw2).
     const Block<Cfg> w = make_block<Cfg>(p, smem);
-    if (tid < Cfg::kKvLoadThreads)
-      load<Cfg>(P, maps, w, tid);
-    else if (tid >= 64 && tid % 32 == 0 && tid / 32 - 2 < Cfg::kConsumers)
-      send_dq<Cfg>(P, w, tid / 32 - 2);  // warp 1 idles
+    if (tid == 0)
+      load_steps<Cfg>(P, maps, w);
+    else if (tid >= 32 && tid < 64)
+      copy_kv<Cfg>(p, w, tid - 32);
+    else if (tid % 32 == 0 && tid / 32 - 2 < Cfg::kConsumers)
+      send_dq<Cfg>(P, w, tid / 32 - 2);
   } else {
     regs_raise<Cfg::kConsumerRegs>();
     consume<Cfg>(P, make_block<Cfg>(p, smem), (tid - 128) / 128, tid - 128);
