@@ -88,8 +88,6 @@ llvm::Error BackwardKernel::launch(const FjBackwardParams &params, CUstream stre
     if (llvm::Error err = prep_.launch(auxBlocks, (unsigned)p.heads_q, (unsigned)p.batch,
                                        (unsigned)entries_.auxThreads, 0, stream, args))
       return err;
-  // Key blocks no query sees (or all of them, with no queries) still write their
-  // zero dK and dV.
   // The main pass takes the tensor maps of Q and dO after the parameters when its
   // family loads by TMA (with no query row it loads nothing, and they stay zero).
   alignas(64) CUtensorMap maps[2] = {};
@@ -98,6 +96,8 @@ llvm::Error BackwardKernel::launch(const FjBackwardParams &params, CUstream stre
   if (entries_.tma.enabled && p.seqlen_k > 0 && p.seqlen_q > 0)
     if (llvm::Error err = encodeBackwardMaps(maps, entries_.tma, params))
       return err;
+  // Key blocks no query sees (or all of them, with no queries) still write their
+  // zero dK and dV.
   if (p.seqlen_k > 0)
     for (const runtime::Kernel &pass : passes_)
       if (llvm::Error err = pass.launch(ceilDiv(p.seqlen_k, entries_.keysPerCta),
