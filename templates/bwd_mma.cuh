@@ -281,13 +281,14 @@ __device__ __forceinline__ void run_prep(const FjBackwardParams &P) {
   const FjForwardParams &p = P.fwd;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int i = blockIdx.x * 8 + warp, h = blockIdx.y, b = blockIdx.z;
-  if (blockIdx.x == 0 && h == 0 && b == 0)
+  if (blockIdx.x == 0 && h == 0 && b == 0) {
+    // The pad after the last row of every head (fj_bwd_params.h).
+    const long long rows = p.cu_seqlens_q ? p.total_q : (long long)p.batch * p.seqlen_q;
     for (int r = threadIdx.x; r < FJ_BWD_STATS_PAD; r += blockDim.x) {
-      // The pad after the last row of every head (fj_bwd_params.h).
-      const long long rows = p.cu_seqlens_q ? p.total_q : (long long)p.batch * p.seqlen_q;
       P.lse_log2[p.heads_q * rows + r] = 0.f;
       P.dpsum[p.heads_q * rows + r] = 0.f;
     }
+  }
   const SeqExtent seq = seq_extent(p, b);
   if (i >= seq.seqlen_q)
     return;
@@ -338,13 +339,6 @@ __device__ __forceinline__ void run_convert(const FjBackwardParams &P) {
   const FjForwardParams &p = P.fwd;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int i = blockIdx.x * 8 + warp, h = blockIdx.y, b = blockIdx.z;
-  if (blockIdx.x == 0 && h == 0 && b == 0)
-    for (int r = threadIdx.x; r < FJ_BWD_STATS_PAD; r += blockDim.x) {
-      // The pad after the last row of every head (fj_bwd_params.h).
-      const long long rows = p.cu_seqlens_q ? p.total_q : (long long)p.batch * p.seqlen_q;
-      P.lse_log2[p.heads_q * rows + r] = 0.f;
-      P.dpsum[p.heads_q * rows + r] = 0.f;
-    }
   const SeqExtent seq = seq_extent(p, b);
   if (i >= seq.seqlen_q)
     return;

@@ -21,9 +21,10 @@
 //     copies leaves the serving warpgroup 24 registers, so the consumers get 240
 //     (docs/PERF.md bw5);
 //   - one thread per consumer (lane 0 of warps 2 and 3) adds the consumer's 64 x 64 dQ
-//     slice, which the consumer leaves in shared memory in fp32, to the global
-//     accumulator with one 16 KB bulk reduction (cp.reduce.async.bulk), the accumulator
-//     tiled to match (bwd_mma::DqTiled). The consumer goes on to its next step.
+//     slice, which the consumer leaves in shared memory in fp32 (and publishes after its
+//     next step's first products), to the global accumulator with one 16 KB bulk
+//     reduction (cp.reduce.async.bulk), the accumulator tiled to match
+//     (bwd_mma::DqTiled). The consumer goes on to its next step.
 //     docs/PERF.md bw1 measured a quarter of the time in the atomics when the consumers
 //     added dQ themselves; bw2 measured bulk reductions of one row each, and atomics
 //     from the serving warps, both slower; bw3 took the sends off the loading warps.
@@ -446,11 +447,14 @@ __device__ __forceinline__ void product_dq(float (&acc_dq)[Cfg::kDqCols / 2], u3
   wgmma_commit();
 }
 
-// The dQ slice to shared memory for its sending thread, once the last one has been read:
-// register quad j of each thread, 16 bytes, threads side by side.
+// Step s's dQ slice to shared memory, once the last one has been read: register quad j
+// of each thread, 16 bytes, threads side by side. publish_dq hands it to the sending
+// thread one step later, after the next step's S^T and dP^T are issued: the proxy fence
+// waits for the stores to complete, and there it waits under the products, not before
+// them (docs/PERF.md bw6).
 template <typename Cfg>
-__device__ __forceinline__ void hand_over_dq(const Block<Cfg> &w, int c, int s, int ct,
-                                             const float (&acc_dq)[Cfg::kDqCols / 2]) {
+__device__ __forceinline__ void write_dq(const Block<Cfg> &w, int c, int s, int ct,
+                                         const float (&acc_dq)[Cfg::kDqCols / 2]) {
   mbar_wait(w.dq_read(c), (s & 1) ^ 1);  // a fresh barrier passes parity 1
   const u32 row = w.s_dq(c) + (ct % 128) * 16;
 #pragma unroll
@@ -459,7 +463,9 @@ __device__ __forceinline__ void hand_over_dq(const Block<Cfg> &w, int c, int s, 
                  "f"(acc_dq[4 * j]), "f"(acc_dq[4 * j + 1]), "f"(acc_dq[4 * j + 2]),
                  "f"(acc_dq[4 * j + 3])
                  : "memory");
-  fence_proxy_async_smem();  // the bulk reduction reads it through the async proxy
+}
+template <typename Cfg> __device__ __forceinline__ void publish_dq(const Block<Cfg> &w, int c) {
+  fence_proxy_async_smem();  // the bulk reduction reads the slice through the async proxy
   mbar_arrive(w.dq_written(c));
 }
 
@@ -515,6 +521,8 @@ __device__ __forceinline__ void consume(const FjBackwardParams &P, const Block<C
     wgmma_commit();
     product_over_d<Cfg, BN, BM>(acc_dp, w.s_v() + c * 64 * 128, s_do);
     wgmma_commit();
+    if (with_dq && s > 0)
+      publish_dq<Cfg>(w, c);  // the last step's slice
     wgmma_wait<1>();
     pin_registers(acc_s);
     scores_to_probs<Cfg>(acc_s, p, w, m0, key_row, s_lse, t);
@@ -545,7 +553,7 @@ __device__ __forceinline__ void consume(const FjBackwardParams &P, const Block<C
       pin_registers(acc_dv);
       pin_registers(acc_dq);
       if (with_dq)
-        hand_over_dq<Cfg>(w, c, s, ct, acc_dq);
+        write_dq<Cfg>(w, c, s, ct, acc_dq);
       wgmma_wait<0>();
       mbar_arrive(w.empty(stage));  // this thread is done with Q, dO, lse and D
     } else {
@@ -577,7 +585,7 @@ __device__ __forceinline__ void consume(const FjBackwardParams &P, const Block<C
         wgmma_wait<0>();
         pin_registers(acc_dq);
         mbar_arrive(w.empty(stage));  // this thread is done with Q, dO, lse and D
-        hand_over_dq<Cfg>(w, c, s, ct, acc_dq);
+        write_dq<Cfg>(w, c, s, ct, acc_dq);
       } else {
         wgmma_wait<0>();
         mbar_arrive(w.empty(stage));
@@ -586,6 +594,8 @@ __device__ __forceinline__ void consume(const FjBackwardParams &P, const Block<C
     pin_registers(acc_dk);
     pin_registers(acc_dv);
   }
+  if (with_dq && w.steps > 0)
+    publish_dq<Cfg>(w, c);
   // Both consumers are done with K and V (dQ reads all of K): their space stages dK and dV.
   named_sync(kBarDs, Cfg::kConsumerThreads);
 
