@@ -114,11 +114,24 @@ TileConfig bwdMmaDefaultTile(const KernelSpec &spec) {
   return last;
 }
 
+int bwdPrepRowsPerCta(const KernelSpec &spec) {
+  // Mirrors bwd_mma::prep_rows_per_cta: a row's 16-byte chunks of dO take the power of
+  // two lanes that covers them, eight warps.
+  int lanes = 1;
+  while (lanes < spec.headDimV / 8 && lanes < 32)
+    lanes *= 2;
+  return 8 * (32 / lanes);
+}
+
 std::string bwdMmaSharedEntryPoints(const KernelSpec &spec, llvm::StringRef dqConfig,
                                     bool tiledDq) {
-  return llvm::formatv("extern \"C\" __global__ void __launch_bounds__(256)\n"
+  return llvm::formatv("static_assert(fj::bwd_mma::prep_rows_per_cta<{2}>() == {5}, \"host and "
+                       "device disagree on the prep kernel's rows\");\n"
+                       "static_assert(fj::bwd_mma::DqTiled::kConvertRows == 16, \"host and "
+                       "device disagree on the convert kernel's rows\");\n"
+                       "extern \"C\" __global__ void __launch_bounds__(256)\n"
                        "flashjit_bwd_prep(const FjBackwardParams params) {{\n"
-                       "  fj::bwd_mma::run_prep<{0}, {1}, {2}, {4}>(params);\n"
+                       "  fj::bwd_mma::run_prep<{0}, {2}>(params);\n"
                        "}\n"
                        "extern \"C\" __global__ void __launch_bounds__(256)\n"
                        "flashjit_bwd_convert_dq(const FjBackwardParams params) {{\n"
@@ -130,7 +143,7 @@ std::string bwdMmaSharedEntryPoints(const KernelSpec &spec, llvm::StringRef dqCo
                        "  fj::bwd_mma::run_dq<{3}>(params, fj_smem);\n"
                        "}\n",
                        elementTypeName(spec.dtype), spec.headDim, spec.headDimV, dqConfig,
-                       tiledDq ? "true" : "false")
+                       tiledDq ? "true" : "false", bwdPrepRowsPerCta(spec))
       .str();
 }
 
@@ -143,6 +156,8 @@ BackwardEntries bwdMmaSharedEntries(const KernelSpec &spec, const TileConfig &dq
   e.dqRowsPerCta = dqTile.blockN;
   e.dqSharedBytes = bwdMmaDqSharedBytes(spec, dqTile);
   e.dqThreads = dqTile.warps * 32;
+  e.dqAccumColumns = spec.headDim;
+  e.prepRowsPerCta = bwdPrepRowsPerCta(spec);
   return e;
 }
 

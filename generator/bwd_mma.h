@@ -32,6 +32,8 @@ TileConfig bwdMmaDefaultTile(const KernelSpec &spec);
 std::string bwdMmaSharedEntryPoints(const KernelSpec &spec, llvm::StringRef dqConfig,
                                     bool tiledDq);
 BackwardEntries bwdMmaSharedEntries(const KernelSpec &spec, const TileConfig &dqTile);
+// Query rows per CTA of the prep kernel (templates/bwd_mma.cuh, prep_rows_per_cta).
+int bwdPrepRowsPerCta(const KernelSpec &spec);
 
 // The generated configuration block and entry points (`flashjit gen --config-only`).
 std::string bwdMmaConfigBlock(const KernelSpec &spec, const TileConfig &tile);

@@ -41,8 +41,13 @@ struct BackwardEntries {
   int dqRowsPerCta = 0;             // dq: grid.x = ceil(seqlen_q / dqRowsPerCta)
   int dqSharedBytes = 0;            // dq's dynamic shared memory
   int dqThreads = 0;                // dq's block size
-  int auxThreads = 256;             // prep and convert: one warp per query row
-  int auxRowsPerCta = 8;
+  int auxThreads = 256;             // prep and convert (256 threads)
+  int auxRowsPerCta = 8;            // convert: one warp per row (16-row blocks when tiled)
+  int prepRowsPerCta = 8;           // prep: 32 / (lanes a row takes) rows per warp
+  // The fp32 dQ accumulator, which the launch zeroes: its row width, and whether it is
+  // laid out by DqTiled (templates/bwd_mma.cuh) rather than row-major.
+  int dqAccumColumns = 0;
+  bool tiledDq = false;
   // When enabled, the main pass's parameters after FjBackwardParams: the tensor maps of
   // Q and dO (rank 4 as the forward's, boxes of panelD columns x qRows rows).
   TmaOperands tma;

@@ -160,7 +160,11 @@ llvm::Error DeviceBuffer::fillWordsAsync(uint32_t value, size_t offset, size_t c
                                          CUstream stream) {
   if (llvm::Error error = checkRange(offset, 4 * count, size_))
     return error;
-  return FLASHJIT_CU(cuMemsetD32Async)(ptr_ + offset, value, count, stream);
+  return runtime::fillWordsAsync(ptr_ + offset, value, count, stream);
+}
+
+llvm::Error fillWordsAsync(CUdeviceptr ptr, uint32_t value, size_t count, CUstream stream) {
+  return FLASHJIT_CU(cuMemsetD32Async)(ptr, value, count, stream);
 }
 
 llvm::Error DeviceBuffer::copyFrom(const DeviceBuffer &source, size_t bytes, CUstream stream) {

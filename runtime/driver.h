@@ -70,6 +70,10 @@ private:
   DeviceProperties props_;
 };
 
+// Asynchronously sets `count` 32-bit words from `ptr` (4-byte aligned) to `value` on
+// `stream`: memory the caller owns, e.g. a workspace inside its allocation.
+llvm::Error fillWordsAsync(CUdeviceptr ptr, uint32_t value, size_t count, CUstream stream);
+
 // Device memory, freed on destruction. Make the owning device current before use.
 class DeviceBuffer {
 public:

@@ -1,9 +1,9 @@
 // Family bwd_mma: the FlashAttention-2 backward schedule for sm_80 and newer (mma.sync).
 //
 // The probabilities are recomputed from Q, K and the forward's log-sum-exp, never
-// stored. Four kernels, launched in order by the host:
-//   prep     D = rowsum(dO * O) and lse * log2(e) per query row, into the workspace, and
-//            the fp32 dQ accumulator zeroed (unless deterministic);
+// stored. Four kernels, launched in order by the host (after a memset that zeroes the
+// fp32 dQ accumulator, unless deterministic):
+//   prep     D = rowsum(dO * O) and lse * log2(e) per query row, into the workspace;
 //   main     one CTA per block of kBlockN keys of one (batch, key/value head): it walks
 //            the query blocks of every query head of its group (GQA: dK and dV summed
 //            over the group in registers, in a fixed order), accumulating dK and dV; dQ
@@ -245,13 +245,20 @@ __device__ __forceinline__ long long first_query_row(const FjForwardParams &p,
 // bwd_mma adds dQ row by row, so its accumulator is row-major ([row][head_q][head_dim],
 // row = the packed query row). bwd_wgmma adds a consumer's whole 64 x 64 slice of a step
 // with one bulk reduction, so its slices are contiguous: rows in a padded space where
-// sequence b starts at (q0 + 128 b) rounded down to a multiple of 128 (no two sequences
-// share a 64-row group, and the space ends before rows + 128 batch), grouped by 64;
-// each (group, head) holds head_dim / 64 slices of 64 x 64 floats in the order of the
-// wgmma accumulator (register quad j, thread of the warpgroup, four floats).
+// no two sequences share a 64-row group, grouped by 64; each (group, head) holds
+// head_dim / 64 slices of 64 x 64 floats in the order of the wgmma accumulator (register
+// quad j, thread of the warpgroup, four floats). Sequence b starts at
+//   - b * seqlen_q rounded up to 64 without cu_seqlens: no padding when seqlen_q is a
+//     multiple of 64, and the space ends at batch times that (the host zeroes exactly it);
+//   - (q0 + 128 b) rounded down to a multiple of 128 with cu_seqlens, where only q0 is
+//     known: the space ends before rows + 128 batch.
 struct DqTiled {
   static constexpr int kPad = 128;
-  __device__ static __forceinline__ long long padded_row0(long long q0, int b) {
+  static constexpr int kConvertRows = 16;  // query rows per CTA of the convert kernel
+  __device__ static __forceinline__ long long padded_row0(const FjForwardParams &p, long long q0,
+                                                          int b) {
+    if (p.cu_seqlens_q == nullptr)
+      return (long long)b * ((p.seqlen_q + 63) / 64 * 64);
     return (q0 + (long long)kPad * b) / kPad * kPad;
   }
   // Float offset of the slice holding columns cs * 64 .. cs * 64 + 63 of 64-row group G.
@@ -259,28 +266,37 @@ struct DqTiled {
                                                     int head_dim) {
     return ((group * heads + h) * (head_dim / 64) + cs) * 4096;
   }
-  // Offset within its slice of (row r, column c), 0 <= r, c < 64: the accumulator
-  // register 4 j + 2 hf + e of thread 32 warp + 4 g + t holds row 16 warp + g + 8 hf,
-  // column 8 j + 2 t + e.
-  __device__ static __forceinline__ int in_slice(int r, int c) {
-    const int thread = (r / 16) * 32 + (r % 8) * 4 + (c % 8) / 2;
-    return ((c / 8) * 128 + thread) * 4 + ((r % 16) / 8) * 2 + (c % 2);
-  }
-  // Offset of the pair of columns (c, c + 1), c even, of row i of sequence b.
-  __device__ static __forceinline__ long long pair(long long q0, int b, int i, int h, int c,
-                                                   int heads, int head_dim) {
-    const long long row = padded_row0(q0, b) + i;
-    return slice(row / 64, h, c / 64, heads, head_dim) + in_slice((int)(row % 64), c % 64);
-  }
+  // Within a slice, row r and column c (0 <= r, c < 64) are float
+  //   ((c / 8) * 128 + (r / 16) * 32 + (r % 8) * 4 + (c % 8) / 2) * 4 + ((r % 16) / 8) * 2 + c % 2:
+  // the accumulator register 4 j + 2 hf + e of thread 32 warp + 4 g + t holds row
+  // 16 warp + g + 8 hf, column 8 j + 2 t + e.
 };
 
-// ---- prep: D, lse * log2(e), and the dQ accumulator zeroed -----------------------
-// Grid (ceil(seqlen_q / 8), heads_q, batch), 256 threads: one warp per query row.
-template <typename T, int kHeadDim, int kHeadDimV, bool kTiledDq = false>
+// ---- prep: D and lse * log2(e) -----------------------------------------------------
+// A query row's 16-byte chunks of O and dO are read by prep_lanes lanes (the power of
+// two that covers them), so a warp takes 32 / prep_lanes rows: at head dim 128 two, at
+// 64 four, not one with most lanes idle; the kernel is bound by the loads in flight
+// (docs/PERF.md bw6).
+template <int kHeadDimV> __host__ __device__ constexpr int prep_lanes() {
+  int lanes = 1;
+  while (lanes < kHeadDimV / 8 && lanes < 32)
+    lanes *= 2;
+  return lanes;
+}
+template <int kHeadDimV> __host__ __device__ constexpr int prep_rows_per_cta() {
+  return 8 * (32 / prep_lanes<kHeadDimV>());
+}
+
+// Grid (ceil(seqlen_q / prep_rows_per_cta), heads_q, batch), 256 threads. The host
+// zeroes the dQ accumulator before it (one memset, tuner/backward_kernel.cpp).
+template <typename T, int kHeadDimV>
 __device__ __forceinline__ void run_prep(const FjBackwardParams &P) {
+  constexpr int kLanes = prep_lanes<kHeadDimV>();
+  static_assert(kHeadDimV / 8 <= 32, "one 16-byte chunk per lane");
   const FjForwardParams &p = P.fwd;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int i = blockIdx.x * 8 + warp, h = blockIdx.y, b = blockIdx.z;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, chunk = lane % kLanes;
+  const int i = (blockIdx.x * 8 + warp) * (32 / kLanes) + lane / kLanes, h = blockIdx.y,
+            b = blockIdx.z;
   if (blockIdx.x == 0 && h == 0 && b == 0) {
     // The pad after the last row of every head (fj_bwd_params.h).
     const long long rows = p.cu_seqlens_q ? p.total_q : (long long)p.batch * p.seqlen_q;
@@ -290,18 +306,20 @@ __device__ __forceinline__ void run_prep(const FjBackwardParams &P) {
     }
   }
   const SeqExtent seq = seq_extent(p, b);
-  if (i >= seq.seqlen_q)
+  // The warp's rows end together or not: the shuffles below need every lane.
+  if ((i - lane / kLanes) >= seq.seqlen_q)
     return;
+  const bool row_valid = i < seq.seqlen_q;
   float d = 0.f;
-  if (lane < kHeadDimV / 8) {
+  if (row_valid && chunk < kHeadDimV / 8) {
     const u16 *o = (const u16 *)p.o +
                    tensor_base(seq.q_offset, b, h, p.o_batch_stride, p.o_row_stride,
                                p.o_head_stride) +
-                   (long long)i * p.o_row_stride + lane * 8;
+                   (long long)i * p.o_row_stride + chunk * 8;
     const u16 *dout = (const u16 *)P.dout +
                       tensor_base(seq.q_offset, b, h, P.dout_batch_stride, P.dout_row_stride,
                                   P.dout_head_stride) +
-                      (long long)i * P.dout_row_stride + lane * 8;
+                      (long long)i * P.dout_row_stride + chunk * 8;
     const uint4 ov = *(const uint4 *)o, dv = *(const uint4 *)dout;
     const u32 ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
 #pragma unroll
@@ -311,31 +329,62 @@ __device__ __forceinline__ void run_prep(const FjBackwardParams &P) {
     }
   }
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1)
+  for (int off = kLanes / 2; off > 0; off >>= 1)
     d += __shfl_xor_sync(0xffffffff, d, off);
   const long long li = seq.lse_offset + (long long)h * p.lse_head_stride + i;
-  if (lane == 0) {
+  if (row_valid && chunk == 0) {
     P.dpsum[li] = d;
     const float lse = p.lse[li];
     // A row that saw no key has lse -inf: +inf makes every P of it exp2(-inf) = 0.
     P.lse_log2[li] = lse == neg_inf() ? pos_inf() : lse * 1.4426950408889634f;
   }
-  const long long q0 = first_query_row(p, seq, b);
-  if (P.dq_accum && kTiledDq) {
-    for (int c = 2 * lane; c < kHeadDim; c += 64)
-      *(float2 *)(P.dq_accum + DqTiled::pair(q0, b, i, h, c, p.heads_q, kHeadDim)) =
-          make_float2(0.f, 0.f);
-  } else if (P.dq_accum) {
-    float4 *acc = (float4 *)(P.dq_accum + ((q0 + i) * p.heads_q + h) * kHeadDim);
-    for (int c = lane; c < kHeadDim / 4; c += 32)
-      acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
 }
 
 // ---- convert: dQ = scale * accumulator, in the element type ------------------------
-// Same grid as prep.
+// The tiled accumulator by blocks of 16 query rows, grid (ceil(seqlen_q / 16), heads_q,
+// batch), 256 threads. A block's rows of one slice lie together, 16 bytes per
+// (row r, r + 8; two columns): each thread converts whole 16-byte units, each warp
+// reads 512 contiguous bytes (docs/PERF.md bw6; one warp per row, reading pairs of
+// 8 bytes, ran at 69 % of the DRAM peak).
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void convert_tiled(const FjBackwardParams &P) {
+  const FjForwardParams &p = P.fwd;
+  const int h = blockIdx.y, b = blockIdx.z, i0 = blockIdx.x * DqTiled::kConvertRows;
+  const SeqExtent seq = seq_extent(p, b);
+  if (i0 >= seq.seqlen_q)
+    return;
+  // The block's first row in the padded space, a multiple of 16: its rows are the
+  // quarter (row0 % 64) / 16 of their 64-row group.
+  const long long row0 = DqTiled::padded_row0(p, first_query_row(p, seq, b), b) + i0;
+  const float *group = P.dq_accum + DqTiled::slice(row0 / 64, h, 0, p.heads_q, kHeadDim);
+  const int quarter = (int)(row0 % 64) / 16;
+  u16 *dq = (u16 *)P.dq +
+            tensor_base(seq.q_offset, b, h, P.dq_batch_stride, P.dq_row_stride,
+                        P.dq_head_stride) +
+            (long long)i0 * P.dq_row_stride;
+  const int unit = threadIdx.x % 32, r = unit / 4;  // rows r and r + 8 of the block
+  const float s = p.softmax_scale;
+#pragma unroll
+  for (int k = threadIdx.x / 32; k < kHeadDim / 8; k += 8) {
+    // Columns 8 k .. 8 k + 7: chunk k % 8 of slice k / 8 (DqTiled's layout).
+    const float4 v =
+        *(const float4 *)(group + (k / 8) * 4096 + ((k % 8) * 128 + quarter * 32 + unit) * 4);
+    const int c = 8 * k + 2 * (unit % 4);
+    if (i0 + r < seq.seqlen_q)
+      *(u32 *)(dq + (long long)r * P.dq_row_stride + c) = pack2<T>(v.x * s, v.y * s);
+    if (i0 + r + 8 < seq.seqlen_q)
+      *(u32 *)(dq + (long long)(r + 8) * P.dq_row_stride + c) = pack2<T>(v.z * s, v.w * s);
+  }
+}
+
+// The row-major accumulator: grid (ceil(seqlen_q / 8), heads_q, batch), one warp per
+// query row; the tiled one goes to convert_tiled.
 template <typename T, int kHeadDim, bool kTiledDq = false>
 __device__ __forceinline__ void run_convert(const FjBackwardParams &P) {
+  if constexpr (kTiledDq) {
+    convert_tiled<T, kHeadDim>(P);
+    return;
+  }
   const FjForwardParams &p = P.fwd;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int i = blockIdx.x * 8 + warp, h = blockIdx.y, b = blockIdx.z;
@@ -347,14 +396,6 @@ __device__ __forceinline__ void run_convert(const FjBackwardParams &P) {
             tensor_base(seq.q_offset, b, h, P.dq_batch_stride, P.dq_row_stride,
                         P.dq_head_stride) +
             (long long)i * P.dq_row_stride;
-  if (kTiledDq) {
-    for (int c = 2 * lane; c < kHeadDim; c += 64) {
-      const float2 v = *(const float2 *)(P.dq_accum +
-                                         DqTiled::pair(q0, b, i, h, c, p.heads_q, kHeadDim));
-      *(u32 *)(dq + c) = pack2<T>(v.x * p.softmax_scale, v.y * p.softmax_scale);
-    }
-    return;
-  }
   const float *acc = P.dq_accum + ((q0 + i) * p.heads_q + h) * kHeadDim;
   for (int c = lane; c < kHeadDim / 8; c += 32) {
     const float4 lo = *(const float4 *)(acc + c * 8), hi = *(const float4 *)(acc + c * 8 + 4);

@@ -351,7 +351,8 @@ __device__ __forceinline__ void send_dq(const FjBackwardParams &P, const Block<C
   const FjForwardParams &p = P.fwd;
   if (w.steps == 0 || P.dq_accum == nullptr)
     return;
-  const long long rows0 = bwd_mma::DqTiled::padded_row0(bwd_mma::first_query_row(p, w.seq, w.b), w.b);
+  const long long rows0 =
+      bwd_mma::DqTiled::padded_row0(p, bwd_mma::first_query_row(p, w.seq, w.b), w.b);
   int h = 0, mb = w.m_begin;
   for (int s = 0; s < w.steps; ++s) {
     mbar_wait(w.dq_written(c), s & 1);

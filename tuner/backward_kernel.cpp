@@ -7,6 +7,19 @@ namespace {
 
 unsigned ceilDiv(long long a, long long b) { return (unsigned)((a + b - 1) / b); }
 
+// The floats of the dQ accumulator the kernels add to: its rows times heads_q times its
+// row width. DqTiled (templates/bwd_mma.cuh) adds whole 64-row groups: without
+// cu_seqlens sequence b starts at b * seqlen_q rounded up to 64; with them on a multiple
+// of 128, all before the row a further sequence would start on.
+size_t dqAccumFloats(const FjForwardParams &p, const generator::BackwardEntries &e) {
+  const long long rows = p.cu_seqlens_q ? p.total_q : (long long)p.batch * p.seqlen_q;
+  long long used = rows;
+  if (e.tiledDq)
+    used = p.cu_seqlens_q ? (rows + 128ll * p.batch) / 128 * 128
+                          : (long long)p.batch * ((p.seqlen_q + 63) / 64 * 64);
+  return (size_t)used * (size_t)p.heads_q * (size_t)e.dqAccumColumns;
+}
+
 // The main pass's tensor maps (generator::BackwardEntries::tma): Q and dO as the
 // forward maps its operands (with cu_seqlens one packed sequence of total_q rows, which
 // the backward's caller always gives).
@@ -83,9 +96,18 @@ llvm::Error BackwardKernel::launch(const FjBackwardParams &params, CUstream stre
   if (p.batch == 0 || p.heads_q == 0)
     return llvm::Error::success();
   void *args[] = {const_cast<FjBackwardParams *>(&params)};
-  const unsigned auxBlocks = ceilDiv(p.seqlen_q, entries_.auxRowsPerCta);
+  const unsigned convertBlocks = ceilDiv(p.seqlen_q, entries_.auxRowsPerCta);
+  // The dQ accumulator starts at zero: one contiguous memset runs at the write
+  // bandwidth, where the prep kernel's per-row stores ran at half of it (docs/PERF.md
+  // bw6).
+  if (params.dq_accum && p.seqlen_q > 0)
+    if (llvm::Error err =
+            runtime::fillWordsAsync(reinterpret_cast<CUdeviceptr>(params.dq_accum), 0,
+                                    dqAccumFloats(p, entries_), stream))
+      return err;
   if (p.seqlen_q > 0)
-    if (llvm::Error err = prep_.launch(auxBlocks, (unsigned)p.heads_q, (unsigned)p.batch,
+    if (llvm::Error err = prep_.launch(ceilDiv(p.seqlen_q, entries_.prepRowsPerCta),
+                                       (unsigned)p.heads_q, (unsigned)p.batch,
                                        (unsigned)entries_.auxThreads, 0, stream, args))
       return err;
   // The main pass takes the tensor maps of Q and dO after the parameters when its
@@ -108,7 +130,7 @@ llvm::Error BackwardKernel::launch(const FjBackwardParams &params, CUstream stre
   if (p.seqlen_q == 0)
     return llvm::Error::success();
   if (params.dq_accum)
-    return convert_.launch(auxBlocks, (unsigned)p.heads_q, (unsigned)p.batch,
+    return convert_.launch(convertBlocks, (unsigned)p.heads_q, (unsigned)p.batch,
                            (unsigned)entries_.auxThreads, 0, stream, args);
   return dq_.launch(ceilDiv(p.seqlen_q, entries_.dqRowsPerCta), (unsigned)p.heads_q,
                     (unsigned)p.batch, (unsigned)entries_.dqThreads,
