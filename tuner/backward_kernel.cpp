@@ -1,24 +1,12 @@
 #include "tuner/backward_kernel.h"
 
 #include "support/error.h"
+#include "tuner/backward_problem.h"
 
 namespace flashjit::tuner {
 namespace {
 
 unsigned ceilDiv(long long a, long long b) { return (unsigned)((a + b - 1) / b); }
-
-// The floats of the dQ accumulator the kernels add to: its rows times heads_q times its
-// row width. DqTiled (templates/bwd_mma.cuh) adds whole 64-row groups: without
-// cu_seqlens sequence b starts at b * seqlen_q rounded up to 64; with them on a multiple
-// of 128, all before the row a further sequence would start on.
-size_t dqAccumFloats(const FjForwardParams &p, const generator::BackwardEntries &e) {
-  const long long rows = p.cu_seqlens_q ? p.total_q : (long long)p.batch * p.seqlen_q;
-  long long used = rows;
-  if (e.tiledDq)
-    used = p.cu_seqlens_q ? (rows + 128ll * p.batch) / 128 * 128
-                          : (long long)p.batch * ((p.seqlen_q + 63) / 64 * 64);
-  return (size_t)used * (size_t)p.heads_q * (size_t)e.dqAccumColumns;
-}
 
 // The main pass's tensor maps (generator::BackwardEntries::tma): Q and dO as the
 // forward maps its operands (with cu_seqlens one packed sequence of total_q rows, which
@@ -103,7 +91,9 @@ llvm::Error BackwardKernel::launch(const FjBackwardParams &params, CUstream stre
   if (params.dq_accum && p.seqlen_q > 0)
     if (llvm::Error err =
             runtime::fillWordsAsync(reinterpret_cast<CUdeviceptr>(params.dq_accum), 0,
-                                    dqAccumFloats(p, entries_), stream))
+                                    dqAccumulatorFloats(p, entries_.tiledDq,
+                                                        entries_.dqAccumColumns),
+                                    stream))
       return err;
   if (p.seqlen_q > 0)
     if (llvm::Error err = prep_.launch(ceilDiv(p.seqlen_q, entries_.prepRowsPerCta),

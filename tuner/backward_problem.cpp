@@ -35,6 +35,15 @@ BackwardWorkspace backwardWorkspace(int headsQ, long long rows, int batch, int h
   return w;
 }
 
+size_t dqAccumulatorFloats(const FjForwardParams &p, bool tiled, int columns) {
+  const long long rows = p.cu_seqlens_q ? p.total_q : (long long)p.batch * p.seqlen_q;
+  long long used = rows;
+  if (tiled)
+    used = p.cu_seqlens_q ? (rows + 128ll * p.batch) / 128 * 128
+                          : (long long)p.batch * ((p.seqlen_q + 63) / 64 * 64);
+  return (size_t)used * (size_t)p.heads_q * (size_t)columns;
+}
+
 void bindWorkspace(FjBackwardParams &params, const BackwardWorkspace &layout, void *base) {
   char *bytes = static_cast<char *>(base);
   params.lse_log2 = reinterpret_cast<float *>(bytes + layout.lseLog2);

@@ -30,6 +30,13 @@ struct BackwardWorkspace {
 BackwardWorkspace backwardWorkspace(int headsQ, long long rows, int batch, int headDim,
                                     bool deterministic);
 
+// The floats of the fp32 dQ accumulator the kernels add to, which each call zeroes
+// before its kernels (tuner/backward_kernel.cpp): rows times heads_q times `columns`
+// (the head dim). `tiled`: DqTiled's layout (templates/bwd_mma.cuh), whose sequences
+// start at b * roundup64(seqlen_q) without cu_seqlens and at (q0 + 128 b) rounded down to
+// 128 with them, and take whole 64-row groups. Within the workspace's accumulator.
+size_t dqAccumulatorFloats(const FjForwardParams &p, bool tiled, int columns);
+
 // Points the workspace fields of `params` into `base` (laid out by `layout`).
 void bindWorkspace(FjBackwardParams &params, const BackwardWorkspace &layout, void *base);
 

@@ -1,0 +1,106 @@
+// The dQ accumulator each backward call zeroes (one memset over dqAccumulatorFloats) must
+// lie inside the workspace the caller sized with backwardWorkspace, and must cover every
+// 64-row group the kernels add to. The device's rule for where a sequence starts
+// (templates/bwd_mma.cuh, DqTiled::padded_row0) is restated here.
+#include "tuner/backward_problem.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+using namespace flashjit;
+using namespace flashjit::tuner;
+
+namespace {
+
+long long roundUp64(long long x) { return (x + 63) / 64 * 64; }
+
+// DqTiled::padded_row0: where sequence b's rows start in the tiled accumulator.
+long long paddedRow0(const FjForwardParams &p, long long q0, int b) {
+  if (p.cu_seqlens_q == nullptr)
+    return (long long)b * roundUp64(p.seqlen_q);
+  return (q0 + 128ll * b) / 128 * 128;
+}
+
+struct Batch {
+  FjForwardParams params{};
+  std::vector<int> lengths, starts;  // per sequence; starts = cu_seqlens_q
+};
+
+Batch makeBatch(std::mt19937 &rng, bool varlen) {
+  Batch out;
+  FjForwardParams &p = out.params;
+  p.batch = std::uniform_int_distribution<int>(1, 48)(rng);
+  p.heads_q = std::uniform_int_distribution<int>(1, 32)(rng);
+  // Lengths around and on multiples of 64, and arbitrary ones.
+  const int pick = std::uniform_int_distribution<int>(0, 2)(rng);
+  const int base = std::uniform_int_distribution<int>(1, 40)(rng) * 64;
+  p.seqlen_q = pick == 0 ? base : pick == 1 ? base + std::uniform_int_distribution<int>(-3, 3)(rng)
+                                            : std::uniform_int_distribution<int>(1, 3000)(rng);
+  p.seqlen_q = std::max(p.seqlen_q, 1);
+  int total = 0;
+  for (int b = 0; b < p.batch; ++b) {
+    const int len = varlen ? std::uniform_int_distribution<int>(0, p.seqlen_q)(rng) : p.seqlen_q;
+    out.starts.push_back(total);
+    out.lengths.push_back(len);
+    total += len;
+  }
+  out.starts.push_back(total);
+  if (varlen) {
+    p.cu_seqlens_q = out.starts.data();  // only compared with null on the host
+    p.total_q = total;
+  }
+  return out;
+}
+
+} // namespace
+
+TEST(BackwardWorkspace, ZeroedAccumulatorFitsTheWorkspace) {
+  std::mt19937 rng(2026);
+  for (int i = 0; i < 4000; ++i) {
+    const bool varlen = i % 2 == 1;
+    Batch batch = makeBatch(rng, varlen);
+    const FjForwardParams &p = batch.params;
+    const long long rows = varlen ? p.total_q : (long long)p.batch * p.seqlen_q;
+    for (int headDim : {32, 64, 96, 128, 256}) {
+      const BackwardWorkspace w = backwardWorkspace(p.heads_q, rows, p.batch, headDim, false);
+      ASSERT_TRUE(w.hasDqAccum);
+      for (bool tiled : {false, true})
+        ASSERT_LE(w.dqAccum + dqAccumulatorFloats(p, tiled, headDim) * sizeof(float), w.bytes)
+            << "batch " << p.batch << " seqlen_q " << p.seqlen_q << " heads " << p.heads_q
+            << " head_dim " << headDim << (varlen ? " varlen" : "") << (tiled ? " tiled" : "");
+    }
+  }
+}
+
+TEST(BackwardWorkspace, ZeroedRowsCoverEveryGroupTheKernelsAdd) {
+  std::mt19937 rng(27);
+  for (int i = 0; i < 4000; ++i) {
+    const bool varlen = i % 2 == 1;
+    Batch batch = makeBatch(rng, varlen);
+    const FjForwardParams &p = batch.params;
+    const long long zeroedRows = (long long)(dqAccumulatorFloats(p, true, 64) / p.heads_q / 64);
+    long long previousEnd = 0;
+    for (int b = 0; b < p.batch; ++b) {
+      if (batch.lengths[b] == 0)
+        continue;
+      const long long q0 = varlen ? batch.starts[b] : (long long)b * p.seqlen_q;
+      const long long start = paddedRow0(p, q0, b);
+      ASSERT_EQ(start % 64, 0);
+      ASSERT_GE(start, previousEnd) << "sequence " << b << " shares a 64-row group";
+      previousEnd = start + roundUp64(batch.lengths[b]);  // whole groups are added to
+      ASSERT_LE(previousEnd, zeroedRows) << "sequence " << b << " adds past the zeroed rows";
+    }
+  }
+}
+
+TEST(BackwardWorkspace, UniformLengthsOfWholeGroupsZeroNoPadding) {
+  FjForwardParams p{};
+  p.batch = 16, p.heads_q = 16, p.seqlen_q = 1024;
+  EXPECT_EQ(dqAccumulatorFloats(p, true, 128), 16ull * 1024 * 16 * 128);
+  EXPECT_EQ(dqAccumulatorFloats(p, false, 128), 16ull * 1024 * 16 * 128);
+  p.seqlen_q = 1000;  // rounded up to 1024 rows a sequence
+  EXPECT_EQ(dqAccumulatorFloats(p, true, 128), 16ull * 1024 * 16 * 128);
+  EXPECT_EQ(dqAccumulatorFloats(p, false, 128), 16ull * 1000 * 16 * 128);
+}
