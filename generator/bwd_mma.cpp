@@ -147,7 +147,8 @@ std::string bwdMmaSharedEntryPoints(const KernelSpec &spec, llvm::StringRef dqCo
       .str();
 }
 
-BackwardEntries bwdMmaSharedEntries(const KernelSpec &spec, const TileConfig &dqTile) {
+BackwardEntries bwdMmaSharedEntries(const KernelSpec &spec, const TileConfig &dqTile,
+                                    bool tiledDq) {
   BackwardEntries e;
   e.enabled = true;
   e.prep = "flashjit_bwd_prep";
@@ -157,6 +158,9 @@ BackwardEntries bwdMmaSharedEntries(const KernelSpec &spec, const TileConfig &dq
   e.dqSharedBytes = bwdMmaDqSharedBytes(spec, dqTile);
   e.dqThreads = dqTile.warps * 32;
   e.dqAccumColumns = spec.headDim;
+  e.tiledDq = tiledDq;
+  // convert: one warp a row, or the tiled accumulator's blocks (DqTiled::kConvertRows).
+  e.auxRowsPerCta = tiledDq ? 16 : 8;
   e.prepRowsPerCta = bwdPrepRowsPerCta(spec);
   return e;
 }
@@ -202,7 +206,7 @@ llvm::Expected<EmittedKernel> emitBwdMma(const KernelSpec &spec, const TileConfi
   kernel.source = generatedHeader(spec.key() + " / " + tile.key()) + *body +
                   bwdMmaConfigBlock(spec, tile);
   BackwardEntries &e = kernel.backward;
-  e = bwdMmaSharedEntries(spec, tile);
+  e = bwdMmaSharedEntries(spec, tile, /*tiledDq=*/false);
   if (bwdMmaSplitPasses(spec, tile))
     e.passes = {"flashjit_bwd_main_dv", "flashjit_bwd_main_dk"};
   else

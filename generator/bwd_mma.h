@@ -27,11 +27,12 @@ TileConfig bwdMmaDefaultTile(const KernelSpec &spec);
 // convert and the deterministic dq kernel. Their entry points, for a module whose dq
 // configuration is the typedef `dqConfig`, and their names and launch geometry, for the
 // tile that configuration was made from (passes and keysPerCta are the family's own).
-// `tiledDq`: prep and convert use the dQ accumulator's tiled layout (bwd_wgmma's,
-// fj::bwd_mma::DqTiled) rather than the row-major one.
+// `tiledDq`: convert reads, and the launch zeroes, the dQ accumulator in its tiled layout
+// (bwd_wgmma's, fj::bwd_mma::DqTiled) rather than the row-major one.
 std::string bwdMmaSharedEntryPoints(const KernelSpec &spec, llvm::StringRef dqConfig,
                                     bool tiledDq);
-BackwardEntries bwdMmaSharedEntries(const KernelSpec &spec, const TileConfig &dqTile);
+BackwardEntries bwdMmaSharedEntries(const KernelSpec &spec, const TileConfig &dqTile,
+                                    bool tiledDq);
 // Query rows per CTA of the prep kernel (templates/bwd_mma.cuh, prep_rows_per_cta).
 int bwdPrepRowsPerCta(const KernelSpec &spec);
 

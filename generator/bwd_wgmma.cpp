@@ -150,10 +150,8 @@ llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileCon
   kernel.source = generatedHeader(spec.key() + " / " + tile.key()) + *common + wrappers +
                   *schedule + bwdWgmmaConfigBlock(spec, tile);
   BackwardEntries &e = kernel.backward;
-  e = bwdMmaSharedEntries(mmaSpec(spec), dqTile(spec));
+  e = bwdMmaSharedEntries(mmaSpec(spec), dqTile(spec), /*tiledDq=*/true);
   e.passes = {"flashjit_bwd_main"};
-  e.tiledDq = true;
-  e.auxRowsPerCta = 16;  // convert's blocks of the tiled accumulator (DqTiled::kConvertRows)
   e.keysPerCta = tile.blockN;
   // Q and dO by TMA in boxes of 64 columns x block_m rows (128-byte swizzle).
   e.tma.enabled = true;

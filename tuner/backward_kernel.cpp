@@ -9,21 +9,19 @@ namespace {
 unsigned ceilDiv(long long a, long long b) { return (unsigned)((a + b - 1) / b); }
 
 // The main pass's tensor maps (generator::BackwardEntries::tma): Q and dO as the
-// forward maps its operands (with cu_seqlens one packed sequence of total_q rows, which
-// the backward's caller always gives).
+// forward maps its operands (tmaBatch; with cu_seqlens the backward's caller always
+// gives total_q).
 llvm::Error encodeBackwardMaps(CUtensorMap (&maps)[2], const generator::TmaOperands &tma,
                                const FjBackwardParams &params) {
   const FjForwardParams &p = params.fwd;
-  const bool varlen = p.cu_seqlens_q || p.cu_seqlens_k;
-  const long long rows = varlen ? p.total_q : p.seqlen_q;
-  const int batches = varlen ? 1 : p.batch;
-  if (auto err = encodeOperand(maps[0], tma, p.q, tma.headDim, rows, p.heads_q, batches,
-                               p.q_row_stride, p.q_head_stride, varlen ? 0 : p.q_batch_stride,
+  const TmaBatch b = tmaBatch(p);
+  if (auto err = encodeOperand(maps[0], tma, p.q, tma.headDim, b.rowsQ, p.heads_q, b.batches,
+                               p.q_row_stride, p.q_head_stride, b.batchStride(p.q_batch_stride),
                                tma.panelD, tma.qRows))
     return err;
-  return encodeOperand(maps[1], tma, params.dout, tma.headDimV, rows, p.heads_q, batches,
+  return encodeOperand(maps[1], tma, params.dout, tma.headDimV, b.rowsQ, p.heads_q, b.batches,
                        params.dout_row_stride, params.dout_head_stride,
-                       varlen ? 0 : params.dout_batch_stride, tma.panelDv, tma.qRows);
+                       b.batchStride(params.dout_batch_stride), tma.panelDv, tma.qRows);
 }
 
 llvm::Expected<runtime::Kernel> entry(const runtime::Module &module, llvm::StringRef name,

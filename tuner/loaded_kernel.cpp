@@ -194,6 +194,12 @@ llvm::Error checkTmaArguments(const FjForwardParams &params) {
   return makeError(ErrorCode::NotSupported, "{0}", problem);
 }
 
+TmaBatch tmaBatch(const FjForwardParams &params) {
+  const bool packed = variableLength(params);
+  return {packed ? params.total_q : params.seqlen_q, packed ? params.total_k : params.seqlen_k,
+          packed ? 1 : params.batch, packed};
+}
+
 llvm::Error encodeOperand(CUtensorMap &map, const generator::TmaOperands &tma, const void *base,
                           int columns, long long rows, int heads, int batch, long long rowStride,
                           long long headStride, long long batchStride, int boxColumns,
@@ -225,26 +231,22 @@ namespace {
 // rows to TMA; the kernel offsets each sequence's rows by cu_seqlens.
 llvm::Error encodeQKV(CUtensorMap (&maps)[4], const generator::TmaOperands &tma,
                       const FjForwardParams &params, bool bytes8, bool withV) {
-  const bool varlen = variableLength(params);
-  const long long rowsQ = varlen ? params.total_q : params.seqlen_q;
-  const long long rowsK = varlen ? params.total_k : params.seqlen_k;
-  const int batches = varlen ? 1 : params.batch;
-  if (auto err = encodeOperand(maps[0], tma, params.q, tma.headDim, rowsQ, params.heads_q,
-                               batches, params.q_row_stride, params.q_head_stride,
-                               tmaBatchStride(params, params.q_batch_stride), tma.panelD,
-                               tma.qRows, bytes8))
+  const TmaBatch b = tmaBatch(params);
+  if (auto err = encodeOperand(maps[0], tma, params.q, tma.headDim, b.rowsQ, params.heads_q,
+                               b.batches, params.q_row_stride, params.q_head_stride,
+                               b.batchStride(params.q_batch_stride), tma.panelD, tma.qRows,
+                               bytes8))
     return err;
-  if (auto err = encodeOperand(maps[1], tma, params.k, tma.headDim, rowsK, params.heads_kv,
-                               batches, params.k_row_stride, params.k_head_stride,
-                               tmaBatchStride(params, params.k_batch_stride), tma.panelD,
-                               tma.kvRows, bytes8))
+  if (auto err = encodeOperand(maps[1], tma, params.k, tma.headDim, b.rowsK, params.heads_kv,
+                               b.batches, params.k_row_stride, params.k_head_stride,
+                               b.batchStride(params.k_batch_stride), tma.panelD, tma.kvRows,
+                               bytes8))
     return err;
   if (!withV)
     return llvm::Error::success();
-  return encodeOperand(maps[2], tma, params.v, tma.headDimV, rowsK, params.heads_kv, batches,
-                       params.v_row_stride, params.v_head_stride,
-                       tmaBatchStride(params, params.v_batch_stride), tma.panelDv, tma.kvRows,
-                       bytes8);
+  return encodeOperand(maps[2], tma, params.v, tma.headDimV, b.rowsK, params.heads_kv,
+                       b.batches, params.v_row_stride, params.v_head_stride,
+                       b.batchStride(params.v_batch_stride), tma.panelDv, tma.kvRows, bytes8);
 }
 } // namespace
 

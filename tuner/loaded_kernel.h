@@ -71,6 +71,17 @@ const char *tmaArgumentProblem(const FjForwardParams &params, long long *badStri
 // workspace.
 const char *fp8ArgumentProblem(const FjForwardParams &params);
 
+// How a tensor map lays out a batch's sequences: a variable-length batch (cu_seqlens) is
+// one packed sequence of total_q (total_k) rows, batch stride 0, and the kernel offsets
+// each sequence's rows; otherwise `batches` sequences of seqlen_q (seqlen_k) rows.
+struct TmaBatch {
+  long long rowsQ, rowsK;
+  int batches;
+  bool packed;
+  long long batchStride(long long stride) const { return packed ? 0 : stride; }
+};
+TmaBatch tmaBatch(const FjForwardParams &params);
+
 // Rank-4 tensor map over (column, row, head, batch) of one operand, boxes of boxColumns x
 // boxRows, swizzled as wgmma reads them. Strides in elements, of 2 bytes or (`bytes8`:
 // FP8 inputs and V^T) 1; a zero stride (a broadcast view) is encoded as 16 bytes.

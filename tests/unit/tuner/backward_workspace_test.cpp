@@ -54,13 +54,20 @@ Batch makeBatch(std::mt19937 &rng, bool varlen) {
   return out;
 }
 
+// 4000 random batches from `seed`, uniform and cu_seqlens in turn.
+template <typename Check> void forRandomBatches(unsigned seed, Check check) {
+  std::mt19937 rng(seed);
+  for (int i = 0; i < 4000; ++i) {
+    const bool varlen = i % 2 == 1;
+    const Batch batch = makeBatch(rng, varlen);
+    check(batch, varlen);
+  }
+}
+
 } // namespace
 
 TEST(BackwardWorkspace, ZeroedAccumulatorFitsTheWorkspace) {
-  std::mt19937 rng(2026);
-  for (int i = 0; i < 4000; ++i) {
-    const bool varlen = i % 2 == 1;
-    Batch batch = makeBatch(rng, varlen);
+  forRandomBatches(2026, [](const Batch &batch, bool varlen) {
     const FjForwardParams &p = batch.params;
     const long long rows = varlen ? p.total_q : (long long)p.batch * p.seqlen_q;
     for (int headDim : {32, 64, 96, 128, 256}) {
@@ -71,14 +78,11 @@ TEST(BackwardWorkspace, ZeroedAccumulatorFitsTheWorkspace) {
             << "batch " << p.batch << " seqlen_q " << p.seqlen_q << " heads " << p.heads_q
             << " head_dim " << headDim << (varlen ? " varlen" : "") << (tiled ? " tiled" : "");
     }
-  }
+  });
 }
 
 TEST(BackwardWorkspace, ZeroedRowsCoverEveryGroupTheKernelsAdd) {
-  std::mt19937 rng(27);
-  for (int i = 0; i < 4000; ++i) {
-    const bool varlen = i % 2 == 1;
-    Batch batch = makeBatch(rng, varlen);
+  forRandomBatches(27, [](const Batch &batch, bool varlen) {
     const FjForwardParams &p = batch.params;
     const long long zeroedRows = (long long)(dqAccumulatorFloats(p, true, 64) / p.heads_q / 64);
     long long previousEnd = 0;
@@ -92,7 +96,7 @@ TEST(BackwardWorkspace, ZeroedRowsCoverEveryGroupTheKernelsAdd) {
       previousEnd = start + roundUp64(batch.lengths[b]);  // whole groups are added to
       ASSERT_LE(previousEnd, zeroedRows) << "sequence " << b << " adds past the zeroed rows";
     }
-  }
+  });
 }
 
 TEST(BackwardWorkspace, UniformLengthsOfWholeGroupsZeroNoPadding) {
