@@ -331,7 +331,7 @@ __device__ __forceinline__ void run_prep(const FjBackwardParams &P) {
 #pragma unroll
   for (int off = kLanes / 2; off > 0; off >>= 1)
     d += __shfl_xor_sync(0xffffffff, d, off);
-  const long long li = seq.lse_offset + (long long)h * p.lse_head_stride + i;
+  const long long li = lse_index(p, seq, h, i);
   if (row_valid && chunk == 0) {
     P.dpsum[li] = d;
     const float lse = p.lse[li];
@@ -582,7 +582,7 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
     load_tile_async<typename Cfg::QTile, Cfg::kThreads>(stage, q, p.q_row_stride, rows, tid);
     load_tile_async<typename Cfg::DoTile, Cfg::kThreads>(stage + Cfg::QTile::kBytes, dout,
                                                          P.dout_row_stride, rows, tid);
-    const long long li = seq.lse_offset + (long long)h * p.lse_head_stride + m0;
+    const long long li = lse_index(p, seq, h, m0);
     const u32 s_stats = stage + Cfg::QTile::kBytes + Cfg::DoTile::kBytes;
     for (int r = tid; r < 2 * Cfg::kBlockM; r += Cfg::kThreads) {
       const int row = r % Cfg::kBlockM;
@@ -781,7 +781,7 @@ __device__ __forceinline__ void run_dq(const FjBackwardParams &P, unsigned char 
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int r = row0 + rt * 16 + g + hf * 8;
-      const long long li = seq.lse_offset + (long long)h * p.lse_head_stride + q0 + r;
+      const long long li = lse_index(p, seq, h, q0 + r);
       lse2[rt][hf] = r < rows_valid ? P.lse_log2[li] : pos_inf();
       dpsum[rt][hf] = r < rows_valid ? P.dpsum[li] : 0.f;
     }

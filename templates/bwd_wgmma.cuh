@@ -255,16 +255,6 @@ template <typename Cfg> struct Block {
   __device__ __forceinline__ u32 dq_read(int c) const { return base + kDqRead + c * 8; }
   __device__ __forceinline__ u32 kv_full() const { return base + kKvFull; }
 
-  // TMA coordinates: with cu_seqlens the maps hold the packed rows as one batch.
-  __device__ __forceinline__ int tma_row(int m0) const {
-    return m0 + (seq.q_offset < 0 ? 0 : (int)seq.q_offset);
-  }
-  __device__ __forceinline__ int tma_batch() const { return seq.q_offset < 0 ? b : 0; }
-  // Index of query row m0 of query head `head` in the lse-shaped arrays.
-  __device__ __forceinline__ long long stats_index(const FjForwardParams &p, int head,
-                                                   int m0) const {
-    return seq.lse_offset + (long long)head * p.lse_head_stride + m0;
-  }
 };
 
 // The main kernel's tensor maps (kernel parameters, encoded per call by the host).
@@ -319,12 +309,12 @@ __device__ __forceinline__ void load_steps(const FjBackwardParams &P, const Maps
     return;
   tma_prefetch_map(maps.q);
   tma_prefetch_map(maps.dout);
-  const int batch = w.tma_batch();
+  const int batch = w.seq.tma_batch(w.b);
   int h = 0, mb = w.m_begin;  // the query head within the group and the query block
   for (int s = 0; s < w.steps; ++s) {
     const int stage = s % Cfg::kStages;
     mbar_wait(w.empty(stage), ((s / Cfg::kStages) & 1) ^ 1);
-    const int head = w.h_kv * w.group + h, m0 = mb * BM, row = w.tma_row(m0);
+    const int head = w.h_kv * w.group + h, m0 = mb * BM, row = w.seq.tma_q_row(m0);
     const u32 full = w.full(stage);
     mbar_arrive_expect_tx(full, 2 * Cfg::kQBytes + Cfg::kStatsBytes);
 #pragma unroll
@@ -332,7 +322,7 @@ __device__ __forceinline__ void load_steps(const FjBackwardParams &P, const Maps
       tma_load_4d(w.s_q(stage) + pn * BM * 128, maps.q, full, pn * 64, row, head, batch);
       tma_load_4d(w.s_do(stage) + pn * BM * 128, maps.dout, full, pn * 64, row, head, batch);
     }
-    const long long aligned = w.stats_index(p, head, m0) & ~3ll;  // 16 bytes
+    const long long aligned = lse_index(p, w.seq, head, m0) & ~3ll;  // 16 bytes
     bulk_load(w.s_stats(stage), P.lse_log2 + aligned, Cfg::kStatsFloats * 4, full);
     bulk_load(w.s_stats(stage) + Cfg::kStatsFloats * 4, P.dpsum + aligned,
               Cfg::kStatsFloats * 4, full);
@@ -511,7 +501,7 @@ __device__ __forceinline__ void consume(const FjBackwardParams &P, const Block<C
     const u32 s_do = w.s_do(stage);
     // lse and D of row m0: the copies began at the 16-byte boundary before it.
     const int q_head = w.h_kv * w.group + s / w.steps_per_head;
-    const u32 s_lse = w.s_stats(stage) + (u32)(w.stats_index(p, q_head, m0) & 3) * 4;
+    const u32 s_lse = w.s_stats(stage) + (u32)(lse_index(p, w.seq, q_head, m0) & 3) * 4;
     const u32 s_dpsum = s_lse + Cfg::kStatsFloats * 4;
     const u32 s_ds = w.s_ds(s & 1);
 

@@ -26,7 +26,9 @@ struct FjBackwardParams {
   // followed by FJ_BWD_STATS_PAD floats that the prep kernel zeroes:
   float *lse_log2;  // lse * log2(e), +inf for rows that see no key (so that P = 0)
   float *dpsum;     // D = rowsum(dO * O)
-  // fp32 dQ accumulator, [row][head_q][head_dim] with row = b * seqlen_q + i (or the
-  // packed row with cu_seqlens); NULL in deterministic mode (dQ by its own kernel).
+  // fp32 dQ accumulator, zeroed by the host before prep; NULL in deterministic mode (dQ
+  // by its own kernel). bwd_mma's is [row][head_q][head_dim] with row = b * seqlen_q + i
+  // (or the packed row with cu_seqlens); bwd_wgmma's is tiled in 64 x 64 slices
+  // (bwd_mma::DqTiled).
   float *dq_accum;
 };

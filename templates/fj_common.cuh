@@ -241,6 +241,17 @@ struct SeqExtent {
   long long q_offset, k_offset;  // element offsets of row 0 of this sequence
   long long lse_offset;
   int seqlen_q, seqlen_k;
+
+  // Tensor-map coordinates of sequence b's query row or key: with cu_seqlens the maps
+  // hold the packed rows as one batch (batch 0) and the sequence starts at its packed
+  // row (the host's side: tmaBatch() in runtime/loaded_kernel.h).
+  __device__ __forceinline__ int tma_batch(int b) const { return q_offset < 0 ? b : 0; }
+  __device__ __forceinline__ int tma_q_row(int row) const {
+    return row + (q_offset < 0 ? 0 : (int)q_offset);
+  }
+  __device__ __forceinline__ int tma_k_row(int key) const {
+    return key + (k_offset < 0 ? 0 : (int)k_offset);
+  }
 };
 
 __device__ __forceinline__ SeqExtent seq_extent(const FjForwardParams &p, int b) {
@@ -260,6 +271,13 @@ __device__ __forceinline__ SeqExtent seq_extent(const FjForwardParams &p, int b)
     e.lse_offset = (long long)b * p.lse_batch_stride;
   }
   return e;
+}
+
+// Index of query row `row` of query head h in the lse-shaped arrays (lse, and the
+// backward's D and lse * log2(e)).
+__device__ __forceinline__ long long lse_index(const FjForwardParams &p, const SeqExtent &seq,
+                                               int h, long long row) {
+  return seq.lse_offset + (long long)h * p.lse_head_stride + row;
 }
 
 // Element offset of (batch b, row 0, head h) given a tensor's strides.

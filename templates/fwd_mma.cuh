@@ -462,7 +462,7 @@ __device__ __forceinline__ void run(const FjForwardParams &p, unsigned char *sme
         // max is in base 2 of the scaled scores: ln-sum-exp = max * ln 2 + ln(sum).
         float lse = sum > 0.f ? sm.row_max[mt][hf] * 0.69314718055994531f + __logf(sum)
                               : neg_inf();
-        p.lse[seq.lse_offset + (long long)h * p.lse_head_stride + q0 + r] = lse;
+        p.lse[lse_index(p, seq, h, q0 + r)] = lse;
       }
     }
   __syncthreads();

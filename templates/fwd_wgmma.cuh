@@ -242,15 +242,8 @@ struct Work {
   int n_diag;     // kDiagonalFirst: the tile of the first row's diagonal, walked first
   int n_blocks;   // how many (causal stops at the diagonal)
   int diag;       // query i sees keys j <= i + diag
-  // Tensor-map coordinates: with cu_seqlens the maps hold one packed sequence (batch 0)
-  // and this one starts at its packed row.
-  __device__ int tma_batch() const { return seq.q_offset < 0 ? b : 0; }
-  __device__ int tma_q_row(int row) const {
-    return row + (seq.q_offset < 0 ? 0 : (int)seq.q_offset);
-  }
-  __device__ int tma_k_row(int key) const {
-    return key + (seq.k_offset < 0 ? 0 : (int)seq.k_offset);
-  }
+  // Tensor-map coordinates (SeqExtent's, with cu_seqlens one packed batch).
+  __device__ int tma_batch() const { return seq.tma_batch(b); }
   // FP8's V^T column of a key (fj_fp8.cuh: with cu_seqlens, sequences kept apart by zeros).
   __device__ int tma_vt_key(int key) const { return key + (int)fp8::vt_offset(seq.k_offset, b); }
 };
@@ -509,7 +502,7 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
 #pragma unroll
     for (int pn = 0; pn < kPanelsD; ++pn)
       tma_load_4d(sm.q(q_round) + pn * Cfg::kBlockM * Cfg::kSwizzleD, tm_q,
-                  sm.q_full(q_round), pn * Cfg::kPanelD, w.tma_q_row(w.q0), w.h, w.tma_batch());
+                  sm.q_full(q_round), pn * Cfg::kPanelD, w.seq.tma_q_row(w.q0), w.h, w.tma_batch());
     ++q_round;
     for (int i = 0; i < w.n_blocks; ++i, ++kv_iter) {
       const int s = kv_iter % Cfg::kStages;
@@ -526,7 +519,7 @@ __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayo
           st_shared_u32(sm.stage_entry(s) + 4, bit_slot);
         }
       }
-      const int key0 = w.tma_k_row(tile * Cfg::kBlockN);
+      const int key0 = w.seq.tma_k_row(tile * Cfg::kBlockN);
       const int vt_key0 = Cfg::kFp8 ? w.tma_vt_key(tile * Cfg::kBlockN) : 0;
       // One key tile of K or V into ring slot s, once the consumers have freed it.
       auto load_kv = [&](const TensorMap &map, u32 dst, u32 full, u32 empty, u32 bytes,
@@ -1093,7 +1086,7 @@ __device__ __forceinline__ float finish_row(const FjForwardParams &p, const Work
     // max is in base 2 of the scaled scores: ln-sum-exp = max * ln 2 + ln(sum).
     const float lse =
         sum > 0.f ? st.row_max[hf] * 0.69314718055994531f + __logf(sum) : neg_inf();
-    p.lse[w.seq.lse_offset + (long long)w.h * p.lse_head_stride + row] = lse;
+    p.lse[lse_index(p, w.seq, w.h, row)] = lse;
   }
   return sum;
 }
