@@ -114,6 +114,9 @@ TileConfig bwdMmaDefaultTile(const KernelSpec &spec) {
   return last;
 }
 
+// Mirrors bwd_mma::DqTiled::kConvertRows (the generated source asserts that they agree).
+constexpr int kTiledDqConvertRows = 64;
+
 int bwdPrepRowsPerCta(const KernelSpec &spec) {
   // Mirrors bwd_mma::prep_rows_per_cta: a row's 16-byte chunks of dO take the power of
   // two lanes that covers them, eight warps.
@@ -127,7 +130,7 @@ std::string bwdMmaSharedEntryPoints(const KernelSpec &spec, llvm::StringRef dqCo
                                     bool tiledDq) {
   return llvm::formatv("static_assert(fj::bwd_mma::prep_rows_per_cta<{2}>() == {5}, \"host and "
                        "device disagree on the prep kernel's rows\");\n"
-                       "static_assert(fj::bwd_mma::DqTiled::kConvertRows == 16, \"host and "
+                       "static_assert(fj::bwd_mma::DqTiled::kConvertRows == {6}, \"host and "
                        "device disagree on the convert kernel's rows\");\n"
                        "extern \"C\" __global__ void __launch_bounds__(256)\n"
                        "flashjit_bwd_prep(const FjBackwardParams params) {{\n"
@@ -143,7 +146,8 @@ std::string bwdMmaSharedEntryPoints(const KernelSpec &spec, llvm::StringRef dqCo
                        "  fj::bwd_mma::run_dq<{3}>(params, fj_smem);\n"
                        "}\n",
                        elementTypeName(spec.dtype), spec.headDim, spec.headDimV, dqConfig,
-                       tiledDq ? "true" : "false", bwdPrepRowsPerCta(spec))
+                       tiledDq ? "true" : "false", bwdPrepRowsPerCta(spec),
+                       kTiledDqConvertRows)
       .str();
 }
 
@@ -159,8 +163,8 @@ BackwardEntries bwdMmaSharedEntries(const KernelSpec &spec, const TileConfig &dq
   e.dqThreads = dqTile.warps * 32;
   e.dqAccumColumns = spec.headDim;
   e.tiledDq = tiledDq;
-  // convert: one warp a row, or the tiled accumulator's blocks (DqTiled::kConvertRows).
-  e.auxRowsPerCta = tiledDq ? 16 : 8;
+  // convert: one warp a row, or the tiled accumulator's 64-row groups.
+  e.auxRowsPerCta = tiledDq ? kTiledDqConvertRows : 8;
   e.prepRowsPerCta = bwdPrepRowsPerCta(spec);
   return e;
 }

@@ -42,7 +42,7 @@ struct BackwardEntries {
   int dqSharedBytes = 0;            // dq's dynamic shared memory
   int dqThreads = 0;                // dq's block size
   int auxThreads = 256;             // prep and convert (256 threads)
-  int auxRowsPerCta = 8;            // convert: one warp per row (16-row blocks when tiled)
+  int auxRowsPerCta = 8;            // convert: one warp per row (64-row groups when tiled)
   int prepRowsPerCta = 8;           // prep: 32 / (lanes a row takes) rows per warp
   // The fp32 dQ accumulator, which the launch zeroes: its row width, and whether it is
   // laid out by DqTiled (templates/bwd_mma.cuh) rather than row-major.

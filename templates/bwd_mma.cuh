@@ -254,7 +254,7 @@ __device__ __forceinline__ long long first_query_row(const FjForwardParams &p,
 //     known: the space ends before rows + 128 batch.
 struct DqTiled {
   static constexpr int kPad = 128;
-  static constexpr int kConvertRows = 16;  // query rows per CTA of the convert kernel
+  static constexpr int kConvertRows = 64;  // query rows per CTA of the convert kernel
   __device__ static __forceinline__ long long padded_row0(const FjForwardParams &p, long long q0,
                                                           int b) {
     if (p.cu_seqlens_q == nullptr)
@@ -341,39 +341,68 @@ __device__ __forceinline__ void run_prep(const FjBackwardParams &P) {
 }
 
 // ---- convert: dQ = scale * accumulator, in the element type ------------------------
-// The tiled accumulator by blocks of 16 query rows, grid (ceil(seqlen_q / 16), heads_q,
-// batch), 256 threads. A block's rows of one slice lie together, 16 bytes per
-// (row r, r + 8; two columns): each thread converts whole 16-byte units, each warp
-// reads 512 contiguous bytes (docs/PERF.md bw6; one warp per row, reading pairs of
-// 8 bytes, ran at 69 % of the DRAM peak).
+// The tiled accumulator by whole 64-row groups, grid (ceil(seqlen_q / 64), heads_q,
+// batch), 256 threads. A warp reads 512 contiguous bytes at a time, the 16-byte units
+// of one 8-column chunk of 16 rows (lane 4 g + t: rows g and g + 8, columns 2 t and
+// 2 t + 1). It takes two neighbouring chunks, and the four lanes of each g swap their
+// halves so that each ends with eight columns of one row: the stores are whole 16-byte
+// rows, 32 contiguous bytes per row and warp. Every load of a thread is issued before
+// its first store. (docs/PERF.md bw7: 16-row blocks storing 4 bytes a lane ran at 61 %
+// of the copy rate.)
 template <typename T, int kHeadDim>
 __device__ __forceinline__ void convert_tiled(const FjBackwardParams &P) {
+  constexpr int kRows = DqTiled::kConvertRows, kQuarters = kRows / 16;
+  constexpr int kPairs = kQuarters * kHeadDim / 16;  // (quarter, two chunks) per warp load
+  constexpr int kPerWarp = kPairs / 8;
+  static_assert(kRows == 64 && kPairs % 8 == 0, "whole groups, eight warps");
   const FjForwardParams &p = P.fwd;
-  const int h = blockIdx.y, b = blockIdx.z, i0 = blockIdx.x * DqTiled::kConvertRows;
+  const int h = blockIdx.y, b = blockIdx.z, i0 = blockIdx.x * kRows;
   const SeqExtent seq = seq_extent(p, b);
   if (i0 >= seq.seqlen_q)
     return;
-  // The block's first row in the padded space, a multiple of 16: its rows are the
-  // quarter (row0 % 64) / 16 of their 64-row group.
+  // The block's first row in the padded space starts a 64-row group (DqTiled).
   const long long row0 = DqTiled::padded_row0(p, first_query_row(p, seq, b), b) + i0;
   const float *group = P.dq_accum + DqTiled::slice(row0 / 64, h, 0, p.heads_q, kHeadDim);
-  const int quarter = (int)(row0 % 64) / 16;
   u16 *dq = (u16 *)P.dq +
             tensor_base(seq.q_offset, b, h, P.dq_batch_stride, P.dq_row_stride,
                         P.dq_head_stride) +
             (long long)i0 * P.dq_row_stride;
-  const int unit = threadIdx.x % 32, r = unit / 4;  // rows r and r + 8 of the block
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  // Unit of chunk k of quarter q: chunk k % 8 of slice k / 8 (DqTiled's layout).
+  auto unit = [&](int q, int k) {
+    return *(const float4 *)(group + (k / 8) * 4096 + ((k % 8) * 128 + q * 32 + lane) * 4);
+  };
+  float4 lo[kPerWarp], hi[kPerWarp];
+#pragma unroll
+  for (int i = 0; i < kPerWarp; ++i) {
+    const int pair = warp + 8 * i, q = pair / (kHeadDim / 16), k = 2 * (pair % (kHeadDim / 16));
+    lo[i] = unit(q, k);
+    hi[i] = unit(q, k + 1);
+  }
   const float s = p.softmax_scale;
 #pragma unroll
-  for (int k = threadIdx.x / 32; k < kHeadDim / 8; k += 8) {
-    // Columns 8 k .. 8 k + 7: chunk k % 8 of slice k / 8 (DqTiled's layout).
-    const float4 v =
-        *(const float4 *)(group + (k / 8) * 4096 + ((k % 8) * 128 + quarter * 32 + unit) * 4);
-    const int c = 8 * k + 2 * (unit % 4);
-    if (i0 + r < seq.seqlen_q)
-      *(u32 *)(dq + (long long)r * P.dq_row_stride + c) = pack2<T>(v.x * s, v.y * s);
-    if (i0 + r + 8 < seq.seqlen_q)
-      *(u32 *)(dq + (long long)(r + 8) * P.dq_row_stride + c) = pack2<T>(v.z * s, v.w * s);
+  for (int i = 0; i < kPerWarp; ++i) {
+    const int pair = warp + 8 * i, q = pair / (kHeadDim / 16), k = 2 * (pair % (kHeadDim / 16));
+    // Lane t holds piece t of four (row, chunk) pieces: (g, k), (g + 8, k), (g, k + 1),
+    // (g + 8, k + 1); it ends with all four lanes' parts of its own piece t.
+    const u32 piece[4] = {pack2<T>(lo[i].x * s, lo[i].y * s), pack2<T>(lo[i].z * s, lo[i].w * s),
+                          pack2<T>(hi[i].x * s, hi[i].y * s), pack2<T>(hi[i].z * s, hi[i].w * s)};
+    u32 part[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      // Round r: lane t sends piece t ^ r to lane t ^ r, which places it as part t.
+      const int j = t ^ r;
+      const u32 send = (j & 2) ? ((j & 1) ? piece[3] : piece[2]) : ((j & 1) ? piece[1] : piece[0]);
+      const u32 got = r == 0 ? send : __shfl_xor_sync(0xffffffffu, send, r);
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (e == j)
+          part[e] = got;
+    }
+    const int row = 16 * q + g + 8 * (t & 1), col = 8 * (k + (t >> 1));
+    if (i0 + row < seq.seqlen_q)
+      st_global_v4(dq + (long long)row * P.dq_row_stride + col,
+                   make_uint4(part[0], part[1], part[2], part[3]));
   }
 }
 
