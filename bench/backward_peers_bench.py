@@ -13,7 +13,8 @@ Shapes as bench/peers_bench.py (batch*N = 16384 tokens, heads*head_dim = 2048). 
   2. time with CUDA events (warm-up, median, inputs rotated over enough sets to exceed
      twice the L2): the backward alone (flashjit: fj_backward; peers:
      torch.autograd.grad of a retained graph, i.e. their backward kernels only), and
-     forward + backward;
+     forward + backward; every backend in --rounds interleaved rounds, the median of
+     its rounds reported (each round's reading kept in the JSON);
   3. TFLOP/s with the papers' count: backward = 2.5 x the forward's 4*B*H*N^2*d
      (halved when causal); ratios to each peer and their geometric means.
 """
@@ -22,6 +23,7 @@ import ctypes as C
 import json
 import math
 import os
+import statistics
 import sys
 
 import torch
@@ -52,6 +54,17 @@ class BackwardArgs(C.Structure):
                [("cu_seqlens_q", C.c_void_p), ("cu_seqlens_k", C.c_void_p),
                 ("total_q", C.c_int64), ("total_k", C.c_int64), ("deterministic", C.c_int32),
                 ("workspace", C.c_void_p), ("workspace_bytes", C.c_size_t)]
+
+
+class VariantInfo(C.Structure):
+    """fj_variant_info up to `calls` (0.5)."""
+    _fields_ = [("struct_size", C.c_size_t)] + \
+               [(n, C.c_char_p) for n in ("bucket", "tile", "binary_key", "binary_key_text",
+                                          "tuning_key", "note")] + \
+               [(n, C.c_int32) for n in ("bucket_seqlen_q", "bucket_seqlen_k",
+                                         "bucket_batch_heads", "origin", "block_m", "block_n",
+                                         "warps", "stages", "registers", "shared_bytes")] + \
+               [("tuned_us", C.c_double), ("calls", C.c_int64)]
 
 
 class Flashjit:
@@ -85,6 +98,20 @@ class Flashjit:
         self.check(self.lib.fj_kernel_variant_info(handle, first, vinfo), "fj_kernel_variant_info")
         tile = C.cast(vinfo, C.POINTER(C.c_char_p))[2].decode()  # fj_variant_info.tile
         return handle, info, tile
+
+    def served(self, handle):
+        """(tile, bucket) of the backward variant that served the most calls so far: the
+        one fj_backward dispatched the timed shape to, which need not be the first."""
+        info = KernelInfoV2(struct_size=C.sizeof(KernelInfoV2))
+        self.check(self.lib.fj_kernel_info(handle, C.byref(info)), "fj_kernel_info")
+        best = None
+        for i in range(info.num_variants - info.num_backward_variants, info.num_variants):
+            vi = VariantInfo(struct_size=C.sizeof(VariantInfo))
+            self.check(self.lib.fj_kernel_variant_info(handle, i, C.byref(vi)),
+                       "fj_kernel_variant_info")
+            if best is None or vi.calls > best[2]:
+                best = (vi.tile.decode(), vi.bucket.decode(), vi.calls)
+        return best[:2]
 
     def stream(self):
         return C.c_void_p(torch.cuda.current_stream().cuda_stream)
@@ -152,6 +179,8 @@ def main():
     ap.add_argument("--tune-budget", type=float, default=30)
     ap.add_argument("--check-max-n", type=int, default=2048)
     ap.add_argument("--deterministic", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="interleaved timing rounds of every backend; medians reported")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     fj = Flashjit(a.lib, a.tune_mode, a.tune_budget)
@@ -212,40 +241,56 @@ def main():
                     else:
                         finite = all(torch.isfinite(s0[t]).all().item() for t in ("dq", "dk", "dv"))
                         row.update(error=None, bar=None, passed=finite)
-                    # Backward alone, then forward + backward.
-                    ms = median_ms(lambda i: fj.backward(handle, data[i]["args"]), sets)
-                    row["flashjit"] = bwd_flops / ms / 1e9
+                    # Backward alone, then forward + backward, for flashjit and each peer,
+                    # in --rounds interleaved rounds; each number is the median of its
+                    # rounds. One reading per backend drifts with the GPU's state: the
+                    # same kernel timed again after the peers read up to 20 % apart.
+                    def fj_bwd(i):
+                        fj.backward(handle, data[i]["args"])
 
                     def fj_both(i):
                         s = data[i]
                         fj.forward(handle, s["q"], s["k"], s["v"], s["o"], s["lse"])
                         fj.backward(handle, s["args"])
-                    ms = median_ms(fj_both, sets)
-                    row["flashjit_fwdbwd"] = (fwd_flops + bwd_flops) / ms / 1e9
+                    timed = {"flashjit": (fj_bwd, fj_both)}
+                    graphs = {}
                     for name, backend in peers.items():
                         try:
                             with sdpa_kernel(backend):
-                                graphs = []
+                                graphs[name] = []
                                 for s in data:
                                     leaves = [s[t].transpose(1, 2).detach().requires_grad_()
                                               for t in "qkv"]
                                     out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
-                                    graphs.append((out, leaves, s["dout"].transpose(1, 2)))
-                                ms = median_ms(lambda i: torch.autograd.grad(
-                                    graphs[i][0], graphs[i][1], graphs[i][2], retain_graph=True),
-                                    sets)
-                                row[name] = bwd_flops / ms / 1e9
-
-                                def both(i):
-                                    out = F.scaled_dot_product_attention(
-                                        *graphs[i][1], is_causal=causal)
-                                    torch.autograd.grad(out, graphs[i][1], graphs[i][2])
-                                ms = median_ms(both, sets)
-                                row[name + "_fwdbwd"] = (fwd_flops + bwd_flops) / ms / 1e9
-                                del graphs
+                                    graphs[name].append((out, leaves, s["dout"].transpose(1, 2)))
                         except Exception as ex:
-                            row[name] = row[name + "_fwdbwd"] = None
                             print(f"  {name} failed: {str(ex)[:100]}")
+                            continue
+
+                        def peer_bwd(i, g=graphs[name]):
+                            torch.autograd.grad(g[i][0], g[i][1], g[i][2], retain_graph=True)
+
+                        def peer_both(i, g=graphs[name], backend=backend):
+                            with sdpa_kernel(backend):
+                                out = F.scaled_dot_product_attention(*g[i][1], is_causal=causal)
+                            torch.autograd.grad(out, g[i][1], g[i][2])
+                        timed[name] = (peer_bwd, peer_both)
+                    readings = {name: ([], []) for name in timed}
+                    for _ in range(a.rounds):
+                        for name, (bwd, both) in timed.items():
+                            readings[name][0].append(bwd_flops / median_ms(bwd, sets) / 1e9)
+                            readings[name][1].append(
+                                (fwd_flops + bwd_flops) / median_ms(both, sets) / 1e9)
+                    for name in ["flashjit"] + list(peers):
+                        if name not in readings:
+                            row[name] = row[name + "_fwdbwd"] = None
+                            continue
+                        row[name] = statistics.median(readings[name][0])
+                        row[name + "_fwdbwd"] = statistics.median(readings[name][1])
+                        row[name + "_rounds"] = readings[name]
+                    tile, bucket = fj.served(handle)
+                    row.update(tile=tile, bucket=bucket)
+                    del graphs, timed
                     rows.append(row)
 
                     def cell(p):
