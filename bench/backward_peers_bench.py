@@ -89,15 +89,7 @@ class Flashjit:
                                seqlen_q_hint=n, seqlen_k_hint=n, batch_hint=batch, backward=1)
         handle = C.c_void_p()
         self.check(self.lib.fj_kernel_get(self.ctx, C.byref(desc), C.byref(handle)), "fj_kernel_get")
-        info = KernelInfoV2(struct_size=C.sizeof(KernelInfoV2))
-        self.check(self.lib.fj_kernel_info(handle, C.byref(info)), "fj_kernel_info")
-        # The backward variant for the hinted bucket: the first of the backward ones.
-        first = info.num_variants - info.num_backward_variants
-        vinfo = (C.c_byte * 512)()
-        C.cast(vinfo, C.POINTER(C.c_size_t))[0] = 512
-        self.check(self.lib.fj_kernel_variant_info(handle, first, vinfo), "fj_kernel_variant_info")
-        tile = C.cast(vinfo, C.POINTER(C.c_char_p))[2].decode()  # fj_variant_info.tile
-        return handle, info, tile
+        return handle
 
     def served(self, handle):
         """(tile, bucket) of the backward variant that served the most calls so far: the
@@ -203,7 +195,7 @@ def main():
                     bwd_flops = 2.5 * fwd_flops
                     per_set = 8 * B * N * H * d * 2  # q k v o dout dq dk dv
                     sets = max(1, math.ceil(2 * l2 / per_set))
-                    handle, info, tile = fj.kernel(dtype, d, H, causal, N, B)
+                    handle = fj.kernel(dtype, d, H, causal, N, B)
                     data = []
                     for _ in range(sets):
                         q, k, v, dout = (torch.randn(B, N, H, d, device="cuda", dtype=dtype)
@@ -216,7 +208,7 @@ def main():
                                                     a.deterministic)
                         data.append(dict(q=q, k=k, v=v, dout=dout, o=o, lse=lse, dq=dq, dk=dk,
                                          dv=dv, args=args, ws=ws))
-                    row = dict(dtype=dname, d=d, N=N, B=B, H=H, causal=causal, tile=tile)
+                    row = dict(dtype=dname, d=d, N=N, B=B, H=H, causal=causal)
                     # Correctness where the fp32 reference fits.
                     s0 = data[0]
                     fj.backward(handle, s0["args"])

@@ -114,9 +114,6 @@ namespace {
 bool variableLength(const FjForwardParams &params) {
   return params.cu_seqlens_q || params.cu_seqlens_k;
 }
-long long tmaBatchStride(const FjForwardParams &params, long long stride) {
-  return variableLength(params) ? 0 : stride;
-}
 bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 // A stride (in elements of elementBytes) a tensor map takes: a multiple of 16 bytes, below
 // 2^39 elements: 8 16-bit elements, 16 8-bit ones (FP8 inputs).
@@ -126,11 +123,10 @@ bool tmaStride(long long stride, int elementBytes = 2) {
 // The row, head and batch strides of q, k and v that the tensor maps take (batch strides
 // are not read for a variable-length batch).
 std::array<long long, 9> qkvStrides(const FjForwardParams &params) {
-  return {params.q_row_stride, params.q_head_stride,
-          tmaBatchStride(params, params.q_batch_stride), params.k_row_stride,
-          params.k_head_stride, tmaBatchStride(params, params.k_batch_stride),
-          params.v_row_stride, params.v_head_stride,
-          tmaBatchStride(params, params.v_batch_stride)};
+  const TmaBatch b = tmaBatch(params);
+  return {params.q_row_stride, params.q_head_stride, b.batchStride(params.q_batch_stride),
+          params.k_row_stride, params.k_head_stride, b.batchStride(params.k_batch_stride),
+          params.v_row_stride, params.v_head_stride, b.batchStride(params.v_batch_stride)};
 }
 } // namespace
 
