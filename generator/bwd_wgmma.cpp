@@ -12,12 +12,14 @@
 namespace flashjit::generator {
 namespace {
 
-constexpr int kKeysPerCta = 128;  // two consumer warpgroups of 64 keys
-constexpr int kWarps = 12;        // and the warpgroup that loads and sends dQ
+constexpr int kWarps = 12;  // two consumer warpgroups and one that loads and sends dQ
 constexpr int kMaxRegisters = kBwdWgmmaConsumerRegisters;
 constexpr int kMaxSharedBytes = 227 * 1024;
 // Registers a thread needs beyond the estimate's arrays (addresses, loop state).
 constexpr int kOverheadRegisters = 24;
+
+// Above head dim 128 the consumers split the head dim (BwdWgmmaConfig::kSplitHead).
+bool splitsHead(const KernelSpec &spec) { return spec.headDim > 128; }
 
 // The columns of the head dim one warpgroup's dQ product covers (BwdWgmmaConfig::kDqCols):
 // the two warpgroups split the step's rows into 64-row slices, then the head dim.
@@ -39,21 +41,29 @@ TileConfig dqTile(const KernelSpec &spec) { return bwdMmaDefaultTile(mmaSpec(spe
 } // namespace
 
 int bwdWgmmaAccumulatorRegisters(const KernelSpec &spec, const TileConfig &tile) {
+  if (splitsHead(spec))
+    return spec.headDim / 2 + dqColumns(spec, tile) / 2;
   return spec.headDim + tile.blockM;
 }
 
 bool bwdWgmmaSupportsHeadDims(const KernelSpec &spec) {
-  return spec.headDim == spec.headDimV && (spec.headDim == 64 || spec.headDim == 128);
+  return spec.headDim == spec.headDimV &&
+         (spec.headDim == 64 || spec.headDim == 128 || spec.headDim == 256);
 }
 
+int bwdWgmmaKeysPerCta(const KernelSpec &spec) { return splitsHead(spec) ? 64 : 128; }
+
 int bwdWgmmaMainSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
-  // Mirrors BwdWgmmaConfig::kSmemBytes: K, V, the Q and dO rings, two dS^T buffers, lse
-  // and D per stage (block_m + 4 floats each), the two consumers' fp32 dQ slices (64 x 64),
-  // the mbarriers (the ring's full and empty, each slice's written and read, K and V's).
+  // Mirrors BwdWgmmaConfig::kSmemBytes: K, V, the Q and dO rings, two dS^T buffers (and
+  // two of P^T with a split head dim), lse and D per stage (block_m + 4 floats each), the
+  // two consumers' fp32 dQ (64 rows x their columns; none with a split head dim, whose
+  // consumers add dQ from registers), the mbarriers (the ring's full and empty, each
+  // slice's written and read, K and V's).
   const int d = spec.headDim;
-  const int dqSlice = 64 * dqColumns(spec, tile) * 4;
+  const int dqSlice = splitsHead(spec) ? 0 : 64 * dqColumns(spec, tile) * 4;
+  const int scoreBuffers = splitsHead(spec) ? 4 : 2;
   return 1024 + 2 * tile.blockN * d * 2 + 2 * tile.stages * tile.blockM * d * 2 +
-         2 * tile.blockN * tile.blockM * 2 + tile.stages * 2 * (tile.blockM + 4) * 4 +
+         scoreBuffers * tile.blockN * tile.blockM * 2 + tile.stages * 2 * (tile.blockM + 4) * 4 +
          2 * dqSlice + (2 * tile.stages + 2 * 2 + 1) * 8;
 }
 
@@ -63,18 +73,21 @@ int bwdWgmmaSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
 }
 
 llvm::Error validateBwdWgmmaTile(const KernelSpec &spec, const TileConfig &tile) {
-  if (tile.warps != kWarps || tile.blockN != kKeysPerCta)
+  const int keys = bwdWgmmaKeysPerCta(spec);
+  if (tile.warps != kWarps || tile.blockN != keys)
     return makeError(ErrorCode::InvalidValue,
-                     "tile {0}: bwd_wgmma takes block_n = {1} keys on {2} warps (two "
-                     "warpgroups of 64 keys and one that loads and sends dQ)",
-                     tile.key(), kKeysPerCta, kWarps);
-  if (tile.blockM != 64 && tile.blockM != 128)
+                     "tile {0}: bwd_wgmma at head dim {1} takes block_n = {2} keys on {3} "
+                     "warps (two consumer warpgroups and one that loads and sends dQ)",
+                     tile.key(), spec.headDim, keys, kWarps);
+  if (splitsHead(spec) ? tile.blockM != 64 : tile.blockM != 64 && tile.blockM != 128)
     return makeError(ErrorCode::InvalidValue,
-                     "tile {0}: bwd_wgmma block_m (queries per step) must be 64 or 128",
-                     tile.key());
-  if (tile.stages > 3)
-    return makeError(ErrorCode::InvalidValue, "tile {0}: bwd_wgmma takes 2 or 3 stages",
-                     tile.key());
+                     "tile {0}: bwd_wgmma block_m (queries per step) must be {1} at head dim {2}",
+                     tile.key(), splitsHead(spec) ? "64" : "64 or 128", spec.headDim);
+  const int minStages = splitsHead(spec) ? 1 : 2;
+  if (tile.stages < minStages || tile.stages > 3)
+    return makeError(ErrorCode::InvalidValue,
+                     "tile {0}: bwd_wgmma takes {1} to 3 stages at head dim {2}", tile.key(),
+                     minStages, spec.headDim);
   const int cols = dqColumns(spec, tile);
   if (cols == 0 || cols % 64 != 0)
     return makeError(ErrorCode::InvalidValue,
@@ -96,9 +109,10 @@ llvm::Error validateBwdWgmmaTile(const KernelSpec &spec, const TileConfig &tile)
 
 TileConfig bwdWgmmaDefaultTile(const KernelSpec &spec) {
   // The one query step each head dim admits (dQ in whole panels, registers): 128 rows at
-  // head dim 64, 64 at 128.
-  return spec.headDim <= 64 ? TileConfig{128, kKeysPerCta, kWarps, 2}
-                            : TileConfig{64, kKeysPerCta, kWarps, 2};
+  // head dim 64, 64 at 128 and 256 (two stages: all its shared memory).
+  if (splitsHead(spec))
+    return TileConfig{64, bwdWgmmaKeysPerCta(spec), kWarps, 2};
+  return spec.headDim <= 64 ? TileConfig{128, 128, kWarps, 2} : TileConfig{64, 128, kWarps, 2};
 }
 
 std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
@@ -137,15 +151,21 @@ llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileCon
   auto schedule = inlineTemplates({"bwd_wgmma.cuh"});
   if (!schedule)
     return schedule.takeError();
-  // The products' shapes: S^T and dP^T (64 keys x block_m), dK and dV (64 keys x head
-  // dim, A from registers), dQ (64 queries x a slice of the head dim, dS^T and K read
-  // MN-major).
-  std::string wrappers = "// ---- generated: wgmma wrappers ----\nnamespace fj {\n" +
-                         emitWgmmaSmemSmem("wgmma_bwd_st", spec.dtype, tile.blockM, false, false) +
-                         emitWgmmaRegSmem("wgmma_bwd_dkdv", spec.dtype, spec.headDim) +
-                         emitWgmmaSmemSmem("wgmma_bwd_dq", spec.dtype, dqColumns(spec, tile),
-                                           true, true) +
-                         "}  // namespace fj\n";
+  // The products' shapes: S^T and dP^T (64 keys x block_m, or half of it with a split
+  // head dim), dK and dV (64 keys x the head dim with A from registers, or x half of it
+  // with A = P^T, dS^T read K-major from shared memory), dQ (64 queries x a slice of the
+  // head dim, dS^T and K read MN-major).
+  const bool split = splitsHead(spec);
+  std::string dkdv =
+      split ? emitWgmmaSmemSmem("wgmma_bwd_dkdv_ss", spec.dtype, spec.headDim / 2, false, true)
+            : emitWgmmaRegSmem("wgmma_bwd_dkdv", spec.dtype, spec.headDim);
+  std::string wrappers =
+      "// ---- generated: wgmma wrappers ----\nnamespace fj {\n" +
+      emitWgmmaSmemSmem("wgmma_bwd_st", spec.dtype, split ? tile.blockM / 2 : tile.blockM, false,
+                        false) +
+      dkdv +
+      emitWgmmaSmemSmem("wgmma_bwd_dq", spec.dtype, dqColumns(spec, tile), true, true) +
+      "}  // namespace fj\n";
   EmittedKernel kernel;
   kernel.source = generatedHeader(spec.key() + " / " + tile.key()) + *common + wrappers +
                   *schedule + bwdWgmmaConfigBlock(spec, tile);

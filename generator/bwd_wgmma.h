@@ -1,8 +1,10 @@
 // Family bwd_wgmma on the host: the tile rules that mirror templates/bwd_wgmma.cuh
 // (BwdWgmmaConfig) and the emitter. generator/spec.cpp and emit.cpp dispatch here.
 //
-// A bwd_wgmma tile: block_m query rows per step (64 or 128), block_n = 64 keys per
-// consumer warpgroup (128: two warpgroups, warps = 8), 2 or 3 stages of Q and dO.
+// A bwd_wgmma tile: block_m query rows per step (64 or 128), block_n keys per CTA on two
+// consumer warpgroups and a serving one (warps = 12), 2 or 3 stages of Q and dO. Up to
+// head dim 128 each consumer takes 64 keys (block_n 128); above it the consumers split
+// the head dim of 64 keys (block_n 64, block_m 64, one stage: shared memory).
 #pragma once
 
 #include "generator/emit.h"
@@ -19,8 +21,13 @@ constexpr int kBwdWgmmaServerRegisters = 24;
 
 // Whether the family takes the spec's head dims (the target is validateSpec's): head_dim
 // = head_dim_v, a whole number of 128-byte swizzle panels whose dK and dV accumulators
-// fit two warpgroups' registers: 64 or 128. Other head dims run bwd_mma.
+// fit two warpgroups' registers: 64, 128, or 256 split between them. Other head dims run
+// bwd_mma.
 bool bwdWgmmaSupportsHeadDims(const KernelSpec &spec);
+
+// Keys per CTA (tile.block_n) for the spec's head dim: 128, or 64 where the consumers
+// split the head dim (BwdWgmmaConfig::kSplitHead).
+int bwdWgmmaKeysPerCta(const KernelSpec &spec);
 
 // Dynamic shared memory of the main kernel (BwdWgmmaConfig::kSmemBytes), and the larger
 // of it and the deterministic dq kernel's (bwd_mma's, which the module reuses).
@@ -28,7 +35,8 @@ int bwdWgmmaMainSharedBytes(const KernelSpec &spec, const TileConfig &tile);
 int bwdWgmmaSharedBytes(const KernelSpec &spec, const TileConfig &tile);
 
 // Accumulator registers per thread at the main kernel's peak: dK and dV (64 keys x head
-// dim over a warpgroup's 128 threads, each) and S^T and dP^T (64 keys x block_m). The
+// dim over a warpgroup's 128 threads, each) and S^T and dP^T (64 keys x block_m); with a
+// split head dim, dK and dV of half the head dim and dQ's 64 x half of it. The
 // tile rule adds an overhead to it; the tuner's model uses it as is.
 int bwdWgmmaAccumulatorRegisters(const KernelSpec &spec, const TileConfig &tile);
 

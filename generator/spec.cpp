@@ -307,7 +307,7 @@ llvm::Error validateSpec(const KernelSpec &spec) {
     if (!bwdWgmmaSupportsHeadDims(spec))
       return makeError(ErrorCode::NotSupported,
                        "bwd_wgmma does not take head_dim {0} / head_dim_v {1}: it takes "
-                       "head_dim = head_dim_v = 64 or 128; bwd_mma runs the others",
+                       "head_dim = head_dim_v = 64, 128 or 256; bwd_mma runs the others",
                        spec.headDim, spec.headDimV);
   }
   return validateFeatures(spec);
@@ -455,8 +455,11 @@ llvm::Error validateTile(const KernelSpec &spec, const TileConfig &tile) {
   if (tile.blockN % 16 != 0)
     return makeError(ErrorCode::InvalidValue, "tile {0}: block_n must be a multiple of 16",
                      tile.key());
-  if (tile.stages < 2 || tile.stages > 8)
-    return makeError(ErrorCode::InvalidValue, "tile {0}: stages must be 2 to 8", tile.key());
+  // bwd_wgmma's ring may have one stage (validateBwdWgmmaTile says where).
+  const int minStages = spec.family == Family::BwdWgmma ? 1 : 2;
+  if (tile.stages < minStages || tile.stages > 8)
+    return makeError(ErrorCode::InvalidValue, "tile {0}: stages must be {1} to 8", tile.key(),
+                     minStages);
   auto info = targetInfo(spec.target);
   if (!info)
     return info.takeError();

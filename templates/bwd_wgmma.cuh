@@ -55,8 +55,15 @@ struct BwdWgmmaConfig {
   static constexpr int kBlockM = kBlockM_;    // query rows per step
   static constexpr int kStages = kStages_;    // Q / dO / lse / D ring depth
   static constexpr bool kCausal = kCausal_;
-  static constexpr int kConsumers = 2;        // warpgroups, 64 keys each
-  static constexpr int kBlockN = 64 * kConsumers;
+  static constexpr int kConsumers = 2;        // warpgroups
+  // Above head dim 128, dK and dV of 64 keys x the head dim would take 256 registers a
+  // thread: the block is then 64 keys, and the two consumers split the head dim for dK,
+  // dV and dQ and the step's queries for S^T and dP^T, whose P^T and dS^T they exchange
+  // through shared memory (docs/PERF.md bw8). Otherwise each takes 64 keys whole.
+  static constexpr bool kSplitHead = kHeadDim > 128;
+  static constexpr int kBlockN = kSplitHead ? 64 : 64 * kConsumers;
+  static constexpr int kScoreCols = kSplitHead ? kBlockM / kConsumers : kBlockM;  // S^T's N
+  static constexpr int kDkvCols = kSplitHead ? kHeadDim / kConsumers : kHeadDim;
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = kConsumerThreads + 128;  // and the serving warpgroup
   static constexpr int kKvLoadThreads = 32;                 // its warp 1 copies K and V
@@ -71,7 +78,10 @@ struct BwdWgmmaConfig {
 
   static_assert(kHeadDim % 64 == 0, "head dims of whole 128-byte panels");
   static_assert(kBlockM % 64 == 0, "query steps of whole 64-row panels");
-  static_assert(kStages >= 2, "the ring needs two stages");
+  // The split head dim may take one stage (docs/PERF.md bw8).
+  static_assert(kStages >= (kSplitHead ? 1 : 2), "the ring's stages");
+  static_assert(!kSplitHead || (kBlockM == 64 && kDkvCols % 64 == 0),
+                "a split head dim: 64-query steps, whole panels a consumer");
 
   // dQ = dS K: the warpgroups split the step's query rows into 64-row slices, then the
   // head dim; each takes one slice of whole panels.
@@ -80,25 +90,29 @@ struct BwdWgmmaConfig {
   static constexpr int kDqCols = kHeadDim / kDqColSlices;
   static_assert(kDqRowSlices * kDqColSlices == kConsumers && kDqCols % 64 == 0,
                 "dQ slices of whole panels");
-  // A consumer's dQ slice in shared memory: 64 x 64 floats in the accumulator's
-  // register order (bwd_mma::DqTiled), as the tiled accumulator holds it, so one bulk
-  // reduction adds it; each thread's quads of registers land in different banks.
-  static_assert(kDqCols == 64, "dQ slices of 64 x 64 (bwd_mma::DqTiled)");
-  static constexpr int kDqStageBytes = 64 * kDqCols * 4;
+  // A consumer's dQ in shared memory: 64 rows x kDqCols floats as kDqCols / 64
+  // consecutive 64 x 64 slices of the tiled accumulator (bwd_mma::DqTiled), each in the
+  // accumulator's register order, so that one bulk reduction adds them all; each
+  // thread's quads of registers land in different banks. With a split head dim the
+  // consumers add dQ from registers instead (vector reductions): its 64 KB of staging
+  // are the second stage of the ring (docs/PERF.md bw8).
+  static constexpr bool kDqFromRegisters = kSplitHead;
+  static constexpr int kDqStageBytes = kDqFromRegisters ? 0 : 64 * kDqCols * 4;
 
   // Shared memory, each operand a whole number of 1024-byte swizzle atoms from a
   // 1024-byte aligned base: K, V, the Q and dO rings, dS^T (two buffers: a consumer may
-  // write the next step's while the other still reads this one's), lse and D per stage,
-  // the consumers' dQ slices, then the mbarriers: the ring's (full, empty), each dQ
-  // slice's (written, read) and K and V's.
+  // write the next step's while the other still reads this one's) and with a split head
+  // dim P^T likewise, lse and D per stage, the consumers' dQ slices, then the mbarriers:
+  // the ring's (full, empty), each dQ slice's (written, read) and K and V's.
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kDsBytes = kBlockN * kBlockM * 2;
+  static constexpr int kPsBytes = kSplitHead ? 2 * kDsBytes : 0;
   // lse and D of a stage: block_m + 4 floats each (the copy starts up to 3 rows early).
   static constexpr int kStatsFloats = kBlockM + 4;
   static constexpr int kStatsBytes = 2 * kStatsFloats * 4;
   static constexpr int kSmemBytes = 1024 + 2 * kKBytes + 2 * kStages * kQBytes +
-                                    2 * kDsBytes + kStages * kStatsBytes +
+                                    2 * kDsBytes + kPsBytes + kStages * kStatsBytes +
                                     kConsumers * kDqStageBytes + (2 * kStages + 2 * kConsumers + 1) * 8;
 };
 
@@ -131,12 +145,11 @@ __device__ __forceinline__ void load_panels_async(u32 dst, const u16 *src, long 
 }
 
 // acc = A B^T over the head dim, both operands K-major panels: A is 64 rows of a tile of
-// kRowsA rows (from a_rows), B all kRowsB rows of its tile (wgmma's N).
-template <typename Cfg, int kRowsA, int kRowsB>
-__device__ __forceinline__ void product_over_d(float (&acc)[kRowsB / 2], u32 a_rows,
-                                               u32 b_tile) {
+// kRowsA rows (from a_rows), B kN rows (wgmma's N) of a tile of kRowsB rows (from b_rows).
+template <typename Cfg, int kRowsA, int kRowsB, int kN>
+__device__ __forceinline__ void product_over_d(float (&acc)[kN / 2], u32 a_rows, u32 b_rows) {
   const u64 a0 = wgmma_desc(a_rows, 16, 1024, 128);
-  const u64 b0 = wgmma_desc(b_tile, 16, 1024, 128);
+  const u64 b0 = wgmma_desc(b_rows, 16, 1024, 128);
 #pragma unroll
   for (int ks = 0; ks < Cfg::kHeadDim / 16; ++ks) {
     const int panel = ks / 4, within = ks % 4;
@@ -169,18 +182,19 @@ __device__ __forceinline__ void pack_fragments(u32 (&frag)[Cfg::kBlockM / 16][4]
       frag[kk][r] = pack2<T>(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
 }
 
-// Writes this warpgroup's accumulator rows (64 key rows from `row0` of the block, the
-// head dim as columns) to a panel tile of kBlockN rows, times `scale`.
+// Writes this warpgroup's accumulator rows (64 key rows from `row0` of the block, its
+// kDkvCols columns of the head dim from chunk `chunk0`) to a panel tile of kBlockN rows,
+// times `scale`.
 template <typename Cfg>
-__device__ __forceinline__ void stage_rows(u32 tile, const float (&acc)[Cfg::kHeadDim / 2],
-                                           int row0, float scale, int g, int t) {
+__device__ __forceinline__ void stage_rows(u32 tile, const float (&acc)[Cfg::kDkvCols / 2],
+                                           int row0, int chunk0, float scale, int g, int t) {
   typedef typename Cfg::Element T;
 #pragma unroll
-  for (int j = 0; j < Cfg::kHeadDim / 8; ++j)
+  for (int j = 0; j < Cfg::kDkvCols / 8; ++j)
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int r = row0 + g + 8 * hf;
-      st_shared_u32(tile + panel_offset<Cfg::kBlockN>(r, j) + t * 4,
+      st_shared_u32(tile + panel_offset<Cfg::kBlockN>(r, chunk0 + j) + t * 4,
                     pack2<T>(acc[4 * j + 2 * hf] * scale, acc[4 * j + 2 * hf + 1] * scale));
     }
 }
@@ -229,7 +243,8 @@ template <typename Cfg> struct Block {
   static constexpr u32 kV = Cfg::kKBytes, kQ = kV + Cfg::kKBytes;
   static constexpr u32 kDo = kQ + Cfg::kStages * Cfg::kQBytes;
   static constexpr u32 kDs = kDo + Cfg::kStages * Cfg::kQBytes;
-  static constexpr u32 kStats = kDs + 2 * Cfg::kDsBytes;
+  static constexpr u32 kPs = kDs + 2 * Cfg::kDsBytes;  // P^T's buffers (split head dim)
+  static constexpr u32 kStats = kPs + Cfg::kPsBytes;
   static constexpr u32 kDq = kStats + Cfg::kStages * Cfg::kStatsBytes;
   static constexpr u32 kFull = kDq + Cfg::kConsumers * Cfg::kDqStageBytes;
   static constexpr u32 kEmpty = kFull + Cfg::kStages * 8;
@@ -244,6 +259,9 @@ template <typename Cfg> struct Block {
   }
   __device__ __forceinline__ u32 s_ds(int buffer) const {
     return base + kDs + buffer * Cfg::kDsBytes;
+  }
+  __device__ __forceinline__ u32 s_ps(int buffer) const {
+    return base + kPs + buffer * Cfg::kDsBytes;
   }
   __device__ __forceinline__ u32 s_stats(int stage) const {
     return base + kStats + stage * Cfg::kStatsBytes;
@@ -332,14 +350,14 @@ __device__ __forceinline__ void load_steps(const FjBackwardParams &P, const Maps
 
 // The sending thread of consumer c (lane 0 of serving warp 2 + c): each step's dQ slice,
 // which the consumer leaves in shared memory in fp32, added to the global accumulator
-// with one bulk reduction of 16 KB into the tiled accumulator (rows past the sequence's
+// with one bulk reduction (16 KB a 64-column slice) into the tiled accumulator (rows past the sequence's
 // end add zeros to its padding), the slice handed back once read. A thread of its own,
 // so that no load waits for a reduction to be read (docs/PERF.md bw3: with one thread
 // doing both, the consumers waited for their slice buffer for 15 % of their time).
 template <typename Cfg>
 __device__ __forceinline__ void send_dq(const FjBackwardParams &P, const Block<Cfg> &w, int c) {
   const FjForwardParams &p = P.fwd;
-  if (w.steps == 0 || P.dq_accum == nullptr)
+  if (Cfg::kDqFromRegisters || w.steps == 0 || P.dq_accum == nullptr)
     return;
   const long long rows0 =
       bwd_mma::DqTiled::padded_row0(p, bwd_mma::first_query_row(p, w.seq, w.b), w.b);
@@ -348,8 +366,8 @@ __device__ __forceinline__ void send_dq(const FjBackwardParams &P, const Block<C
     mbar_wait(w.dq_written(c), s & 1);
     const long long group = (rows0 + mb * Cfg::kBlockM) / 64 + c / Cfg::kDqColSlices;
     float *dst = P.dq_accum + bwd_mma::DqTiled::slice(group, w.h_kv * w.group + h,
-                                                      c % Cfg::kDqColSlices, p.heads_q,
-                                                      Cfg::kHeadDim);
+                                                      (c % Cfg::kDqColSlices) * Cfg::kDqCols / 64,
+                                                      p.heads_q, Cfg::kHeadDim);
     asm volatile(
         "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
         "r"(w.s_dq(c)), "n"(Cfg::kDqStageBytes)
@@ -365,26 +383,27 @@ __device__ __forceinline__ void send_dq(const FjBackwardParams &P, const Block<C
 // ---- a consumer's step, in pieces that both step orders use ----
 
 // P^T = exp2(S^T scale log2e - lse) in place, masked where the block crosses a sequence
-// end or the diagonal. key_row: this thread's first key row within the block.
+// end or the diagonal. This warpgroup's kScoreCols queries of the step begin at q0 (its
+// lse at s_lse); key_row: this thread's first key row within the block.
 template <typename Cfg>
-__device__ __forceinline__ void scores_to_probs(float (&acc_s)[Cfg::kBlockM / 2],
+__device__ __forceinline__ void scores_to_probs(float (&acc_s)[Cfg::kScoreCols / 2],
                                                 const FjForwardParams &p, const Block<Cfg> &w,
-                                                int m0, int key_row, u32 s_lse, int t) {
-  constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN;
+                                                int m0, int q0, int key_row, u32 s_lse, int t) {
+  constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN, NC = Cfg::kScoreCols;
   const bool crosses = m0 + BM > w.seq.seqlen_q || w.n0 + BN > w.seq.seqlen_k ||
                        (Cfg::kCausal && w.n0 + BN - 1 > m0 + w.diag);
   if (crosses) {
 #pragma unroll
-    for (int i = 0; i < BM / 2; ++i) {
+    for (int i = 0; i < NC / 2; ++i) {
       const int key = w.n0 + key_row + 8 * ((i >> 1) & 1);
-      const int query = m0 + (i >> 2) * 8 + 2 * t + (i & 1);
+      const int query = q0 + (i >> 2) * 8 + 2 * t + (i & 1);
       if (key >= w.seq.seqlen_k || query >= w.seq.seqlen_q ||
           (Cfg::kCausal && key > query + w.diag))
         acc_s[i] = bwd_mma::neg_inf();
     }
   }
 #pragma unroll
-  for (int j = 0; j < BM / 8; ++j) {
+  for (int j = 0; j < NC / 8; ++j) {
     const u32 addr = s_lse + (j * 8 + 2 * t) * 4;
     const float l0 = __uint_as_float(ld_shared_u32(addr));
     const float l1 = __uint_as_float(ld_shared_u32(addr + 4));
@@ -396,11 +415,11 @@ __device__ __forceinline__ void scores_to_probs(float (&acc_s)[Cfg::kBlockM / 2]
 
 // dS^T = P^T (dP^T - D), in place of dP^T.
 template <typename Cfg>
-__device__ __forceinline__ void probs_to_dscores(float (&acc_dp)[Cfg::kBlockM / 2],
-                                                 const float (&acc_s)[Cfg::kBlockM / 2],
+__device__ __forceinline__ void probs_to_dscores(float (&acc_dp)[Cfg::kScoreCols / 2],
+                                                 const float (&acc_s)[Cfg::kScoreCols / 2],
                                                  u32 s_dpsum, int t) {
 #pragma unroll
-  for (int j = 0; j < Cfg::kBlockM / 8; ++j) {
+  for (int j = 0; j < Cfg::kScoreCols / 8; ++j) {
     const u32 addr = s_dpsum + (j * 8 + 2 * t) * 4;
     const float d0 = __uint_as_float(ld_shared_u32(addr));
     const float d1 = __uint_as_float(ld_shared_u32(addr + 4));
@@ -420,6 +439,34 @@ __device__ __forceinline__ void store_dscores(u32 s_ds, const u32 (&ds_frag)[Cfg
     for (int hf = 0; hf < 2; ++hf)
       st_shared_u32(s_ds + panel_offset<Cfg::kBlockN>(key_row + 8 * hf, j) + t * 4,
                     ds_frag[j / 2][(j & 1) * 2 + hf]);
+}
+
+// With a split head dim: this warpgroup's P^T or dS^T columns (its kScoreCols queries,
+// 16-byte chunks from chunk0), rounded, to the step's [key][query] panel, where both
+// consumers' dK and dV products read them.
+template <typename Cfg>
+__device__ __forceinline__ void store_scores(u32 tile, const float (&acc)[Cfg::kScoreCols / 2],
+                                             int key_row, int chunk0, int t) {
+  typedef typename Cfg::Element T;
+#pragma unroll
+  for (int j = 0; j < Cfg::kScoreCols / 8; ++j)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf)
+      st_shared_u32(tile + panel_offset<Cfg::kBlockN>(key_row + 8 * hf, chunk0 + j) + t * 4,
+                    pack2<T>(acc[4 * j + 2 * hf], acc[4 * j + 2 * hf + 1]));
+}
+
+// With a split head dim: acc += X^T B, X^T (64 keys x the step's queries) read K-major
+// from its panel and B = Q or dO read MN-major from b_cols (this warpgroup's first panel
+// of the head dim in the stage).
+template <typename Cfg>
+__device__ __forceinline__ void product_smem_over_queries(float (&acc)[Cfg::kDkvCols / 2],
+                                                          u32 x_tile, u32 b_cols) {
+  const u64 a0 = wgmma_desc(x_tile, 16, 1024, 128);
+  const u64 b0 = wgmma_desc(b_cols, Cfg::kBlockM * 128, 1024, 128);
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kBlockM / 16; ++kk)
+    wgmma_bwd_dkdv_ss(acc, wgmma_desc_add(a0, kk * 32), wgmma_desc_add(b0, kk * 16 * 128), 1);
 }
 
 // Issues dQ(slice) = dS K over the block's keys (one commit group): A = dS^T read
@@ -460,6 +507,48 @@ template <typename Cfg> __device__ __forceinline__ void publish_dq(const Block<C
   mbar_arrive(w.dq_written(c));
 }
 
+// With a split head dim: quads kFirst .. kFirst + kCount - 1 of this consumer's dQ of
+// the step (v[0] holding quad kV0) added to the tiled accumulator from registers,
+// `slices` its first 64 x 64 slice (the rest follow it). Quad j of thread ct lands at
+// quad (j % 8) * 128 + ct of slice j / 8, so a warp's vector reduction covers 512
+// contiguous bytes.
+template <int kFirst, int kCount, int kV0, int N>
+__device__ __forceinline__ void reduce_dq(float *slices, const float (&v)[N], int ct) {
+  static_assert(kFirst >= kV0 && 4 * (kFirst - kV0 + kCount) <= N, "quads held in v");
+#pragma unroll
+  for (int j = kFirst; j < kFirst + kCount; ++j)
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(
+                     slices + (j / 8) * 4096 + ((j % 8) * 128 + ct % 128) * 4),
+                 "f"(v[4 * (j - kV0)]), "f"(v[4 * (j - kV0) + 1]), "f"(v[4 * (j - kV0) + 2]),
+                 "f"(v[4 * (j - kV0) + 3])
+                 : "memory");
+}
+
+// The end of a consumer's walk: dK (times the softmax scale) and dV of its rows
+// (64 from wg_row0) and columns (kDkvCols from col0) to global memory, staged through
+// K's and V's space once both consumers are done with them (dQ reads all of K).
+template <typename Cfg>
+__device__ __forceinline__ void finish_block(const FjBackwardParams &P, const Block<Cfg> &w,
+                                             const float (&acc_dk)[Cfg::kDkvCols / 2],
+                                             const float (&acc_dv)[Cfg::kDkvCols / 2],
+                                             int wg_row0, int col0, int ct) {
+  const int lane = ct & 31, g = lane >> 2, t = lane & 3;
+  named_sync(kBarDs, Cfg::kConsumerThreads);
+  u16 *dk = (u16 *)P.dk +
+            tensor_base(w.seq.k_offset, w.b, w.h_kv, P.dk_batch_stride, P.dk_row_stride,
+                        P.dk_head_stride) +
+            (long long)w.n0 * P.dk_row_stride;
+  u16 *dv = (u16 *)P.dv +
+            tensor_base(w.seq.k_offset, w.b, w.h_kv, P.dv_batch_stride, P.dv_row_stride,
+                        P.dv_head_stride) +
+            (long long)w.n0 * P.dv_row_stride;
+  stage_rows<Cfg>(w.s_k(), acc_dk, wg_row0, col0 / 8, P.fwd.softmax_scale, g, t);
+  stage_rows<Cfg>(w.s_v(), acc_dv, wg_row0, col0 / 8, 1.f, g, t);
+  named_sync(kBarDs, Cfg::kConsumerThreads);
+  store_rows<Cfg>(dk, P.dk_row_stride, w.s_k(), w.keys_valid, ct);
+  store_rows<Cfg>(dv, P.dv_row_stride, w.s_v(), w.keys_valid, ct);
+}
+
 // A consumer warpgroup (c = 0, 1): keys c * 64 .. c * 64 + 63 of the block.
 //
 // Two step orders. At head dim 128 (block_m 64), FlashAttention-3's: dV's product is
@@ -471,8 +560,8 @@ template <typename Cfg> __device__ __forceinline__ void publish_dq(const Block<C
 // keeps bw1's: dV and dK issued together after dS^T, drained before dQ (docs/PERF.md
 // bw4, bw5).
 template <typename Cfg>
-__device__ __forceinline__ void consume(const FjBackwardParams &P, const Block<Cfg> &w, int c,
-                                       int ct) {
+__device__ __forceinline__ void consume_whole(const FjBackwardParams &P, const Block<Cfg> &w,
+                                             int c, int ct) {
   constexpr int D = Cfg::kHeadDim, BM = Cfg::kBlockM, BN = Cfg::kBlockN;
   constexpr bool kOverlapped = D == 128 && BM == 64;
   const FjForwardParams &p = P.fwd;
@@ -508,15 +597,15 @@ __device__ __forceinline__ void consume(const FjBackwardParams &P, const Block<C
     // S^T and dP^T for this warpgroup's 64 keys, one commit group each.
     float acc_s[BM / 2], acc_dp[BM / 2];
     wgmma_fence();
-    product_over_d<Cfg, BN, BM>(acc_s, w.s_k() + c * 64 * 128, s_q);
+    product_over_d<Cfg, BN, BM, BM>(acc_s, w.s_k() + c * 64 * 128, s_q);
     wgmma_commit();
-    product_over_d<Cfg, BN, BM>(acc_dp, w.s_v() + c * 64 * 128, s_do);
+    product_over_d<Cfg, BN, BM, BM>(acc_dp, w.s_v() + c * 64 * 128, s_do);
     wgmma_commit();
     if (with_dq && s > 0)
       publish_dq<Cfg>(w, c);  // the last step's slice
     wgmma_wait<1>();
     pin_registers(acc_s);
-    scores_to_probs<Cfg>(acc_s, p, w, m0, key_row, s_lse, t);
+    scores_to_probs<Cfg>(acc_s, p, w, m0, m0, key_row, s_lse, t);
     u32 p_frag[BM / 16][4], ds_frag[BM / 16][4];
     pack_fragments<Cfg>(p_frag, acc_s);
 
@@ -587,22 +676,114 @@ __device__ __forceinline__ void consume(const FjBackwardParams &P, const Block<C
   }
   if (with_dq && w.steps > 0)
     publish_dq<Cfg>(w, c);
-  // Both consumers are done with K and V (dQ reads all of K): their space stages dK and dV.
-  named_sync(kBarDs, Cfg::kConsumerThreads);
+  finish_block<Cfg>(P, w, acc_dk, acc_dv, wg_row0, 0, ct);
+}
 
-  u16 *dk = (u16 *)P.dk +
-            tensor_base(w.seq.k_offset, w.b, w.h_kv, P.dk_batch_stride, P.dk_row_stride,
-                        P.dk_head_stride) +
-            (long long)w.n0 * P.dk_row_stride;
-  u16 *dv = (u16 *)P.dv +
-            tensor_base(w.seq.k_offset, w.b, w.h_kv, P.dv_batch_stride, P.dv_row_stride,
-                        P.dv_head_stride) +
-            (long long)w.n0 * P.dv_row_stride;
-  stage_rows<Cfg>(w.s_k(), acc_dk, wg_row0, p.softmax_scale, g, t);
-  stage_rows<Cfg>(w.s_v(), acc_dv, wg_row0, 1.f, g, t);
-  named_sync(kBarDs, Cfg::kConsumerThreads);
-  store_rows<Cfg>(dk, P.dk_row_stride, w.s_k(), w.keys_valid, ct);
-  store_rows<Cfg>(dv, P.dv_row_stride, w.s_v(), w.keys_valid, ct);
+// A consumer warpgroup (c = 0, 1) with a split head dim: all 64 keys of the block, the
+// step's queries c * 32 .. c * 32 + 31 for S^T and dP^T, columns c * D / 2 .. of the head
+// dim for dK, dV and dQ. P^T and dS^T go to shared memory, where after the consumers'
+// barrier both read the whole step's: dV += P^T dO and dK += dS^T Q with both operands
+// from shared memory, then dQ = dS K, added to the accumulator from registers. The stage
+// is handed back as soon as dV's and dK's products are done: with one stage in the
+// ring, the next step's Q and dO then load under dQ's product and its reductions.
+template <typename Cfg>
+__device__ __forceinline__ void consume_split(const FjBackwardParams &P, const Block<Cfg> &w,
+                                             int c, int ct) {
+  constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN, NC = Cfg::kScoreCols;
+  constexpr int kCols = Cfg::kDkvCols;
+  const FjForwardParams &p = P.fwd;
+  const int lane = ct & 31, g = lane >> 2, t = lane & 3, warp_in_wg = (ct % 128) / 32;
+
+  float acc_dk[kCols / 2], acc_dv[kCols / 2];
+#pragma unroll
+  for (int i = 0; i < kCols / 2; ++i)
+    acc_dk[i] = acc_dv[i] = 0.f;
+
+  const int wg_row0 = warp_in_wg * 16;  // this thread's key rows: key_row and key_row + 8
+  const int key_row = wg_row0 + g;
+  const int col0 = c * kCols;          // its columns of the head dim
+  const bool with_dq = P.dq_accum != nullptr;
+  const long long dq_rows0 =
+      bwd_mma::DqTiled::padded_row0(p, bwd_mma::first_query_row(p, w.seq, w.b), w.b);
+  // The last kLate quads of a step's dQ are reduced under the next step's S^T and dP^T,
+  // so that a consumer's reductions do not all queue at one point: 4 of 16 measured
+  // 1.025-1.05x; 8 were slower, and spilled when causal (docs/PERF.md bw8).
+  constexpr int kQuads = Cfg::kDqCols / 8, kLate = 4, kEarly = kQuads - kLate;
+  float dq_late[4 * kLate + 1];
+  float *late_slices = nullptr;
+
+  if (w.steps > 0)
+    mbar_wait(w.kv_full(), 0);
+  for (int s = 0; s < w.steps; ++s) {
+    const int stage = s % Cfg::kStages;
+    mbar_wait(w.full(stage), (s / Cfg::kStages) & 1);
+    const int m0 = w.m0(s);
+    const u32 s_q = w.s_q(stage);
+    const u32 s_do = w.s_do(stage);
+    const int q_head = w.h_kv * w.group + s / w.steps_per_head;
+    // lse and D of this warpgroup's first query (the copies began at the 16-byte
+    // boundary at or before row m0).
+    const u32 s_lse =
+        w.s_stats(stage) + (u32)((lse_index(p, w.seq, q_head, m0) & 3) + c * NC) * 4;
+    const u32 s_dpsum = s_lse + Cfg::kStatsFloats * 4;
+    const u32 s_ds = w.s_ds(s & 1), s_ps = w.s_ps(s & 1);
+
+    // S^T and dP^T: all keys x this warpgroup's queries (B rows c * NC of Q and dO).
+    float acc_s[NC / 2], acc_dp[NC / 2];
+    wgmma_fence();
+    product_over_d<Cfg, BN, BM, NC>(acc_s, w.s_k(), s_q + c * NC * 128);
+    wgmma_commit();
+    product_over_d<Cfg, BN, BM, NC>(acc_dp, w.s_v(), s_do + c * NC * 128);
+    wgmma_commit();
+    if (kLate > 0 && late_slices != nullptr)
+      reduce_dq<kEarly, kLate, kEarly>(late_slices, dq_late, ct);
+    wgmma_wait<1>();
+    pin_registers(acc_s);
+    scores_to_probs<Cfg>(acc_s, p, w, m0, m0 + c * NC, key_row, s_lse, t);
+    store_scores<Cfg>(s_ps, acc_s, key_row, c * NC / 8, t);
+    wgmma_wait<0>();
+    pin_registers(acc_dp);
+    probs_to_dscores<Cfg>(acc_dp, acc_s, s_dpsum, t);
+    store_scores<Cfg>(s_ds, acc_dp, key_row, c * NC / 8, t);
+    fence_proxy_async_smem();  // the P^T and dS^T stores, before wgmma reads them
+    named_sync(kBarDs, Cfg::kConsumerThreads);
+
+    wgmma_fence();
+    product_smem_over_queries<Cfg>(acc_dk, s_ds, s_q + (col0 / 64) * BM * 128);
+    product_smem_over_queries<Cfg>(acc_dv, s_ps, s_do + (col0 / 64) * BM * 128);
+    wgmma_commit();
+    // dQ in deterministic mode too (then not sent): a branch here has ptxas fence the
+    // products apart.
+    float acc_dq[Cfg::kDqCols / 2];
+    product_dq<Cfg>(acc_dq, s_ds, w.s_k(), 0, col0);
+    wgmma_wait<1>();  // dK and dV
+    pin_registers(acc_dk);
+    pin_registers(acc_dv);
+    mbar_arrive(w.empty(stage));  // this thread is done with Q, dO, lse and D
+    wgmma_wait<0>();
+    pin_registers(acc_dq);
+    if (with_dq) {
+      float *slices = P.dq_accum + bwd_mma::DqTiled::slice((dq_rows0 + m0) / 64, q_head,
+                                                           col0 / 64, p.heads_q, Cfg::kHeadDim);
+      reduce_dq<0, kEarly, 0>(slices, acc_dq, ct);
+#pragma unroll
+      for (int i = 0; i < 4 * kLate; ++i)
+        dq_late[i] = acc_dq[4 * kEarly + i];
+      late_slices = slices;
+    }
+  }
+  if (kLate > 0 && late_slices != nullptr)
+    reduce_dq<kEarly, kLate, kEarly>(late_slices, dq_late, ct);
+  finish_block<Cfg>(P, w, acc_dk, acc_dv, wg_row0, col0, ct);
+}
+
+template <typename Cfg>
+__device__ __forceinline__ void consume(const FjBackwardParams &P, const Block<Cfg> &w, int c,
+                                       int ct) {
+  if constexpr (Cfg::kSplitHead)
+    consume_split<Cfg>(P, w, c, ct);
+  else
+    consume_whole<Cfg>(P, w, c, ct);
 }
 
 // The key block of this CTA and its walk; each role builds its own after the register

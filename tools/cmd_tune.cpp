@@ -70,7 +70,7 @@ cl::opt<std::string> family("family",
                             cl::init("auto"), cl::sub(sub), cl::cat(sweepCat));
 cl::opt<bool> backwardFlag("backward",
                            cl::desc("With --family auto: also the backward pass (bwd_wgmma "
-                                    "on sm_90a for head dims 64 and 128, else bwd_mma), what "
+                                    "on sm_90a for head dims 64, 128 and 256, else bwd_mma), what "
                                     "fj_kernel_get loads for desc.backward"),
                            cl::sub(sub), cl::cat(sweepCat));
 cl::opt<bool> decodeFlag("decode",

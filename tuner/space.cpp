@@ -265,12 +265,16 @@ TileEstimate estimateTile(const generator::KernelSpec &spec, const generator::Ti
 std::vector<generator::TileConfig> enumerateTiles(const generator::KernelSpec &spec) {
   std::vector<generator::TileConfig> tiles;
   if (spec.family == generator::Family::BwdWgmma) {
-    // bwd_wgmma: the query step x two consumer warpgroups of 64 keys (and the one that
-    // serves them) x stages of Q and dO; validateTile drops what a head dim's registers
-    // or shared memory cannot take.
+    // bwd_wgmma: the query step x the head dim's keys per CTA on two consumer warpgroups
+    // (and the one that serves them) x stages of Q and dO; validateTile drops what a head
+    // dim's registers or shared memory cannot take.
+    // One stage is for the split head dim (64 keys), whose shared memory has no room
+    // for two.
+    const int keys = generator::bwdWgmmaKeysPerCta(spec);
     for (int blockM : {64, 128})
-      for (int stages : {2, 3})
-        tiles.push_back({blockM, 128, 12, stages});
+      for (int stages : {1, 2, 3})
+        if (stages > 1 || keys == 64)
+          tiles.push_back({blockM, keys, 12, stages});
     return tiles;
   }
   if (isBackward(spec)) {

@@ -63,9 +63,9 @@ bool hopper() {
 }
 
 // The backward family fj_kernel_get gives a case under $FLASHJIT_BACKWARD_FAMILY =
-// `forced` ("" for auto): bwd_wgmma on sm_90a for head_dim = head_dim_v in {64, 128}.
+// `forced` ("" for auto): bwd_wgmma on sm_90a for head_dim = head_dim_v in {64, 128, 256}.
 generator::Family expectedFamily(const Case &c, const std::string &forced) {
-  const bool wgmmaTakes = c.d == c.dv && (c.d == 64 || c.d == 128);
+  const bool wgmmaTakes = c.d == c.dv && (c.d == 64 || c.d == 128 || c.d == 256);
   return forced != "bwd_mma" && hopper() && wgmmaTakes ? generator::Family::BwdWgmma
                                                        : generator::Family::BwdMma;
 }

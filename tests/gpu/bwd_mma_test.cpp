@@ -1,6 +1,6 @@
 // The backward families against the backward reference on the GPU (DESIGN.md's
 // correctness bar), each over the head dims it takes: bwd_mma (every target, the whole
-// grid) and bwd_wgmma (sm_90a only, head dims 64 and 128; skipped elsewhere). dQ, dK
+// grid) and bwd_wgmma (sm_90a only, head dims 64, 128 and 256; skipped elsewhere). dQ, dK
 // and dV of every head dim x fp16/bf16 x causal, over sequence pairs that are not
 // multiples of the tiles, MHA/GQA/MQA, with poisoned outputs; variable-length batches,
 // strided layouts, softmax scales, every tile of the tuner's space on one shape, and
@@ -8,6 +8,7 @@
 // 4000 x 4000 problem); bwd_mma also with head_dim_v != head_dim.
 #include "kernel_pool.h"
 
+#include "generator/bwd_wgmma.h"
 #include "tuner/backward_checker.h"
 #include "tuner/space.h"
 
@@ -39,12 +40,14 @@ bool deviceRuns(Family family) {
                    << "is " << openTestDevice()->properties().target();                            \
   } while (0)
 
-// The head dims of `wanted` that `family` takes (bwd_wgmma: head_dim = head_dim_v in
-// {64, 128}; bwd_mma: all).
+// The head dims of `wanted` that `family` takes (bwd_wgmma: bwdWgmmaSupportsHeadDims;
+// bwd_mma: all).
 std::vector<int> headDimsOf(Family family, std::vector<int> wanted) {
   if (family != Family::BwdWgmma)
     return wanted;
-  llvm::erase_if(wanted, [](int d) { return d != 64 && d != 128; });
+  llvm::erase_if(wanted, [family](int d) {
+    return !generator::bwdWgmmaSupportsHeadDims(specFor(d, d, DType::BF16, false, family));
+  });
   return wanted;
 }
 
@@ -139,7 +142,7 @@ INSTANTIATE_TEST_SUITE_P(BwdMma, BwdGrid,
                          bwdGridParamName);
 INSTANTIATE_TEST_SUITE_P(BwdWgmma, BwdGrid,
                          ::testing::Combine(::testing::Values(Family::BwdWgmma),
-                                            ::testing::Values(64, 128),
+                                            ::testing::Values(64, 128, 256),
                                             ::testing::Values(DType::FP16, DType::BF16),
                                             ::testing::Bool()),
                          bwdGridParamName);
@@ -165,9 +168,9 @@ TEST_P(Bwd, VariableLengthBatch) {
 TEST_P(Bwd, StridedLayouts) {
   const Family family = GetParam();
   FLASHJIT_REQUIRE_FAMILY(family);
-  // bwd_mma at a head dim no other test strides; bwd_wgmma at both of its own.
+  // bwd_mma at a head dim no other test strides; bwd_wgmma at each of its own.
   const std::vector<int> dims = family == Family::BwdMma ? std::vector<int>{96}
-                                                         : std::vector<int>{64, 128};
+                                                         : std::vector<int>{64, 128, 256};
   for (int d : dims)
     for (tuner::Layout layout : {tuner::Layout::BSHD, tuner::Layout::BHSD})
       for (int padding : {0, 24})

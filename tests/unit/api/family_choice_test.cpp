@@ -63,7 +63,7 @@ TEST(ApiFamily, SpecsFollowTheDescription) {
   EXPECT_EQ(specs[1].key(), "fwd_mma.fp16.d72.dv40.nocausal.sm90a");
 }
 
-// The backward pass (desc.backward): bwd_wgmma on sm_90a for head dims 64 and 128,
+// The backward pass (desc.backward): bwd_wgmma on sm_90a for head dims 64, 128 and 256,
 // bwd_mma for the others and elsewhere; $FLASHJIT_BACKWARD_FAMILY's choice honoured or
 // refused with its name.
 TEST(ApiFamily, BackwardSpecFollowsTheTargetAndHeadDims) {
@@ -81,7 +81,8 @@ TEST(ApiFamily, BackwardSpecFollowsTheTargetAndHeadDims) {
   };
   EXPECT_EQ(backwardKey("sm_90a", 128, 128), "bwd_wgmma.bf16.d128.dv128.causal.sm90a");
   EXPECT_EQ(backwardKey("sm_90a", 64, 64), "bwd_wgmma.bf16.d64.dv64.causal.sm90a");
-  EXPECT_EQ(backwardKey("sm_90a", 256, 256), "bwd_mma.bf16.d256.dv256.causal.sm90a");
+  EXPECT_EQ(backwardKey("sm_90a", 256, 256), "bwd_wgmma.bf16.d256.dv256.causal.sm90a");
+  EXPECT_EQ(backwardKey("sm_90a", 192, 192), "bwd_mma.bf16.d192.dv192.causal.sm90a");
   EXPECT_EQ(backwardKey("sm_90a", 128, 64), "bwd_mma.bf16.d128.dv64.causal.sm90a");
   EXPECT_EQ(backwardKey("sm_80", 128, 128), "bwd_mma.bf16.d128.dv128.causal.sm80");
   EXPECT_EQ(backwardKey("sm_90", 64, 64), "bwd_mma.bf16.d64.dv64.causal.sm90");

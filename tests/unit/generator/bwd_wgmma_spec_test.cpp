@@ -1,5 +1,5 @@
 // bwd_wgmma as a family of the generator (no GPU): its key and name round trip, the
-// spec rules (sm_90a only; head_dim = head_dim_v in {64, 128}, bwd_mma for the rest;
+// spec rules (sm_90a only; head_dim = head_dim_v in {64, 128, 256}, bwd_mma for the rest;
 // features refused as for bwd_mma), default tiles that fit, and the dispatch of
 // validateTile, sharedBytes, emitKernel and emitConfigBlock to generator/bwd_wgmma.
 #include "generator/bwd_mma.h"
@@ -27,11 +27,11 @@ KernelSpec bwdWgmmaSpec(int d, int dv = 0, const char *target = "sm_90a") {
   return spec;
 }
 
-// Every spec the family takes: head dims 64 and 128 x dtypes x causal.
+// Every spec the family takes: head dims 64, 128 and 256 x dtypes x causal.
 std::vector<KernelSpec> everyBwdWgmmaSpec() {
   std::vector<KernelSpec> specs;
   for (DType dtype : {DType::BF16, DType::FP16})
-    for (int d : {64, 128})
+    for (int d : {64, 128, 256})
       for (bool causal : {false, true}) {
         KernelSpec spec = bwdWgmmaSpec(d);
         spec.dtype = dtype;
@@ -89,13 +89,13 @@ TEST(BwdWgmmaSpec, NeedsSm90a) {
 }
 
 TEST(BwdWgmmaSpec, OtherHeadDimsAreBwdMmas) {
-  for (auto [d, dv] : {std::pair{96, 96}, std::pair{256, 256}, std::pair{32, 32},
-                       std::pair{128, 64}, std::pair{64, 128}}) {
+  for (auto [d, dv] : {std::pair{96, 96}, std::pair{192, 192}, std::pair{32, 32},
+                       std::pair{128, 64}, std::pair{64, 128}, std::pair{256, 128}}) {
     KernelSpec spec = bwdWgmmaSpec(d, dv);
     EXPECT_FALSE(bwdWgmmaSupportsHeadDims(spec)) << spec.key();
     ErrorReport report = errorOf(validateSpec(spec));
     EXPECT_EQ(report.code, ErrorCode::NotSupported) << spec.key();
-    EXPECT_NE(report.message.find("64 or 128"), std::string::npos) << report.message;
+    EXPECT_NE(report.message.find("64, 128 or 256"), std::string::npos) << report.message;
     EXPECT_NE(report.message.find("bwd_mma runs the others"), std::string::npos)
         << report.message;
     spec.family = Family::BwdMma;
@@ -120,7 +120,7 @@ TEST(BwdWgmmaSpec, DefaultTilesFitAndDispatch) {
   for (const KernelSpec &spec : everyBwdWgmmaSpec()) {
     TileConfig tile = defaultTile(spec);
     EXPECT_EQ(tile, bwdWgmmaDefaultTile(spec));
-    EXPECT_EQ(tile.blockN, 128) << tile.key();
+    EXPECT_EQ(tile.blockN, spec.headDim > 128 ? 64 : 128) << tile.key();
     EXPECT_EQ(tile.warps, 12) << tile.key();  // two consumer warpgroups and the server
     llvm::Error err = validateTile(spec, tile);
     EXPECT_FALSE(bool(err)) << spec.key() << " " << tile.key() << ": "
@@ -155,7 +155,7 @@ TEST(BwdWgmmaSpec, EmitsABackwardModule) {
   ASSERT_TRUE(bool(config)) << llvm::toString(config.takeError());
   EXPECT_NE(config->find("BwdWgmmaConfig"), std::string::npos) << *config;
   // Neither emits for a spec the family cannot take.
-  for (const KernelSpec &bad : {bwdWgmmaSpec(128, 0, "sm_80"), bwdWgmmaSpec(256)}) {
+  for (const KernelSpec &bad : {bwdWgmmaSpec(128, 0, "sm_80"), bwdWgmmaSpec(192)}) {
     auto refused = emitKernel(bad, tile);
     ASSERT_FALSE(bool(refused)) << bad.key();
     EXPECT_EQ(errorOf(refused.takeError()).code, ErrorCode::NotSupported);

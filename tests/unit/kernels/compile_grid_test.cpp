@@ -21,11 +21,11 @@ namespace {
 
 const std::vector<int> kHeadDims = {32, 40, 64, 72, 80, 96, 128, 160, 192, 224, 256};
 
-// The head dims a family has kernels for: bwd_wgmma takes 64 and 128 only (bwd_mma runs
-// the others), every other family the whole grid.
+// The head dims a family has kernels for: bwd_wgmma takes 64, 128 and 256 only (bwd_mma
+// runs the others), every other family the whole grid.
 std::vector<int> headDimsOf(generator::Family family) {
   if (family == generator::Family::BwdWgmma)
-    return {64, 128};
+    return {64, 128, 256};
   return kHeadDims;
 }
 

@@ -125,8 +125,9 @@ TEST(FamilyPlan, BackwardIsWgmmaOnHopperForTheHeadDimsItTakes) {
     EXPECT_FALSE(plan.backwardForced) << forced;
     EXPECT_EQ(backwardOf(plan, 64), Family::BwdWgmma);
     EXPECT_EQ(backwardOf(plan, 128), Family::BwdWgmma);
+    EXPECT_EQ(backwardOf(plan, 256), Family::BwdWgmma);
     // The others run bwd_mma, which takes every head dim.
-    for (auto [d, dv] : {std::pair{256, 256}, std::pair{96, 96}, std::pair{32, 32},
+    for (auto [d, dv] : {std::pair{192, 192}, std::pair{96, 96}, std::pair{32, 32},
                          std::pair{128, 64}})
       EXPECT_EQ(backwardOf(plan, d, dv), Family::BwdMma) << d << "/" << dv;
   }
@@ -154,14 +155,15 @@ TEST(FamilyPlan, ForcedBackwardFamilies) {
   EXPECT_EQ(wgmma.backward, Family::BwdWgmma);
   EXPECT_TRUE(wgmma.backwardForced);
   EXPECT_EQ(backwardOf(wgmma, 64), Family::BwdWgmma);
+  EXPECT_EQ(backwardOf(wgmma, 256), Family::BwdWgmma);
   // Forced, a head dim it cannot take is an error, not a silent bwd_mma.
-  auto d256 = tuner::backwardFamilyFor(wgmma, specOf(256));
-  ASSERT_FALSE(bool(d256));
-  ErrorReport report = takeErrorReport(d256.takeError());
+  auto d192 = tuner::backwardFamilyFor(wgmma, specOf(192));
+  ASSERT_FALSE(bool(d192));
+  ErrorReport report = takeErrorReport(d192.takeError());
   EXPECT_EQ(report.code, ErrorCode::NotSupported);
   EXPECT_NE(report.message.find("$FLASHJIT_BACKWARD_FAMILY"), std::string::npos)
       << report.message;
-  EXPECT_NE(report.message.find("256"), std::string::npos) << report.message;
+  EXPECT_NE(report.message.find("192"), std::string::npos) << report.message;
 
   auto off = tuner::familyPlan("sm_80", "", "bwd_wgmma");
   ASSERT_FALSE(bool(off));

@@ -370,6 +370,13 @@ TEST(BwdWgmmaSpace, EnumeratesTwoQueryStepsAndTwoDepths) {
   EXPECT_EQ(keys, (std::vector<std::string>{"bm64.bn128.w12.s2", "bm64.bn128.w12.s3",
                                             "bm128.bn128.w12.s2", "bm128.bn128.w12.s3"}));
   EXPECT_EQ(tuner::enumerateTiles(bwdWgmma(64)), tiles);
+  // Head dim 256: 64 keys a CTA, and one stage besides (the only one that fits).
+  std::vector<std::string> split;
+  for (const TileConfig &t : tuner::enumerateTiles(bwdWgmma(256)))
+    split.push_back(t.key());
+  EXPECT_EQ(split, (std::vector<std::string>{"bm64.bn64.w12.s1", "bm64.bn64.w12.s2",
+                                             "bm64.bn64.w12.s3", "bm128.bn64.w12.s1",
+                                             "bm128.bn64.w12.s2", "bm128.bn64.w12.s3"}));
   // bwd_mma's space is its own, untouched.
   KernelSpec mma = spec(128);
   mma.family = generator::Family::BwdMma;
@@ -377,7 +384,7 @@ TEST(BwdWgmmaSpace, EnumeratesTwoQueryStepsAndTwoDepths) {
 }
 
 TEST(BwdWgmmaSpace, EveryHeadDimItTakesHasValidCandidates) {
-  for (int d : {64, 128})
+  for (int d : {64, 128, 256})
     for (bool causal : {false, true}) {
       KernelSpec s = bwdWgmma(d, causal);
       SCOPED_TRACE(s.key());
@@ -390,7 +397,7 @@ TEST(BwdWgmmaSpace, EveryHeadDimItTakesHasValidCandidates) {
       EXPECT_GE(valid, 1);
       auto space = tuner::buildSpace(s, Bucket::forShape(4096, 4096, 32), h100());
       print(space);
-      EXPECT_EQ(space.size(), 4u);
+      EXPECT_EQ(space.size(), d > 128 ? 6u : 4u);  // and one stage at 256
       EXPECT_GE(count(space, Verdict::Candidate), 1);
       for (const SpaceEntry &e : space)
         if (e.verdict == Verdict::Candidate) {

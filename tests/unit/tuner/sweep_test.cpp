@@ -382,7 +382,7 @@ TEST(Sweep, AutoBackwardIsTheApisChoicePerHeadDim) {
   EXPECT_EQ(backwardLabels(tuner::tuneItems(c, "sm_90a")),
             (std::vector<std::string>{"bwd_wgmma.bf16.d64.dv64.nocausal.sm90a q1024.k1024.bh32",
                                       "bwd_wgmma.bf16.d128.dv128.nocausal.sm90a q1024.k1024.bh32",
-                                      "bwd_mma.bf16.d256.dv256.nocausal.sm90a q1024.k1024.bh32"}));
+                                      "bwd_wgmma.bf16.d256.dv256.nocausal.sm90a q1024.k1024.bh32"}));
   EXPECT_EQ(backwardLabels(tuner::tuneItems(c, "sm_80")),
             (std::vector<std::string>{"bwd_mma.bf16.d64.dv64.nocausal.sm80 q1024.k1024.bh32",
                                       "bwd_mma.bf16.d128.dv128.nocausal.sm80 q1024.k1024.bh32",
@@ -396,7 +396,7 @@ TEST(Sweep, AutoBackwardIsTheApisChoicePerHeadDim) {
                                       "bwd_mma.bf16.d128.dv128.nocausal.sm80",
                                       "bwd_wgmma.bf16.d128.dv128.nocausal.sm90a",
                                       "bwd_mma.bf16.d256.dv256.nocausal.sm80",
-                                      "bwd_mma.bf16.d256.dv256.nocausal.sm90a"}));
+                                      "bwd_wgmma.bf16.d256.dv256.nocausal.sm90a"}));
 }
 
 // --family bwd_wgmma: only sm_90a, and only the head dims it takes; the others are left
@@ -404,7 +404,7 @@ TEST(Sweep, AutoBackwardIsTheApisChoicePerHeadDim) {
 TEST(Sweep, AnExplicitBwdWgmmaLeavesOutHeadDimsItCannotTake) {
   SweepConfig c = smallConfig();
   c.families = {generator::Family::BwdWgmma};
-  c.headDims = {64, 96, 128, 256};
+  c.headDims = {64, 96, 128, 192};
   c.causal = {true};
   c.seqlens = {1024};
   EXPECT_TRUE(tuner::sweepFamilies(c, "sm_80").empty());
@@ -418,7 +418,7 @@ TEST(Sweep, AnExplicitBwdWgmmaLeavesOutHeadDimsItCannotTake) {
   ASSERT_EQ(leftOut.size(), 2u) << llvm::join(leftOut, "\n");
   EXPECT_EQ(llvm::StringRef(leftOut[0]).split(':').first, "bwd_wgmma.bf16.d96.dv96.causal.sm90a");
   EXPECT_EQ(llvm::StringRef(leftOut[1]).split(':').first,
-            "bwd_wgmma.bf16.d256.dv256.causal.sm90a");
+            "bwd_wgmma.bf16.d192.dv192.causal.sm90a");
   EXPECT_NE(leftOut[0].find("bwd_mma runs the others"), std::string::npos) << leftOut[0];
   std::vector<std::string> tuneLeftOut;
   EXPECT_EQ(tuner::tuneItems(c, "sm_90a", &tuneLeftOut).size(), 2u);
