@@ -4,7 +4,7 @@
 // A bwd_wgmma tile: block_m query rows per step (64 or 128), block_n keys per CTA on two
 // consumer warpgroups and a serving one (warps = 12), 2 or 3 stages of Q and dO. Up to
 // head dim 128 each consumer takes 64 keys (block_n 128); above it the consumers split
-// the head dim of 64 keys (block_n 64, block_m 64, one stage: shared memory).
+// the head dim of 64 keys (block_n 64, block_m 64, one or two stages).
 #pragma once
 
 #include "generator/emit.h"
