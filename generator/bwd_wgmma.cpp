@@ -53,6 +53,8 @@ bool bwdWgmmaSupportsHeadDims(const KernelSpec &spec) {
 
 int bwdWgmmaKeysPerCta(const KernelSpec &spec) { return splitsHead(spec) ? 64 : 128; }
 
+int bwdWgmmaMinStages(const KernelSpec &spec) { return splitsHead(spec) ? 1 : 2; }
+
 int bwdWgmmaMainSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
   // Mirrors BwdWgmmaConfig::kSmemBytes: K, V, the Q and dO rings, two dS^T buffers (and
   // two of P^T with a split head dim), lse and D per stage (block_m + 4 floats each), the
@@ -83,11 +85,11 @@ llvm::Error validateBwdWgmmaTile(const KernelSpec &spec, const TileConfig &tile)
     return makeError(ErrorCode::InvalidValue,
                      "tile {0}: bwd_wgmma block_m (queries per step) must be {1} at head dim {2}",
                      tile.key(), splitsHead(spec) ? "64" : "64 or 128", spec.headDim);
-  const int minStages = splitsHead(spec) ? 1 : 2;
-  if (tile.stages < minStages || tile.stages > 3)
+  const int minStages = bwdWgmmaMinStages(spec);
+  if (tile.stages < minStages || tile.stages > kBwdWgmmaMaxStages)
     return makeError(ErrorCode::InvalidValue,
-                     "tile {0}: bwd_wgmma takes {1} to 3 stages at head dim {2}", tile.key(),
-                     minStages, spec.headDim);
+                     "tile {0}: bwd_wgmma takes {1} to {2} stages at head dim {3}", tile.key(),
+                     minStages, kBwdWgmmaMaxStages, spec.headDim);
   const int cols = dqColumns(spec, tile);
   if (cols == 0 || cols % 64 != 0)
     return makeError(ErrorCode::InvalidValue,

@@ -28,6 +28,10 @@ bool bwdWgmmaSupportsHeadDims(const KernelSpec &spec);
 // Keys per CTA (tile.block_n) for the spec's head dim: 128, or 64 where the consumers
 // split the head dim (BwdWgmmaConfig::kSplitHead).
 int bwdWgmmaKeysPerCta(const KernelSpec &spec);
+// The fewest stages of the Q and dO ring the template takes (BwdWgmmaConfig's
+// static_assert): 1 where the consumers split the head dim, else 2; at most 3.
+int bwdWgmmaMinStages(const KernelSpec &spec);
+constexpr int kBwdWgmmaMaxStages = 3;
 
 // Dynamic shared memory of the main kernel (BwdWgmmaConfig::kSmemBytes), and the larger
 // of it and the deterministic dq kernel's (bwd_mma's, which the module reuses).

@@ -455,11 +455,9 @@ llvm::Error validateTile(const KernelSpec &spec, const TileConfig &tile) {
   if (tile.blockN % 16 != 0)
     return makeError(ErrorCode::InvalidValue, "tile {0}: block_n must be a multiple of 16",
                      tile.key());
-  // bwd_wgmma's ring may have one stage (validateBwdWgmmaTile says where).
-  const int minStages = spec.family == Family::BwdWgmma ? 1 : 2;
-  if (tile.stages < minStages || tile.stages > 8)
-    return makeError(ErrorCode::InvalidValue, "tile {0}: stages must be {1} to 8", tile.key(),
-                     minStages);
+  // bwd_wgmma's validator bounds its own ring (one stage where it splits the head dim).
+  if (spec.family != Family::BwdWgmma && (tile.stages < 2 || tile.stages > 8))
+    return makeError(ErrorCode::InvalidValue, "tile {0}: stages must be 2 to 8", tile.key());
   auto info = targetInfo(spec.target);
   if (!info)
     return info.takeError();

@@ -268,13 +268,11 @@ std::vector<generator::TileConfig> enumerateTiles(const generator::KernelSpec &s
     // bwd_wgmma: the query step x the head dim's keys per CTA on two consumer warpgroups
     // (and the one that serves them) x stages of Q and dO; validateTile drops what a head
     // dim's registers or shared memory cannot take.
-    // One stage is for the split head dim (64 keys), whose shared memory has no room
-    // for two.
     const int keys = generator::bwdWgmmaKeysPerCta(spec);
     for (int blockM : {64, 128})
-      for (int stages : {1, 2, 3})
-        if (stages > 1 || keys == 64)
-          tiles.push_back({blockM, keys, 12, stages});
+      for (int stages = generator::bwdWgmmaMinStages(spec);
+           stages <= generator::kBwdWgmmaMaxStages; ++stages)
+        tiles.push_back({blockM, keys, 12, stages});
     return tiles;
   }
   if (isBackward(spec)) {
