@@ -3,7 +3,9 @@
 #include "support/error.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -156,6 +158,27 @@ llvm::Expected<std::vector<TuningRow>> winnersFor(Cache &cache,
       rows.push_back(std::move(found.row));
   }
   return rows;
+}
+
+WinnersMerge mergeWinners(llvm::ArrayRef<std::vector<TuningRow>> inputs) {
+  WinnersMerge merged;
+  llvm::StringMap<size_t> index; // key text -> position in merged.rows
+  for (const std::vector<TuningRow> &input : inputs)
+    for (const TuningRow &row : input) {
+      auto [at, fresh] = index.try_emplace(row.key.text(), merged.rows.size());
+      if (fresh) {
+        merged.rows.push_back(row);
+        continue;
+      }
+      TuningRow &kept = merged.rows[at->second];
+      if (kept.config != row.config)
+        merged.conflicts.push_back(llvm::formatv("{0}: {1} {2:f2} us against {3} {4:f2} us",
+                                                 at->first(), kept.config, kept.medianUs,
+                                                 row.config, row.medianUs));
+      if (row.medianUs < kept.medianUs)
+        kept = row;
+    }
+  return merged;
 }
 
 } // namespace flashjit::cache

@@ -27,4 +27,13 @@ llvm::Expected<std::vector<TuningRow>> winnersFromJson(llvm::StringRef text,
 llvm::Expected<std::vector<TuningRow>> winnersFor(Cache &cache,
                                                   llvm::ArrayRef<std::string> deviceKeys);
 
+// Winners files combined as `mergeDbs` combines DBs: per tuning key the faster row (the
+// earlier input on a tie); a key whose inputs name different winners is a conflict
+// ("<key text>: <config> <us> us against <config> <us> us").
+struct WinnersMerge {
+  std::vector<TuningRow> rows;
+  std::vector<std::string> conflicts;
+};
+WinnersMerge mergeWinners(llvm::ArrayRef<std::vector<TuningRow>> inputs);
+
 } // namespace flashjit::cache

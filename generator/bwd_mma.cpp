@@ -1,6 +1,7 @@
 #include "generator/bwd_mma.h"
 
 #include "generator/emit_common.h"
+#include "generator/templates.h"
 #include "generator/smem_layout.h"
 #include "support/error.h"
 
@@ -202,12 +203,13 @@ std::string bwdMmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
 }
 
 llvm::Expected<EmittedKernel> emitBwdMma(const KernelSpec &spec, const TileConfig &tile) {
-  auto body = inlineTemplates(
-      {"fj_params.h", "fj_bwd_params.h", "fj_common.cuh", "fj_smem.cuh", "bwd_mma.cuh"});
+  auto body = inlineTemplates(familyTemplates(Family::BwdMma));
   if (!body)
     return body.takeError();
   EmittedKernel kernel;
-  kernel.source = generatedHeader(spec.key() + " / " + tile.key()) + *body +
+  kernel.source = generatedHeader(spec.key() + " / " + tile.key(),
+                                  familyFingerprint(Family::BwdMma)) +
+                  *body +
                   bwdMmaConfigBlock(spec, tile);
   BackwardEntries &e = kernel.backward;
   e = bwdMmaSharedEntries(spec, tile, /*tiledDq=*/false);

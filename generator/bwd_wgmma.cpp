@@ -2,6 +2,7 @@
 
 #include "generator/bwd_mma.h"
 #include "generator/emit_common.h"
+#include "generator/templates.h"
 #include "generator/wgmma_wrappers.h"
 #include "support/error.h"
 
@@ -146,11 +147,11 @@ std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) 
 }
 
 llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileConfig &tile) {
-  auto common = inlineTemplates({"fj_params.h", "fj_bwd_params.h", "fj_common.cuh",
-                                 "fj_smem.cuh", "fj_hopper.cuh", "bwd_mma.cuh"});
+  llvm::ArrayRef<llvm::StringRef> files = familyTemplates(Family::BwdWgmma);
+  auto common = inlineTemplates(files.drop_back());
   if (!common)
     return common.takeError();
-  auto schedule = inlineTemplates({"bwd_wgmma.cuh"});
+  auto schedule = inlineTemplates(files.take_back());
   if (!schedule)
     return schedule.takeError();
   // The products' shapes: S^T and dP^T (64 keys x block_m, or half of it with a split
@@ -169,7 +170,9 @@ llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileCon
       emitWgmmaSmemSmem("wgmma_bwd_dq", spec.dtype, dqColumns(spec, tile), true, true) +
       "}  // namespace fj\n";
   EmittedKernel kernel;
-  kernel.source = generatedHeader(spec.key() + " / " + tile.key()) + *common + wrappers +
+  kernel.source = generatedHeader(spec.key() + " / " + tile.key(),
+                                  familyFingerprint(Family::BwdWgmma)) +
+                  *common + wrappers +
                   *schedule + bwdWgmmaConfigBlock(spec, tile);
   BackwardEntries &e = kernel.backward;
   e = bwdMmaSharedEntries(mmaSpec(spec), dqTile(spec), /*tiledDq=*/true);

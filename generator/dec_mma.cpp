@@ -1,6 +1,7 @@
 #include "generator/dec_mma.h"
 
 #include "generator/emit_common.h"
+#include "generator/templates.h"
 #include "generator/smem_layout.h"
 #include "support/error.h"
 
@@ -114,12 +115,13 @@ std::string decMmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
 }
 
 llvm::Expected<EmittedKernel> emitDecMma(const KernelSpec &spec, const TileConfig &tile) {
-  auto body = inlineTemplates(
-      {"fj_params.h", "fj_decode_params.h", "fj_common.cuh", "fj_smem.cuh", "dec_mma.cuh"});
+  auto body = inlineTemplates(familyTemplates(Family::DecMma));
   if (!body)
     return body.takeError();
   EmittedKernel kernel;
-  kernel.source = generatedHeader(spec.key() + " / " + tile.key()) + *body +
+  kernel.source = generatedHeader(spec.key() + " / " + tile.key(),
+                                  familyFingerprint(Family::DecMma)) +
+                  *body +
                   decMmaConfigBlock(spec, tile);
   kernel.entryName = "flashjit_dec_split";
   kernel.decode.enabled = true;

@@ -4,7 +4,9 @@
 #include "cache/ship.h"
 #include "cache/winners.h"
 #include "tools/command.h"
+#include "generator/spec.h"
 #include "tuner/bucket.h"
+#include "tuner/tuner.h"
 
 #include "support/error.h"
 
@@ -15,6 +17,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace llvm;
@@ -31,6 +34,9 @@ cl::SubCommand
                  "  export --device-key K --out F     write a compact DB to ship (--format json:\n"
                  "                                    the winners alone, as text)\n"
                  "  merge A B... --out F              combine DBs, keeping the faster winner\n"
+                 "                                    (--format json: winners files; with\n"
+                 "                                    --current-only, without the rows this\n"
+                 "                                    build would not load)\n"
                  "  verify [DB...]                    check integrity, schema and checksums\n"
                  "  clear                             delete every row of the user DB");
 cl::list<std::string> arguments(cl::Positional, cl::desc("<ls|export|merge|verify|clear> [DB...]"),
@@ -47,10 +53,15 @@ cl::list<std::string> systemDbs("system",
                                          "system.sqlite beside this installation)"),
                                 cl::value_desc("file"), cl::sub(cacheCommand));
 cl::opt<std::string> format("format",
-                            cl::desc("export: sqlite (a DB to ship, the default) or json (the "
-                                     "winners and their measurements, no binaries: what "
+                            cl::desc("export, merge: sqlite (a DB to ship, the default) or json "
+                                     "(the winners and their measurements, no binaries: what "
                                      "`flashjit tune --compile-only --winners` reads)"),
                             cl::init("sqlite"), cl::sub(cacheCommand));
+cl::opt<bool> currentOnly("current-only",
+                          cl::desc("merge --format json: leave out the rows this build would "
+                                   "never load (another generator for their family, or another "
+                                   "measurement protocol), listing their families as stale"),
+                          cl::sub(cacheCommand));
 cl::list<std::string> deviceKeys("device-key",
                                  cl::desc("export: a device key to include (repeat or "
                                           "separate with commas)"),
@@ -232,10 +243,7 @@ int list() {
 }
 
 // The winners as JSON, written to a temporary file and renamed over --out.
-int exportWinners(flashjit::cache::Cache &cache, ArrayRef<std::string> keys) {
-  Expected<std::vector<flashjit::cache::TuningRow>> rows = flashjit::cache::winnersFor(cache, keys);
-  if (!rows)
-    return fail(rows.takeError());
+int writeWinners(ArrayRef<flashjit::cache::TuningRow> rows) {
   std::string temp = outPath + ".tmp";
   {
     std::error_code ec;
@@ -243,7 +251,7 @@ int exportWinners(flashjit::cache::Cache &cache, ArrayRef<std::string> keys) {
     if (ec)
       return fail(flashjit::makeError(flashjit::ErrorCode::InvalidValue, "--out {0}: {1}", temp,
                                       ec.message()));
-    os << flashjit::cache::winnersToJson(*rows);
+    os << flashjit::cache::winnersToJson(rows);
     os.close();
     if (os.has_error())
       return fail(flashjit::makeError(flashjit::ErrorCode::InvalidValue, "writing {0}: {1}",
@@ -252,8 +260,15 @@ int exportWinners(flashjit::cache::Cache &cache, ArrayRef<std::string> keys) {
   if (std::error_code ec = sys::fs::rename(temp, outPath))
     return fail(flashjit::makeError(flashjit::ErrorCode::InvalidValue, "--out {0}: {1}",
                                     outPath.getValue(), ec.message()));
-  outs() << formatv("wrote {0}: {1} tuning winners\n", outPath, rows->size());
+  outs() << formatv("wrote {0}: {1} tuning winners\n", outPath, rows.size());
   return 0;
+}
+
+int exportWinners(flashjit::cache::Cache &cache, ArrayRef<std::string> keys) {
+  Expected<std::vector<flashjit::cache::TuningRow>> rows = flashjit::cache::winnersFor(cache, keys);
+  if (!rows)
+    return fail(rows.takeError());
+  return writeWinners(*rows);
 }
 
 int exportDb() {
@@ -277,9 +292,62 @@ int exportDb() {
   return 0;
 }
 
+// Winners files merged (scripts/retune-winners.sh: the rows of the families a template
+// change left current, and the re-tuned rows of the others). "stale families: A B" names
+// the families whose rows --current-only left out, for scripts to re-tune.
+int mergeWinnersFiles(ArrayRef<std::string> inputs) {
+  std::vector<std::vector<flashjit::cache::TuningRow>> files;
+  std::map<std::string, int> staleRows; // family -> rows left out
+  for (const std::string &path : inputs) {
+    ErrorOr<std::unique_ptr<MemoryBuffer>> text = MemoryBuffer::getFile(path);
+    if (!text)
+      return fail(flashjit::makeError(flashjit::ErrorCode::InvalidValue, "{0}: {1}", path,
+                                      text.getError().message()));
+    Expected<std::vector<flashjit::cache::TuningRow>> rows =
+        flashjit::cache::winnersFromJson((*text)->getBuffer(), path);
+    if (!rows)
+      return fail(rows.takeError());
+    if (currentOnly)
+      llvm::erase_if(*rows, [&](const flashjit::cache::TuningRow &row) {
+        Expected<flashjit::generator::KernelSpec> spec =
+            flashjit::generator::KernelSpec::parse(row.key.spec);
+        std::optional<std::string> why;
+        if (!spec)
+          why = toString(spec.takeError());
+        else
+          why = flashjit::tuner::staleReason(*spec, row.key);
+        if (why)
+          ++staleRows[StringRef(row.key.spec).split('.').first.str()];
+        return why.has_value();
+      });
+    files.push_back(std::move(*rows));
+  }
+  flashjit::cache::WinnersMerge merged = flashjit::cache::mergeWinners(files);
+  if (int status = writeWinners(merged.rows))
+    return status;
+  outs() << formatv("  {0} conflicts\n", merged.conflicts.size());
+  printNotes("conflict", merged.conflicts);
+  if (!staleRows.empty()) {
+    outs() << "  left out as stale:";
+    for (const auto &[family, rows] : staleRows)
+      outs() << formatv(" {0} ({1} rows)", family, rows);
+    outs() << "\nstale families:";
+    for (const auto &entry : staleRows)
+      outs() << " " << entry.first;
+    outs() << "\n";
+  }
+  return 0;
+}
+
 int merge(ArrayRef<std::string> inputs) {
   if (outPath.empty() || inputs.empty())
     return usage("merge needs input DBs and --out");
+  if (format == "json")
+    return mergeWinnersFiles(inputs);
+  if (format != "sqlite")
+    return usage("--format '" + format + "': expected sqlite or json");
+  if (currentOnly)
+    return usage("--current-only merges winners files (--format json)");
   Expected<flashjit::cache::ShipReport> report = flashjit::cache::mergeDbs(inputs, outPath);
   if (!report)
     return fail(report.takeError());

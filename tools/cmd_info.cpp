@@ -19,9 +19,15 @@ int runInfo() {
   auto &out = llvm::outs();
   out << "flashjit " << flashjit::flashjitVersion() << " (generator "
       << flashjit::generator::generatorFingerprint().substr(0, 12) << ")\n";
-  // What a tuning row must carry to be used by this build (winners files, docs/CACHE.md).
-  out << "Keys:    generator " << flashjit::generator::generatorFingerprint()
-      << ", measurement protocol " << flashjit::tuner::kMeasurementProtocolVersion << "\n";
+  // What a tuning row must carry to be used by this build (winners files, docs/CACHE.md):
+  // the measurement protocol, and the generator fingerprint of its spec's family.
+  out << "Keys:    measurement protocol " << flashjit::tuner::kMeasurementProtocolVersion << "\n";
+  using flashjit::generator::Family;
+  for (Family family : {Family::FwdMma, Family::FwdWgmma, Family::BwdMma, Family::BwdWgmma,
+                        Family::DecMma})
+    out << llvm::formatv("         generator {0,-9} {1}\n",
+                         flashjit::generator::familyName(family),
+                         flashjit::generator::familyFingerprint(family));
   auto nvrtc = flashjit::runtime::nvrtcVersion();
   out << "NVRTC:   " << (nvrtc ? *nvrtc : llvm::toString(nvrtc.takeError())) << "\n";
   auto driver = flashjit::runtime::driverVersion();

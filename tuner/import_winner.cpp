@@ -12,6 +12,21 @@
 
 namespace flashjit::tuner {
 
+std::optional<std::string> staleReason(const generator::KernelSpec &spec,
+                                       const cache::TuningKey &key) {
+  const std::string &fingerprint = generator::familyFingerprint(spec.family);
+  if (key.generatorFingerprint != fingerprint)
+    return llvm::formatv("measured with {0} generator {1}, this build's is {2}: re-measure",
+                         generator::familyName(spec.family), key.generatorFingerprint.substr(0, 12),
+                         fingerprint.substr(0, 12))
+        .str();
+  if (key.protocolVersion != kMeasurementProtocolVersion)
+    return llvm::formatv("measured with protocol {0}, this build uses {1}: re-measure",
+                         key.protocolVersion, kMeasurementProtocolVersion)
+        .str();
+  return std::nullopt;
+}
+
 llvm::Expected<WinnerImport> importWinner(cache::Cache &cache, const cache::TuningRow &winner) {
   WinnerImport result;
   result.label = llvm::formatv("{0} {1} {2}", winner.key.spec, winner.key.bucket,
@@ -22,18 +37,11 @@ llvm::Expected<WinnerImport> importWinner(cache::Cache &cache, const cache::Tuni
     result.why = std::move(why);
     return result;
   };
-  if (winner.key.generatorFingerprint != generator::generatorFingerprint())
-    return stop(WinnerImport::Stale,
-                llvm::formatv("measured with generator {0}, this build is {1}: re-measure",
-                              winner.key.generatorFingerprint.substr(0, 12),
-                              generator::generatorFingerprint().substr(0, 12)));
-  if (winner.key.protocolVersion != kMeasurementProtocolVersion)
-    return stop(WinnerImport::Stale,
-                llvm::formatv("measured with protocol {0}, this build uses {1}: re-measure",
-                              winner.key.protocolVersion, kMeasurementProtocolVersion));
   llvm::Expected<generator::KernelSpec> spec = generator::KernelSpec::parse(winner.key.spec);
   if (!spec)
     return stop(WinnerImport::Failed, llvm::toString(spec.takeError()));
+  if (std::optional<std::string> why = staleReason(*spec, winner.key))
+    return stop(WinnerImport::Stale, *why);
   // The split count (decode) is a launch setting: the binary is the tile's.
   llvm::Expected<TunedConfig> config = TunedConfig::parse(winner.config);
   if (!config)

@@ -73,7 +73,7 @@ cache::TuningKey tuningKeyFor(const generator::KernelSpec &spec, const Bucket &b
   key.spec = spec.key();
   key.bucket = bucket.key();
   key.deviceKey = deviceKey.str();
-  key.generatorFingerprint = generator::generatorFingerprint();
+  key.generatorFingerprint = generator::familyFingerprint(spec.family);
   key.protocolVersion = kMeasurementProtocolVersion;
   return key;
 }

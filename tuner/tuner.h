@@ -169,6 +169,12 @@ struct WinnerImport {
 };
 llvm::Expected<WinnerImport> importWinner(cache::Cache &cache, const cache::TuningRow &winner);
 
+// Why this build would never load a tuning row of this spec, measured elsewhere: its
+// generator fingerprint is not the spec family's here, or its measurement protocol is
+// another. Nothing when the row is current.
+std::optional<std::string> staleReason(const generator::KernelSpec &spec,
+                                       const cache::TuningKey &key);
+
 // Binary key of DESIGN.md: sha256(source + '\0' + options joined + '\0' + NVRTC
 // version + '\0' + exact target) (tuner/variants.h), and its readable text
 // "spec/tile" (binaryKeyText()).

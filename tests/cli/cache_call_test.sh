@@ -17,8 +17,9 @@ build_keys "$flashjit"
 spec=fwd_mma.bf16.d64.dv64.nocausal.sm80
 decode=dec_mma.bf16.d64.dv64.nocausal.sm80
 row() {
-  echo "{\"spec\": \"${3:-$spec}\", \"bucket\": \"$1\", \"device_key\": \"NVIDIA_A100-SXM4-80GB.sm80.108sm\",
-   \"generator_fingerprint\": \"$fingerprint\", \"protocol_version\": $protocol,
+  local s=${3:-$spec} # its family's fingerprint: the spec key's first field
+  echo "{\"spec\": \"$s\", \"bucket\": \"$1\", \"device_key\": \"NVIDIA_A100-SXM4-80GB.sm80.108sm\",
+   \"generator_fingerprint\": \"${fingerprints[${s%%.*}]}\", \"protocol_version\": $protocol,
    \"config\": \"${4:-bm64.bn64.w4.s2}\", \"median_us\": $2, \"tflops\": 100.0, \"tuned_at\": 1764000000,
    \"flashjit_version\": \"0.5.0\", \"measured_binary_key\": \"aa\", \"clocks\": null,
    \"candidates\": null}"

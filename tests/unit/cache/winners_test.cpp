@@ -89,3 +89,26 @@ TEST(CacheWinners, WinnersForDeviceKeysFirstRowPerKey) {
   ASSERT_TRUE(bool(all));
   EXPECT_EQ(all->size(), 2u);
 }
+
+TEST(CacheWinners, MergeKeepsTheFasterRowPerKeyAndNamesConflicts) {
+  std::vector<TuningRow> a = sampleRows(), b = sampleRows();
+  b[0].medianUs = a[0].medianUs - 1; // faster, same winner
+  b[1].config = "bm64.bn64.w4.s2";   // another winner, slower
+  b[1].medianUs = a[1].medianUs + 5;
+  TuningRow onlyInB = makeTuning(makeKey(7), makeBinary(7), 3.5, 7);
+  b.push_back(onlyInB);
+  WinnersMerge merged = mergeWinners({a, b});
+  ASSERT_EQ(merged.rows.size(), 4u);
+  auto row = [&](const TuningRow &like) {
+    return *llvm::find_if(merged.rows,
+                          [&](const TuningRow &r) { return r.key.text() == like.key.text(); });
+  };
+  EXPECT_EQ(row(a[0]).medianUs, b[0].medianUs) << "the faster measurement";
+  EXPECT_EQ(row(a[1]).config, a[1].config) << "the faster winner";
+  EXPECT_EQ(row(a[2]).medianUs, a[2].medianUs) << "a tie keeps the earlier input";
+  EXPECT_TRUE(sameTuning(row(onlyInB), onlyInB));
+  ASSERT_EQ(merged.conflicts.size(), 1u) << "only a different winner is a conflict";
+  EXPECT_NE(merged.conflicts[0].find(a[1].key.text()), std::string::npos) << merged.conflicts[0];
+  EXPECT_NE(merged.conflicts[0].find("bm64.bn64.w4.s2"), std::string::npos);
+  EXPECT_TRUE(mergeWinners({}).rows.empty());
+}

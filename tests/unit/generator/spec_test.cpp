@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 using namespace flashjit;
 using namespace flashjit::generator;
 
@@ -164,4 +166,46 @@ TEST(Emit, FingerprintIsStable) {
   EXPECT_EQ(generatorFingerprint(), generatorFingerprint());
   EXPECT_TRUE(templateText("fwd_mma.cuh").has_value());
   EXPECT_FALSE(templateText("nope.cuh").has_value());
+}
+
+// A tuning row is keyed by its family's fingerprint, so that fingerprint must cover every
+// template the family's kernels embed (a change there re-keys the rows) and no other (a
+// change elsewhere leaves the family's measured winners valid).
+TEST(Emit, FamilyFingerprintCoversExactlyTheEmbeddedTemplates) {
+  const char *specs[] = {"fwd_mma.bf16.d128.dv128.causal.sm80",
+                         "fwd_wgmma.bf16.d128.dv128.causal.sm90a",
+                         "fwd_wgmma.e4m3_obf16.d128.dv128.nocausal.sm90a",
+                         "bwd_mma.fp16.d64.dv64.nocausal.sm80",
+                         "bwd_wgmma.bf16.d256.dv256.causal.sm90a",
+                         "dec_mma.bf16.d128.dv128.nocausal.sm90a"};
+  std::set<std::string> fingerprints;
+  for (const char *text : specs) {
+    auto spec = KernelSpec::parse(text);
+    ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
+    auto kernel = emitKernel(*spec, defaultTile(*spec));
+    ASSERT_TRUE(bool(kernel)) << text << ": " << llvm::toString(kernel.takeError());
+    std::set<std::string> embedded;
+    llvm::StringRef rest = kernel->source;
+    const llvm::StringRef marker = "// ---- templates/";
+    for (size_t at = rest.find(marker); at != llvm::StringRef::npos; at = rest.find(marker)) {
+      rest = rest.drop_front(at + marker.size());
+      embedded.insert(rest.take_until([](char c) { return c == ' '; }).str());
+    }
+    std::set<std::string> listed;
+    for (llvm::StringRef file : familyTemplates(spec->family))
+      listed.insert(file.str());
+    EXPECT_EQ(embedded, listed) << text;
+    const std::string &fingerprint = familyFingerprint(spec->family);
+    EXPECT_EQ(fingerprint.size(), 64u);
+    EXPECT_EQ(fingerprint, templatesFingerprint(familyTemplates(spec->family)));
+    EXPECT_NE(kernel->source.find("(generator " + fingerprint.substr(0, 12) + ")"),
+              std::string::npos)
+        << "the source names its family's generator";
+    fingerprints.insert(fingerprint);
+  }
+  EXPECT_EQ(fingerprints.size(), 5u) << "one per family, each its own";
+  EXPECT_FALSE(fingerprints.count(generatorFingerprint()));
+  // A file's text is part of the fingerprint, not only its name.
+  EXPECT_NE(templatesFingerprint({"fwd_mma.cuh"}), templatesFingerprint({"nope.cuh"}));
+  EXPECT_NE(templatesFingerprint({"fwd_mma.cuh"}), templatesFingerprint({"dec_mma.cuh"}));
 }

@@ -21,7 +21,7 @@ cache::TuningRow measuredWinner() {
   row.key.spec = "fwd_mma.bf16.d64.dv64.causal.sm80";
   row.key.bucket = "q1024.k1024.bh32";
   row.key.deviceKey = "NVIDIA_A100-SXM4-80GB.sm80.108sm";
-  row.key.generatorFingerprint = generator::generatorFingerprint();
+  row.key.generatorFingerprint = generator::familyFingerprint(generator::Family::FwdMma);
   row.key.protocolVersion = tuner::kMeasurementProtocolVersion;
   row.config = "bm64.bn64.w4.s2";
   row.binaryKey = std::string(64, 'a'); // the measuring machine's binary
@@ -69,9 +69,15 @@ TEST(ImportWinner, AnotherGeneratorOrProtocolIsStaleAndWritesNothing) {
   auto cache = memoryCache();
   cache::TuningRow oldGenerator = measuredWinner();
   oldGenerator.key.generatorFingerprint = std::string(64, '0');
+  // A row is keyed by its own family's templates: another family's fingerprint, or the
+  // whole generator's, is not this row's.
+  cache::TuningRow otherFamily = measuredWinner();
+  otherFamily.key.generatorFingerprint = generator::familyFingerprint(generator::Family::DecMma);
+  cache::TuningRow wholeGenerator = measuredWinner();
+  wholeGenerator.key.generatorFingerprint = generator::generatorFingerprint();
   cache::TuningRow oldProtocol = measuredWinner();
   oldProtocol.key.protocolVersion = tuner::kMeasurementProtocolVersion - 1;
-  for (const cache::TuningRow &row : {oldGenerator, oldProtocol}) {
+  for (const cache::TuningRow &row : {oldGenerator, otherFamily, wholeGenerator, oldProtocol}) {
     auto done = tuner::importWinner(*cache, row);
     ASSERT_TRUE(bool(done)) << llvm::toString(done.takeError());
     EXPECT_EQ(done->status, tuner::WinnerImport::Stale);

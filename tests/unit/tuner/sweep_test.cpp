@@ -202,7 +202,7 @@ TEST(Sweep, ResumeSkipsWhatTheCacheHas) {
     row.key.spec = items[i].spec.key();
     row.key.bucket = items[i].bucket->key();
     row.key.deviceKey = device;
-    row.key.generatorFingerprint = generator::generatorFingerprint();
+    row.key.generatorFingerprint = generator::familyFingerprint(items[i].spec.family);
     row.key.protocolVersion = tuner::kMeasurementProtocolVersion;
     row.config = "bm128.bn64.w8.s2";
     row.binaryKey = "0123";

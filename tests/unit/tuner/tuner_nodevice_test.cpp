@@ -55,7 +55,7 @@ void publishRow(cache::Cache &cache, Bucket bucket, const generator::TileConfig 
   row.key.spec = spec().key();
   row.key.bucket = bucket.key();
   row.key.deviceKey = kDevice;
-  row.key.generatorFingerprint = generator::generatorFingerprint();
+  row.key.generatorFingerprint = generator::familyFingerprint(spec().family);
   row.key.protocolVersion = tuner::kMeasurementProtocolVersion;
   row.config = tile.key();
   row.binaryKey = built->variants[0].key;
