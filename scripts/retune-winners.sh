@@ -1,37 +1,71 @@
 #!/usr/bin/env bash
 # Re-measures, on the GPU this runs on, the tuning winners the project ships in
 # data/winners/<device key>.json: the same sweeps and protocol as the rows there, into a
-# fresh cache, exported as JSON. Every template change alters the generator fingerprint,
-# and with it the key of every row (each row then loads nowhere), so data/winners is
-# re-tuned after each one; docs/GPU-TESTING.md.
+# fresh cache, exported as JSON. A row is keyed by the fingerprint of its family's
+# templates, so a template change leaves the rows of the families that embed it stale
+# (they load nowhere) and the others current; docs/GPU-TESTING.md.
 #
-# Usage: scripts/retune-winners.sh FLASHJIT OUT.json
+# Usage: scripts/retune-winners.sh FLASHJIT OUT.json [OLD.json]
 #   FLASHJIT  the flashjit CLI of the build whose templates are being shipped
 #   OUT.json  where the winners go; OUT.json.gz is written beside it (the JSON is ~18 MB,
 #             over what a device machine sends back; the gzip is ~1 MB)
+#   OLD.json  the winners file to bring up to date: only the families whose rows in it
+#             are stale are re-tuned, and its current rows are kept as they are. Without
+#             it, every family is re-tuned.
 # Environment: FLASHJIT_RETUNE_DB (default: a fresh temporary file) keeps the cache.
 set -euo pipefail
 
-if [ $# -ne 2 ]; then
-  echo "usage: $0 FLASHJIT OUT.json" >&2
+if [ $# -ne 2 ] && [ $# -ne 3 ]; then
+  echo "usage: $0 FLASHJIT OUT.json [OLD.json]" >&2
   exit 2
 fi
 flashjit=$1
 out=$2
+old=${3:-}
 db=${FLASHJIT_RETUNE_DB:-$(mktemp -u "${TMPDIR:-/tmp}/flashjit-retune.XXXXXX.sqlite")}
 if [ -e "$db" ]; then
   echo "$0: $db exists; the winners must come from a fresh cache" >&2
   exit 2
 fi
 
-# The forward and backward families at one bucket per spec (q = k = 1024, 32 heads),
-# FP8 forward included, at a 3 s budget per bucket: what data/winners holds.
-"$flashjit" tune --head-dims 64,128,256 --dtypes bf16,fp16,e4m3 --causal both \
-  --seqlens 1024 --batch-heads 32 --budget-s 3 --backward --cache "$db"
-# Decode's default buckets (split count tuned with the tile), head dim 128.
-"$flashjit" tune --family dec_mma --head-dims 128 --dtypes bf16,fp16 --causal both \
-  --budget-s 3 --cache "$db"
+# What data/winners holds: one bucket per spec (q = k = 1024, 32 heads) at a 3 s budget
+# per bucket for the forward (FP8 included) and backward families; decode's default
+# buckets (split count tuned with the tile) at head dim 128.
+bucket=(--causal both --seqlens 1024 --batch-heads 32 --budget-s 3 --cache "$db")
+tune_family() {
+  case $1 in
+    fwd_wgmma) "$flashjit" tune --family fwd_wgmma --head-dims 64,128,256 --dtypes bf16,fp16,e4m3 \
+                 "${bucket[@]}" ;;
+    fwd_mma | bwd_wgmma) "$flashjit" tune --family "$1" --head-dims 64,128,256 --dtypes bf16,fp16 \
+                 "${bucket[@]}" ;;
+    dec_mma) "$flashjit" tune --family dec_mma --head-dims 128 --dtypes bf16,fp16 --causal both \
+                 --budget-s 3 --cache "$db" ;;
+    *) echo "$0: no sweep for $1's rows" >&2; exit 2 ;;
+  esac
+}
 
-"$flashjit" cache export --user "$db" --format json --out "$out"
+if [ -z "$old" ]; then
+  "$flashjit" tune --head-dims 64,128,256 --dtypes bf16,fp16,e4m3 --backward "${bucket[@]}"
+  tune_family dec_mma
+  "$flashjit" cache export --user "$db" --format json --out "$out"
+else
+  kept=$(mktemp "${TMPDIR:-/tmp}/flashjit-retune-kept.XXXXXX.json")
+  fresh=$(mktemp "${TMPDIR:-/tmp}/flashjit-retune-fresh.XXXXXX.json")
+  trap 'rm -f "$kept" "$fresh"' EXIT
+  report=$("$flashjit" cache merge --format json --current-only "$old" --out "$kept")
+  echo "$report"
+  stale=$(sed -n 's/^stale families: //p' <<<"$report")
+  if [ -z "$stale" ]; then
+    echo "$old: every row is current; nothing to re-tune"
+    cp "$kept" "$out"
+  else
+    for family in $stale; do
+      echo "== re-tuning $family"
+      tune_family "$family"
+    done
+    "$flashjit" cache export --user "$db" --format json --out "$fresh"
+    "$flashjit" cache merge --format json --current-only "$kept" "$fresh" --out "$out"
+  fi
+fi
 gzip -9 -c "$out" > "$out.gz"
 echo "$out and $out.gz written from $db"
