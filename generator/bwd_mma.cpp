@@ -172,9 +172,10 @@ BackwardEntries bwdMmaSharedEntries(const KernelSpec &spec, const TileConfig &dq
 
 std::string bwdMmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
   const bool split = bwdMmaSplitPasses(spec, tile);
-  std::string out = llvm::formatv(
+  std::string out = featuresBlock(spec.features);
+  out += llvm::formatv(
       "// ---- configuration: {0} / {1} ----\n"
-      "typedef fj::BwdMmaConfig<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}> FjConfig;\n"
+      "typedef fj::BwdMmaConfig<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}{13}> FjConfig;\n"
       "static_assert(FjConfig::kSmemBytes == {10}, \"host and device disagree on shared "
       "memory\");\n"
       "static_assert(FjConfig::kDqSmemBytes == {11}, \"host and device disagree on the dq "
@@ -184,7 +185,7 @@ std::string bwdMmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
       spec.key(), tile.key(), elementTypeName(spec.dtype), spec.headDim, spec.headDimV,
       tile.blockM, tile.blockN, tile.warps, tile.stages, spec.causal ? "true" : "false",
       bwdMmaMainSharedBytes(spec, tile), bwdMmaDqSharedBytes(spec, tile),
-      split ? "true" : "false");
+      split ? "true" : "false", spec.features.any() ? ", FjFeatures" : "");
   out += bwdMmaSharedEntryPoints(spec, "FjConfig", false);
   auto pass = [](llvm::StringRef name, int pass) {
     return llvm::formatv("extern \"C\" __global__ void __launch_bounds__(FjConfig::kThreads, 1)\n"
@@ -209,8 +210,9 @@ llvm::Expected<EmittedKernel> emitBwdMma(const KernelSpec &spec, const TileConfi
   EmittedKernel kernel;
   kernel.source = generatedHeader(spec.key() + " / " + tile.key(),
                                   familyFingerprint(Family::BwdMma)) +
-                  *body +
-                  bwdMmaConfigBlock(spec, tile);
+                  *body + bwdMmaConfigBlock(spec, tile);
+  // A mask_mod's errors point at the user's lines (emit.cpp's userFunction).
+  kernel.source = resumeLineNumbers(std::move(kernel.source), kProgramName);
   BackwardEntries &e = kernel.backward;
   e = bwdMmaSharedEntries(spec, tile, /*tiledDq=*/false);
   if (bwdMmaSplitPasses(spec, tile))

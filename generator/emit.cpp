@@ -369,7 +369,8 @@ llvm::Expected<EmittedKernel> emitReference(DType dtype, bool emulateLowPrecisio
 }
 
 llvm::Expected<EmittedKernel> emitBackwardReference(DType dtype, bool emulateLowPrecision,
-                                                    const std::string &target) {
+                                                    const std::string &target,
+                                                    const Features &features) {
   auto info = targetInfo(target);
   if (!info)
     return info.takeError();
@@ -378,15 +379,17 @@ llvm::Expected<EmittedKernel> emitBackwardReference(DType dtype, bool emulateLow
   auto body = inlineTemplates(files);
   if (!body)
     return body.takeError();
-  std::string instance = llvm::formatv("<{0}, {1}>", elementTypeName(dtype),
-                                       emulateLowPrecision ? "true" : "false");
+  std::string instance =
+      llvm::formatv("<{0}, {1}{2}>", elementTypeName(dtype), emulateLowPrecision ? "true" : "false",
+                    features.any() ? ", FjFeatures" : "");
   EmittedKernel kernel;
   kernel.source =
-      generatedHeader(llvm::formatv("reference_bwd.{0}.{1}", dtypeName(dtype),
-                                    emulateLowPrecision ? "emulated" : "fp32")
+      generatedHeader(llvm::formatv("reference_bwd.{0}.{1}{2}", dtypeName(dtype),
+                                    emulateLowPrecision ? "emulated" : "fp32",
+                                    features.keySuffix())
                           .str(),
                       templatesFingerprint(files)) +
-      *body +
+      *body + featuresBlock(features) +
       llvm::formatv(
           "extern \"C\" __global__ void __launch_bounds__(fj::reference::kThreads)\n"
           "flashjit_reference_bwd_rows(const FjBackwardParams params, int head_dim, "
@@ -402,6 +405,7 @@ llvm::Expected<EmittedKernel> emitBackwardReference(DType dtype, bool emulateLow
           "}\n",
           instance)
           .str();
+  kernel.source = resumeLineNumbers(std::move(kernel.source), kProgramName);
   kernel.entryName = "flashjit_reference_bwd_rows";
   kernel.options = compileOptions();
   kernel.threads = 128;

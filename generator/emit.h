@@ -174,8 +174,10 @@ std::string resumeLineNumbers(std::string source, llvm::StringRef programName);
 //   flashjit_reference_bwd_keys: grid (seqlen_k, heads_kv, batch), after the first;
 //     dK and dV.
 // With emulateLowPrecision the outputs are in the dtype, else fp32.
+// Features (not a score_mod) are applied by reference_bwd.cuh's own formulas.
 llvm::Expected<EmittedKernel> emitBackwardReference(DType dtype, bool emulateLowPrecision,
-                                                    const std::string &target);
+                                                    const std::string &target,
+                                                    const Features &features = {});
 
 // Just the generated configuration block and entry point (what `flashjit gen
 // --config-only` prints), without the inlined templates.

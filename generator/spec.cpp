@@ -321,10 +321,17 @@ llvm::Error validateFeatures(const KernelSpec &spec) {
                      "softcap is {0}: must be finite and > 0 (0: no soft-capping)", f.softcap);
   if (!f.any())
     return llvm::Error::success();
-  if (operationOf(spec.family) != Operation::Forward)
+  // The backward pass takes the features through bwd_mma (a score_mod has no derivative
+  // to take); decode and bwd_wgmma take none yet.
+  if (spec.family == Family::BwdMma && !f.scoreMod.empty())
     return makeError(ErrorCode::NotSupported,
-                     "{0} does not support attention features yet ({1}): only the forward "
-                     "families do",
+                     "the backward pass does not take a score_mod (flashjit cannot "
+                     "differentiate the user's code); window, softcap, alibi and mask_mod "
+                     "it takes");
+  if (operationOf(spec.family) != Operation::Forward && spec.family != Family::BwdMma)
+    return makeError(ErrorCode::NotSupported,
+                     "{0} does not support attention features yet ({1}): the forward "
+                     "families and bwd_mma do",
                      familyName(spec.family), f.keySuffix().substr(1));
   if (f.window) {
     if (f.windowLeft < -1 || f.windowRight < -1)

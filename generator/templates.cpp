@@ -23,12 +23,12 @@ llvm::ArrayRef<llvm::StringRef> familyTemplates(Family family) {
                                              "fj_features.cuh",   "fj_block_mask.cuh",
                                              "fj_hopper.cuh",     "fj_fp8.cuh",
                                              "fwd_wgmma.cuh"};
-  static const llvm::StringRef bwdMma[] = {"fj_params.h", "fj_bwd_params.h", "fj_common.cuh",
-                                           "fj_smem.cuh", "bwd_mma.cuh"};
+  static const llvm::StringRef bwdMma[] = {"fj_params.h",     "fj_bwd_params.h", "fj_common.cuh",
+                                           "fj_features.cuh", "fj_smem.cuh",     "bwd_mma.cuh"};
   // bwd_wgmma shares bwd_mma's auxiliary kernels (prep, dQ convert).
-  static const llvm::StringRef bwdWgmma[] = {"fj_params.h",   "fj_bwd_params.h", "fj_common.cuh",
-                                             "fj_smem.cuh",   "fj_hopper.cuh",   "bwd_mma.cuh",
-                                             "bwd_wgmma.cuh"};
+  static const llvm::StringRef bwdWgmma[] = {
+      "fj_params.h", "fj_bwd_params.h", "fj_common.cuh", "fj_features.cuh",
+      "fj_smem.cuh", "fj_hopper.cuh",   "bwd_mma.cuh",   "bwd_wgmma.cuh"};
   static const llvm::StringRef decMma[] = {"fj_params.h", "fj_decode_params.h", "fj_common.cuh",
                                            "fj_smem.cuh", "dec_mma.cuh"};
   switch (family) {

@@ -22,18 +22,25 @@
 // Causal attention is aligned bottom-right as in the forward: query i sees keys
 // j <= i + seqlen_k - seqlen_q. A key block skips the query blocks that see none of it,
 // and only blocks that cross the diagonal or a sequence end are masked.
+//
+// Attention features (fj_features.cuh) recompute P through the forward's hook: the
+// window's bounds skip blocks as causal does, its edges and a mask_mod are masked per
+// score, soft-capping and ALiBi transform the score, and soft-capping's derivative
+// (1 - tanh^2) scales dS. A score_mod has no derivative and is refused by the host.
 #pragma once
 
 #include "fj_bwd_params.h"
 #include "fj_common.cuh"
+#include "fj_features.cuh"
 #include "fj_smem.cuh"
 
 namespace fj {
 
 template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_,
-          int kWarps_, int kStages_, bool kCausal_>
+          int kWarps_, int kStages_, bool kCausal_, typename Features_ = NoFeatures>
 struct BwdMmaConfig {
   typedef Element_ Element;
+  typedef Features_ Features;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kBlockM = kBlockM_;  // query rows per step of the main kernel
@@ -96,6 +103,63 @@ namespace bwd_mma {
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 __device__ __forceinline__ float pos_inf() { return __int_as_float(0x7f800000); }
+
+// The query blocks [m_begin, m_end) (of kBlockM rows) that see some key of the block
+// [n0, n0 + kBlockN): causal and a window's right bound skip those before, a window's
+// left bound those after.
+template <typename Cfg>
+__device__ __forceinline__ void query_blocks(int n0, int diag, int m_blocks, int &m_begin,
+                                             int &m_end) {
+  typedef typename Cfg::Features F;
+  constexpr int BM = Cfg::kBlockM;
+  m_begin = 0;
+  m_end = m_blocks;
+  if (Cfg::kCausal && n0 - diag > 0)
+    m_begin = (n0 - diag) / BM;
+  if constexpr (FeatureTraits<F>::kRightBound) {
+    const int lo = n0 - diag - F::kWindowRight;  // the first row that sees key n0
+    if (lo > 0)
+      m_begin = imax(m_begin, lo / BM);
+  }
+  if constexpr (FeatureTraits<F>::kLeftBound) {
+    const int hi = n0 + Cfg::kBlockN - 1 - diag + F::kWindowLeft;  // the last row that sees one
+    m_end = imin(m_end, hi < 0 ? 0 : hi / BM + 1);
+  }
+  m_begin = imin(m_begin, m_blocks);
+  m_end = imax(m_end, m_begin);
+}
+
+// The derivative of what ScoreHook::apply() returns (as a natural logit) by
+// s * softmax_scale, which dS takes as a factor: soft-capping's 1 - tanh^2 of its
+// argument; 1 for ALiBi (a bias) and for the masks. A score_mod has no derivative here
+// (the host refuses it for the backward pass, generator/spec.cpp). Here rather than in
+// the hook (fj_features.cuh): only the backward pass needs it, and the forward
+// families' kernels (and their tuning keys) stay as they are.
+template <typename F>
+__device__ __forceinline__ float feature_dlogit(const ScoreHook<F> &hook, float s) {
+  if constexpr (F::kSoftcap > 0.f) {
+    const float t = tanh_approx(s * (hook.scale * (1.f / F::kSoftcap)));
+    return 1.f - t * t;
+  } else {
+    return 1.f;
+  }
+}
+
+// With features: P of score s (= q.k) of row `query` and key `key`, the row's lse * log2(e)
+// given. `dropped`: the plain masks (sequence ends, causal) drop the score; where the tile
+// needs it (`feature_mask`), the features' masks are tested too. `dl` gets what dS is
+// scaled by (feature_dlogit).
+template <typename F>
+__device__ __forceinline__ float feature_prob(const ScoreHook<F> &hook, float s,
+                                              float scale_log2, int query, int key,
+                                              bool dropped, bool feature_mask, float lse2,
+                                              float &dl) {
+  const float x = FeatureTraits<F>::kTransforms ? hook.apply(s, query, key, 0) : s * scale_log2;
+  dl = feature_dlogit(hook, s);
+  if (FeatureTraits<F>::kMasks && feature_mask && !dropped)
+    dropped = !hook.keeps(query, key);
+  return fast_exp2((dropped ? neg_inf() : x) - lse2);
+}
 
 // ---- Warp-level products over shared-memory tiles (one warp, 16 * kRT rows) --------
 
@@ -547,6 +611,8 @@ template <bool kCausal> __device__ __forceinline__ CtaTile cta_tile() {
 template <typename Cfg, int kPass>
 __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned char *smem) {
   typedef typename Cfg::Element T;
+  typedef typename Cfg::Features F;
+  constexpr bool kDl = F::kSoftcap > 0.f;  // dS scaled per score
   constexpr bool kDoDv = kPass != 2, kDoDk = kPass != 1;
   constexpr int KT = Cfg::kKT, QT = Cfg::kQT;
   const FjForwardParams &p = P.fwd;
@@ -566,10 +632,9 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
   // The query blocks that see this key block: causal ones start at the first block
   // whose last row reaches key n0.
   const int m_blocks = (seq.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
-  int m_begin = 0;
-  if (Cfg::kCausal && n0 - diag > 0)
-    m_begin = imin(m_blocks, (n0 - diag) / Cfg::kBlockM);
-  const int steps_per_head = m_blocks - m_begin;
+  int m_begin, m_end;
+  query_blocks<Cfg>(n0, diag, m_blocks, m_begin, m_end);
+  const int steps_per_head = m_end - m_begin;
   const int steps = steps_per_head * group;
 
   const u32 s_k = smem_addr(smem);
@@ -657,7 +722,19 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
     const bool crosses_q_end = m0 + Cfg::kBlockM > seq.seqlen_q;
     const bool crosses_k_end = n0 + Cfg::kBlockN > seq.seqlen_k;
     const bool crosses_diag = Cfg::kCausal && n0 + Cfg::kBlockN - 1 > m0 + diag;
-    if (crosses_q_end || crosses_k_end || crosses_diag) {
+    const bool crosses = crosses_q_end || crosses_k_end || crosses_diag;
+    float lse2[QT][2];
+#pragma unroll
+    for (int qt = 0; qt < QT; ++qt) {
+      const u32 addr = s_lse + (qt * 8 + 2 * t) * 4;
+      lse2[qt][0] = __uint_as_float(ld_shared_u32(addr));
+      lse2[qt][1] = __uint_as_float(ld_shared_u32(addr + 4));
+    }
+    float dl[kDl ? KT : 1][kDl ? QT : 1][4];
+    if constexpr (FeatureTraits<F>::kAny) {
+      const ScoreHook<F> hook(p, b, h, seq);
+      const bool feature_mask =
+          hook.tile_needs_mask(n0, Cfg::kBlockN, m0, m0 + Cfg::kBlockM - 1);
 #pragma unroll
       for (int kt = 0; kt < KT; ++kt)
 #pragma unroll
@@ -666,25 +743,35 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
           for (int e = 0; e < 4; ++e) {
             const int key = n0 + row0 + kt * 16 + g + ((e >> 1) << 3);
             const int query = m0 + qt * 8 + 2 * t + (e & 1);
-            if (key >= seq.seqlen_k || query >= seq.seqlen_q ||
-                (Cfg::kCausal && key > query + diag))
-              pt[kt][qt][e] = neg_inf();
+            const bool dropped = crosses && (key >= seq.seqlen_k || query >= seq.seqlen_q ||
+                                             (Cfg::kCausal && key > query + diag));
+            pt[kt][qt][e] = feature_prob(hook, pt[kt][qt][e], p.scale_log2, query, key, dropped,
+                                         feature_mask, lse2[qt][e & 1],
+                                         dl[kDl ? kt : 0][kDl ? qt : 0][e]);
           }
+    } else {
+      if (crosses) {
+#pragma unroll
+        for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+          for (int qt = 0; qt < QT; ++qt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int key = n0 + row0 + kt * 16 + g + ((e >> 1) << 3);
+              const int query = m0 + qt * 8 + 2 * t + (e & 1);
+              if (key >= seq.seqlen_k || query >= seq.seqlen_q ||
+                  (Cfg::kCausal && key > query + diag))
+                pt[kt][qt][e] = neg_inf();
+            }
+      }
+#pragma unroll
+      for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+        for (int qt = 0; qt < QT; ++qt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            pt[kt][qt][e] = fast_exp2(pt[kt][qt][e] * p.scale_log2 - lse2[qt][e & 1]);
     }
-    float lse2[QT][2];
-#pragma unroll
-    for (int qt = 0; qt < QT; ++qt) {
-      const u32 addr = s_lse + (qt * 8 + 2 * t) * 4;
-      lse2[qt][0] = __uint_as_float(ld_shared_u32(addr));
-      lse2[qt][1] = __uint_as_float(ld_shared_u32(addr + 4));
-    }
-#pragma unroll
-    for (int kt = 0; kt < KT; ++kt)
-#pragma unroll
-      for (int qt = 0; qt < QT; ++qt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          pt[kt][qt][e] = fast_exp2(pt[kt][qt][e] * p.scale_log2 - lse2[qt][e & 1]);
 
     if constexpr (kDoDv) {
       // dV += P^T dO.
@@ -704,8 +791,11 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
 #pragma unroll
         for (int kt = 0; kt < KT; ++kt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
+          for (int e = 0; e < 4; ++e) {
             ds[kt][qt][e] = pt[kt][qt][e] * (ds[kt][qt][e] - ((e & 1) ? d1 : d0));
+            if constexpr (kDl)
+              ds[kt][qt][e] *= dl[kt][qt][e];
+          }
       }
       if (with_dq)
         stage_fragments<T, typename Cfg::DsTile>(s_ds, ds, row0, 1.f, lane);
@@ -745,6 +835,8 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
 template <typename Cfg>
 __device__ __forceinline__ void run_dq(const FjBackwardParams &P, unsigned char *smem) {
   typedef typename Cfg::Element T;
+  typedef typename Cfg::Features F;
+  constexpr bool kDl = F::kSoftcap > 0.f;  // dS scaled per score
   constexpr int RT = Cfg::kKT;            // 16-row query tiles per warp
   constexpr int KT = Cfg::kBlockM / 8;    // 8-key tiles per step
   constexpr int kRows = Cfg::kBlockN;     // query rows per CTA
@@ -761,11 +853,23 @@ __device__ __forceinline__ void run_dq(const FjBackwardParams &P, unsigned char 
     return;
   const int rows_valid = imin(kRows, seq.seqlen_q - q0);
   const int diag = seq.seqlen_k - seq.seqlen_q;
-  int n_blocks = (seq.seqlen_k + kKeys - 1) / kKeys;
+  // The key blocks [n_begin, n_end) the rows see: causal and a window's right bound end
+  // them early, a window's left bound starts them late.
+  int n_begin = 0, n_end = (seq.seqlen_k + kKeys - 1) / kKeys;
   if (Cfg::kCausal) {
     const int last_key = q0 + rows_valid - 1 + diag;
-    n_blocks = imin(n_blocks, last_key < 0 ? 0 : last_key / kKeys + 1);
+    n_end = imin(n_end, last_key < 0 ? 0 : last_key / kKeys + 1);
   }
+  if constexpr (FeatureTraits<F>::kRightBound) {
+    const int last_key = q0 + rows_valid - 1 + diag + F::kWindowRight;
+    n_end = imin(n_end, last_key < 0 ? 0 : last_key / kKeys + 1);
+  }
+  if constexpr (FeatureTraits<F>::kLeftBound) {
+    const int first_key = q0 + diag - F::kWindowLeft;
+    if (first_key > 0)
+      n_begin = imin(first_key / kKeys, n_end);
+  }
+  const int n_blocks = n_end - n_begin;  // steps
 
   const u32 s_q = smem_addr(smem);
   const u32 s_do = s_q + Cfg::DqQTile::kBytes;
@@ -786,8 +890,9 @@ __device__ __forceinline__ void run_dq(const FjBackwardParams &P, unsigned char 
                                                         tid);
   load_tile_async<typename Cfg::DqDoTile, Cfg::kThreads>(s_do, dout, P.dout_row_stride,
                                                          rows_valid, tid);
-  auto load_kv = [&](int n) {
-    const u32 stage = s_kv + (n % Cfg::kStages) * Cfg::kDqStageBytes;
+  auto load_kv = [&](int step) {
+    const u32 stage = s_kv + (step % Cfg::kStages) * Cfg::kDqStageBytes;
+    const int n = n_begin + step;
     const int keys = imin(kKeys, seq.seqlen_k - n * kKeys);
     load_tile_async<typename Cfg::DqKTile, Cfg::kThreads>(
         stage, k + (long long)n * kKeys * p.k_row_stride, p.k_row_stride, keys, tid);
@@ -817,21 +922,26 @@ __device__ __forceinline__ void run_dq(const FjBackwardParams &P, unsigned char 
 
   float acc_dq[RT][Cfg::kDT][4];
   zero(acc_dq);
-  for (int n = 0; n < n_blocks; ++n) {
+  for (int step = 0; step < n_blocks; ++step) {
     cp_async_wait<Cfg::kStages - 2>();
     __syncthreads();
-    if (n + Cfg::kStages - 1 < n_blocks)
-      load_kv(n + Cfg::kStages - 1);
+    if (step + Cfg::kStages - 1 < n_blocks)
+      load_kv(step + Cfg::kStages - 1);
     cp_async_commit();
-    const u32 s_k = s_kv + (n % Cfg::kStages) * Cfg::kDqStageBytes;
+    const u32 s_k = s_kv + (step % Cfg::kStages) * Cfg::kDqStageBytes;
     const u32 s_v = s_k + Cfg::DqKTile::kBytes;
 
     float pr[RT][KT][4];
     zero(pr);
     gemm_abt<T, typename Cfg::DqQTile, typename Cfg::DqKTile, RT, KT, Cfg::kHeadDim>(
         pr, s_q, row0, s_k, lane);
-    const int key0 = n * kKeys;
-    if (key0 + kKeys > seq.seqlen_k || (Cfg::kCausal && key0 + kKeys - 1 > q0 + diag)) {
+    const int key0 = (n_begin + step) * kKeys;
+    const bool crosses =
+        key0 + kKeys > seq.seqlen_k || (Cfg::kCausal && key0 + kKeys - 1 > q0 + diag);
+    float dl[kDl ? RT : 1][kDl ? KT : 1][4];
+    if constexpr (FeatureTraits<F>::kAny) {
+      const ScoreHook<F> hook(p, b, h, seq);
+      const bool feature_mask = hook.tile_needs_mask(key0, kKeys, q0, q0 + kRows - 1);
 #pragma unroll
       for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
@@ -840,17 +950,34 @@ __device__ __forceinline__ void run_dq(const FjBackwardParams &P, unsigned char 
           for (int e = 0; e < 4; ++e) {
             const int query = q0 + row0 + rt * 16 + g + ((e >> 1) << 3);
             const int key = key0 + kt * 8 + 2 * t + (e & 1);
-            if (key >= seq.seqlen_k || (Cfg::kCausal && key > query + diag))
-              pr[rt][kt][e] = neg_inf();
+            const bool dropped =
+                crosses && (key >= seq.seqlen_k || (Cfg::kCausal && key > query + diag));
+            pr[rt][kt][e] = feature_prob(hook, pr[rt][kt][e], p.scale_log2, query, key, dropped,
+                                         feature_mask, lse2[rt][e >> 1],
+                                         dl[kDl ? rt : 0][kDl ? kt : 0][e]);
           }
+    } else {
+      if (crosses) {
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+          for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int query = q0 + row0 + rt * 16 + g + ((e >> 1) << 3);
+              const int key = key0 + kt * 8 + 2 * t + (e & 1);
+              if (key >= seq.seqlen_k || (Cfg::kCausal && key > query + diag))
+                pr[rt][kt][e] = neg_inf();
+            }
+      }
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            pr[rt][kt][e] = fast_exp2(pr[rt][kt][e] * p.scale_log2 - lse2[rt][e >> 1]);
     }
-#pragma unroll
-    for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-      for (int kt = 0; kt < KT; ++kt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          pr[rt][kt][e] = fast_exp2(pr[rt][kt][e] * p.scale_log2 - lse2[rt][e >> 1]);
     float ds[RT][KT][4];
     zero(ds);
     gemm_abt<T, typename Cfg::DqDoTile, typename Cfg::DqVTile, RT, KT, Cfg::kHeadDimV>(
@@ -860,8 +987,11 @@ __device__ __forceinline__ void run_dq(const FjBackwardParams &P, unsigned char 
 #pragma unroll
       for (int kt = 0; kt < KT; ++kt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
+        for (int e = 0; e < 4; ++e) {
           ds[rt][kt][e] = pr[rt][kt][e] * (ds[rt][kt][e] - dpsum[rt][e >> 1]);
+          if constexpr (kDl)
+            ds[rt][kt][e] *= dl[rt][kt][e];
+        }
     // dQ += dS K.
     gemm_pb<T, typename Cfg::DqKTile, RT, KT, Cfg::kDT>(acc_dq, ds, s_k, lane);
   }

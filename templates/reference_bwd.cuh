@@ -1,6 +1,8 @@
 // The backward reference: the textbook gradients, fp32 arithmetic on upcast inputs,
-//   P = softmax(scale * Q K^T [causal mask]), dV = P^T dO, dP = dO V^T,
-//   D_i = sum_j P_ij dP_ij, dS = P * (dP - D), dQ = scale * dS K, dK = scale * dS^T Q,
+//   P = softmax(f(scale * Q K^T) [causal mask]), dV = P^T dO, dP = dO V^T,
+//   D_i = sum_j P_ij dP_ij, dS = P * (dP - D) * f', dQ = scale * dS K, dK = scale * dS^T Q,
+// where f is the features' transform and mask (soft-capping, ALiBi, a window, a
+// mask_mod; the identity without features) and f' its derivative,
 // with its own P (from its own log-sum-exp, not the forward's) and its own D (not
 // rowsum(dO * O), which needs O). With kEmulateLowPrecision it rounds the scores, P,
 // dP, dS and the outputs to the element type like a naive framework implementation in
@@ -13,6 +15,34 @@
 
 namespace fj {
 namespace reference {
+
+// A scaled score x = q.k * scale of row i and key j after the features, by the forward
+// reference's formulas (exact tanh; each step rounded when emulating), or -inf where a
+// mask drops the key; `dlogit` gets the result's derivative by x (soft-capping's
+// 1 - tanh^2 of x / cap, else 1), which the gradient of the scores takes as a factor.
+template <typename T, bool kEmulateLowPrecision, typename F>
+__device__ __forceinline__ float feature_score(float x, const FjForwardParams &p, int b, int h,
+                                              int i, int j, int diag, float &dlogit) {
+  auto rounded = [](float v) { return kEmulateLowPrecision ? round_to<T>(v) : v; };
+  dlogit = 1.f;
+  if (F::kSoftcap > 0.f) {
+    const float th = tanhf(x / F::kSoftcap);
+    dlogit = 1.f - th * th;
+    x = rounded(F::kSoftcap * th);
+  }
+  if (F::kAlibi) {
+    const float slope = p.alibi_slopes[(long long)b * p.alibi_batch_stride + h];
+    x = rounded(x - slope * fabsf((float)(i + diag - j)));
+  }
+  bool keep = true;
+  if (F::kWindow && F::kWindowLeft >= 0 && j < i + diag - F::kWindowLeft)
+    keep = false;
+  if (F::kWindow && F::kWindowRight >= 0 && j > i + diag + F::kWindowRight)
+    keep = false;
+  if (F::kMaskMod && !F::mask_mod(b, h, i, j, p.mod_args))
+    keep = false;
+  return keep ? x : __int_as_float(0xff800000);
+}
 
 template <typename T, bool kEmulateLowPrecision>
 __device__ __forceinline__ float dot_rows(const u16 *a, const u16 *b, int n) {
@@ -32,7 +62,7 @@ __device__ __forceinline__ void store_out(void *base, long long off, float value
 
 // Per query row: the reference's lse and D (to lse_ref and dpsum_ref, laid out like the
 // forward's lse), and dQ. Grid (seqlen_q, heads_q, batch), kThreads threads.
-template <typename T, bool kEmulateLowPrecision>
+template <typename T, bool kEmulateLowPrecision, typename F = NoFeatures>
 __device__ void run_bwd_rows(const FjBackwardParams &P, int head_dim, int head_dim_v,
                              bool causal, float *lse_ref, float *dpsum_ref) {
   __shared__ float ds_tile[kThreads];
@@ -59,9 +89,15 @@ __device__ void run_bwd_rows(const FjBackwardParams &P, int head_dim, int head_d
   if (causal)
     n_keys = imax(0, imin(n_keys, i + seq.seqlen_k - seq.seqlen_q + 1));
 
-  auto score = [&](int j) {
+  const int diag = seq.seqlen_k - seq.seqlen_q;
+  auto score_and_dlogit = [&](int j, float &dlogit) {
     float s = dot_rows<T, kEmulateLowPrecision>(q, k + (long long)j * p.k_row_stride, head_dim);
-    return kEmulateLowPrecision ? round_to<T>(s * p.softmax_scale) : s * p.softmax_scale;
+    s = kEmulateLowPrecision ? round_to<T>(s * p.softmax_scale) : s * p.softmax_scale;
+    return feature_score<T, kEmulateLowPrecision, F>(s, p, b, h, i, j, diag, dlogit);
+  };
+  auto score = [&](int j) {
+    float unused;
+    return score_and_dlogit(j, unused);
   };
   auto dprob = [&](int j) {
     return dot_rows<T, kEmulateLowPrecision>(dout, v + (long long)j * p.v_row_stride,
@@ -76,9 +112,15 @@ __device__ void run_bwd_rows(const FjBackwardParams &P, int head_dim, int head_d
   for (int j = tid; j < n_keys; j += kThreads)
     sum += expf(score(j) - mx);
   sum = block_reduce(sum, false, scratch);
-  auto prob = [&](int j) {
-    float pr = expf(score(j) - mx) / sum;
+  // A row whose every key is dropped has no probabilities (and lse -inf).
+  auto prob_and_dlogit = [&](int j, float &dlogit) {
+    const float x = score_and_dlogit(j, dlogit);
+    float pr = x == __int_as_float(0xff800000) ? 0.f : expf(x - mx) / sum;
     return kEmulateLowPrecision ? round_to<T>(pr) : pr;
+  };
+  auto prob = [&](int j) {
+    float unused;
+    return prob_and_dlogit(j, unused);
   };
   float dsum = 0.f;
   for (int j = tid; j < n_keys; j += kThreads)
@@ -91,7 +133,9 @@ __device__ void run_bwd_rows(const FjBackwardParams &P, int head_dim, int head_d
     const int j = j0 + tid;
     float ds = 0.f;
     if (j < n_keys) {
-      ds = prob(j) * (dprob(j) - dsum);
+      float dlogit;
+      const float pr = prob_and_dlogit(j, dlogit);
+      ds = pr * (dprob(j) - dsum) * dlogit;
       if (kEmulateLowPrecision)
         ds = round_to<T>(ds);
     }
@@ -115,14 +159,15 @@ __device__ void run_bwd_rows(const FjBackwardParams &P, int head_dim, int head_d
                                        (r == 0 ? acc0 : acc1) * p.softmax_scale);
   if (tid == 0) {
     const long long li = seq.lse_offset + (long long)h * p.lse_head_stride + i;
-    lse_ref[li] = n_keys == 0 ? __int_as_float(0xff800000) : mx + logf(sum);
-    dpsum_ref[li] = n_keys == 0 ? 0.f : dsum;
+    const bool empty = n_keys == 0 || mx == __int_as_float(0xff800000);
+    lse_ref[li] = empty ? __int_as_float(0xff800000) : mx + logf(sum);
+    dpsum_ref[li] = empty ? 0.f : dsum;
   }
 }
 
 // Per key row: dK and dV summed over the query heads of its group. Grid (seqlen_k,
 // heads_kv, batch), kThreads threads, after run_bwd_rows.
-template <typename T, bool kEmulateLowPrecision>
+template <typename T, bool kEmulateLowPrecision, typename F = NoFeatures>
 __device__ void run_bwd_keys(const FjBackwardParams &P, int head_dim, int head_dim_v,
                              bool causal, const float *lse_ref, const float *dpsum_ref) {
   __shared__ float p_tile[kThreads];
@@ -157,12 +202,14 @@ __device__ void run_bwd_keys(const FjBackwardParams &P, int head_dim, int head_d
         float s = dot_rows<T, kEmulateLowPrecision>(q + (long long)i * p.q_row_stride, krow,
                                                     head_dim);
         s = kEmulateLowPrecision ? round_to<T>(s * p.softmax_scale) : s * p.softmax_scale;
-        pr = expf(s - lse_ref[lse_base + i]);
+        float dlogit;
+        s = feature_score<T, kEmulateLowPrecision, F>(s, p, b, h, i, j, diag, dlogit);
+        pr = s == __int_as_float(0xff800000) ? 0.f : expf(s - lse_ref[lse_base + i]);
         if (kEmulateLowPrecision)
           pr = round_to<T>(pr);
         const float dp = dot_rows<T, kEmulateLowPrecision>(
             dout + (long long)i * P.dout_row_stride, vrow, head_dim_v);
-        ds = pr * (dp - dpsum_ref[lse_base + i]);
+        ds = pr * (dp - dpsum_ref[lse_base + i]) * dlogit;
         if (kEmulateLowPrecision)
           ds = round_to<T>(ds);
       }

@@ -12,10 +12,14 @@ namespace flashjit::tuner {
 namespace {
 
 llvm::Expected<const BackwardReferenceKernel *>
-backwardReference(generator::DType dtype, bool emulate, const std::string &target) {
+backwardReference(const generator::KernelSpec &spec, bool emulate) {
   return referenceInContext<BackwardReferenceKernel>(
-      llvm::formatv("bwd.{0}.{1}.{2}", generator::dtypeName(dtype), emulate, target).str(),
-      [&] { return BackwardReferenceKernel::build(dtype, emulate, target); });
+      llvm::formatv("bwd.{0}.{1}.{2}{3}", generator::dtypeName(spec.dtype), emulate, spec.target,
+                    spec.features.keySuffix())
+          .str(),
+      [&] {
+        return BackwardReferenceKernel::build(spec.dtype, emulate, spec.target, spec.features);
+      });
 }
 
 llvm::Expected<runtime::DeviceBuffer> allocateFloats(long long count) {
@@ -26,7 +30,7 @@ llvm::Expected<runtime::DeviceBuffer> allocateFloats(long long count) {
 // would have written them: the inputs the backward pass is given.
 llvm::Error writeForwardOutputs(const generator::KernelSpec &spec, const ForwardShape &shape,
                                 BackwardBuffers &b, CUstream stream) {
-  auto ref = forwardReference(spec.dtype, false, spec.target);
+  auto ref = forwardReference(spec.dtype, false, spec.target, spec.features);
   if (!ref)
     return ref.takeError();
   ForwardShape withLse = shape;
@@ -52,7 +56,7 @@ BackwardChecker::create(const generator::KernelSpec &spec, const ForwardShape &s
                         uint64_t seed, CUstream stream, bool deterministic) {
   auto checker = std::unique_ptr<BackwardChecker>(new BackwardChecker());
   checker->spec_ = spec;
-  checker->shape_ = shape;
+  checker->shape_ = withFeatureInputs(spec, shape);  // ALiBi's slopes, a mod's arguments
   checker->shape_.headDim = spec.headDim;
   checker->shape_.headDimV = spec.headDimV;
   checker->shape_.withLse = true;
@@ -70,10 +74,10 @@ BackwardChecker::create(const generator::KernelSpec &spec, const ForwardShape &s
     return std::move(err);
 
   // The references: fp32 into dq32/dk32/dv32, the dtype's rounding into dq/dk/dv.
-  auto ref32 = backwardReference(spec.dtype, false, spec.target);
+  auto ref32 = backwardReference(spec, false);
   if (!ref32)
     return ref32.takeError();
-  auto naive = backwardReference(spec.dtype, true, spec.target);
+  auto naive = backwardReference(spec, true);
   if (!naive)
     return naive.takeError();
   const long long stats = (long long)s.headsQ * s.totalQ();

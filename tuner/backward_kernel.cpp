@@ -128,8 +128,8 @@ llvm::Error BackwardKernel::launch(const FjBackwardParams &params, CUstream stre
 
 llvm::Expected<std::unique_ptr<BackwardReferenceKernel>>
 BackwardReferenceKernel::build(generator::DType dtype, bool emulateLowPrecision,
-                               const std::string &target) {
-  auto emitted = generator::emitBackwardReference(dtype, emulateLowPrecision, target);
+                               const std::string &target, const generator::Features &features) {
+  auto emitted = generator::emitBackwardReference(dtype, emulateLowPrecision, target, features);
   if (!emitted)
     return emitted.takeError();
   auto binary = compileEmitted(*emitted, target);

@@ -39,12 +39,13 @@ private:
   int threads_ = 0, sharedBytes_ = 0, registers_ = 0;
 };
 
-// The naive backward reference (fp32, or emulating the dtype's rounding):
-// generator::emitBackwardReference's two kernels.
+// The naive backward reference (fp32, or emulating the dtype's rounding), with the
+// spec's features: generator::emitBackwardReference's two kernels.
 class BackwardReferenceKernel {
 public:
   static llvm::Expected<std::unique_ptr<BackwardReferenceKernel>>
-  build(generator::DType dtype, bool emulateLowPrecision, const std::string &target);
+  build(generator::DType dtype, bool emulateLowPrecision, const std::string &target,
+        const generator::Features &features = {});
   // Writes dq, dk and dv of `params` (in fp32, or the dtype when emulating), and the
   // reference's own lse and D into lseRef and dpsumRef (laid out like the lse).
   llvm::Error launch(const FjBackwardParams &params, int headDim, int headDimV, bool causal,

@@ -22,7 +22,7 @@ public:
   static llvm::Expected<std::unique_ptr<BackwardTimingProblem>>
   create(const generator::KernelSpec &spec, const ForwardShape &shape, uint64_t l2Bytes) {
     auto problem = std::unique_ptr<BackwardTimingProblem>(new BackwardTimingProblem());
-    problem->shape_ = shape;
+    problem->shape_ = withFeatureInputs(spec, shape);  // ALiBi's slopes, a mod's arguments
     problem->shape_.withLse = true;
     const ForwardShape &s = problem->shape_;
     std::vector<float> lse = typicalLse(s, spec.causal);

@@ -6,6 +6,7 @@
 // strided layouts, softmax scales, every tile of the tuner's space on one shape, and
 // deterministic mode (its gradients checked, and bitwise-identical over 100 reruns of a
 // 4000 x 4000 problem); bwd_mma also with head_dim_v != head_dim.
+#include "backward_check.h"
 #include "kernel_pool.h"
 
 #include "generator/bwd_wgmma.h"
@@ -61,22 +62,6 @@ tuner::ForwardShape shapeOf(int batch, int hq, int hkv, int sq, int sk, int d, i
   shape.headDim = d;
   shape.headDimV = dv;
   return shape;
-}
-
-// Runs the backward checker in the chosen mode; "" or the failure.
-std::string checkBackward(const KernelSpec &spec, const TileConfig &tile,
-                          const tuner::ForwardShape &shape, uint64_t seed, bool deterministic) {
-  std::string error;
-  const tuner::LoadedKernel *kernel = KernelPool::get().find(spec, tile, error);
-  if (!kernel)
-    return "compile/load failed: " + error;
-  auto checker = tuner::BackwardChecker::create(spec, shape, seed, nullptr, deterministic);
-  if (!checker)
-    return "reference failed: " + llvm::toString(checker.takeError());
-  auto report = (*checker)->check(*kernel, nullptr);
-  if (!report)
-    return "run failed: " + llvm::toString(report.takeError());
-  return report->passed ? "" : report->summary();
 }
 
 // The backward grid's sequence pairs: the forward's, without the two longest (the

@@ -14,6 +14,7 @@
 #include "tuner/loaded_kernel.h"
 #include "tuner/variants.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 
@@ -99,6 +100,8 @@ TEST_P(FeaturesCompile, DefaultTilesCompileWithoutSpills) {
       auto kernel = generator::emitKernel(spec, tile);
       ASSERT_TRUE(bool(kernel)) << spec.key() << ": " << llvm::toString(kernel.takeError());
       ASSERT_NE(kernel->source.find("struct FjFeatures"), std::string::npos);
+      ASSERT_NE(kernel->source.find("FjFeatures> FjConfig"), std::string::npos)
+          << "the kernel's config takes the features";
       auto binary = tuner::compileEmitted(*kernel, ft.target);
       ASSERT_TRUE(bool(binary)) << spec.key() << " " << tile.key() << ": "
                                 << llvm::toString(binary.takeError());
@@ -134,6 +137,24 @@ INSTANTIATE_TEST_SUITE_P(
              std::get<1>(info.param).name;
     });
 
+// The backward pass takes every feature but score_mod, through bwd_mma (0.9): its
+// default tiles compile without spills, on sm_80 and sm_90a.
+std::vector<FeatureCase> backwardFeatureCases() {
+  std::vector<FeatureCase> cases = featureCases();
+  llvm::erase_if(cases, [](const FeatureCase &c) { return !c.features.scoreMod.empty(); });
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(
+    BackwardFeatures, FeaturesCompile,
+    ::testing::Combine(::testing::Values(FamilyTarget{Family::BwdMma, "sm_80"},
+                                         FamilyTarget{Family::BwdMma, "sm_90a"}),
+                       ::testing::ValuesIn(backwardFeatureCases())),
+    [](const auto &info) {
+      const FamilyTarget &ft = std::get<0>(info.param);
+      return std::string(generator::familyName(ft.family)) + "_" + ft.target + "_" +
+             std::get<1>(info.param).name;
+    });
+
 // Every feature at once (the hook's longest path) on fwd_mma: no spills either.
 TEST(FeaturesCompileCombined, AllFeaturesTogetherOnFwdMma) {
   FeatureCase all{"all", true, {}};
@@ -160,8 +181,8 @@ TEST(FeaturesCompileCombined, AllFeaturesTogetherOnFwdMma) {
     }
 }
 
-// The references the checker builds for a spec with features (tuner::forwardReference):
-// fp32 and emulating the dtype, with every case's features.
+// The references the checkers build for a spec with features (tuner::forwardReference,
+// the backward checker's): fp32 and emulating the dtype, with every case's features.
 TEST(FeaturesCompileReference, EveryCaseCompilesInBothModes) {
   std::vector<double> times;
   for (const FeatureCase &c : featureCases())
@@ -175,6 +196,15 @@ TEST(FeaturesCompileReference, EveryCaseCompilesInBothModes) {
                                   << (emulate ? " emulated" : " fp32") << ": "
                                   << llvm::toString(binary.takeError());
         times.push_back(binary->compileMs);
+        if (!c.features.scoreMod.empty())
+          continue;  // the backward pass takes no score_mod
+        auto backward = generator::emitBackwardReference(dtype, emulate, "sm_80", c.features);
+        ASSERT_TRUE(bool(backward)) << c.name << ": " << llvm::toString(backward.takeError());
+        ASSERT_NE(backward->source.find("struct FjFeatures"), std::string::npos) << c.name;
+        auto backwardBinary = tuner::compileEmitted(*backward, "sm_80");
+        ASSERT_TRUE(bool(backwardBinary)) << c.name << " backward: "
+                                          << llvm::toString(backwardBinary.takeError());
+        times.push_back(backwardBinary->compileMs);
       }
   std::sort(times.begin(), times.end());
   std::printf("  %zu references, compile ms: min %.0f  median %.0f  max %.0f\n", times.size(),

@@ -1,0 +1,30 @@
+// The backward checker run on one kernel of the pool: the GPU tests of the backward
+// families (bwd_mma_test.cpp) and of their features (bwd_features_test.cpp).
+#pragma once
+
+#include "kernel_pool.h"
+
+#include "tuner/backward_checker.h"
+
+#include <string>
+
+namespace flashjit::testing {
+
+// Runs the backward checker in the chosen mode; "" or the failure.
+inline std::string checkBackward(const KernelSpec &spec, const TileConfig &tile,
+                                 const tuner::ForwardShape &shape, uint64_t seed,
+                                 bool deterministic) {
+  std::string error;
+  const tuner::LoadedKernel *kernel = KernelPool::get().find(spec, tile, error);
+  if (!kernel)
+    return "compile/load failed: " + error;
+  auto checker = tuner::BackwardChecker::create(spec, shape, seed, nullptr, deterministic);
+  if (!checker)
+    return "reference failed: " + llvm::toString(checker.takeError());
+  auto report = (*checker)->check(*kernel, nullptr);
+  if (!report)
+    return "run failed: " + llvm::toString(report.takeError());
+  return report->passed ? "" : report->summary();
+}
+
+} // namespace flashjit::testing

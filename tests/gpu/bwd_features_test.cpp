@@ -1,0 +1,175 @@
+// Attention features in the backward pass (issue 28, bwd_mma) against the backward
+// reference with the same features (written out on its own in reference_bwd.cuh):
+// sliding windows (one- and two-sided, with and without causal, one wider than a block),
+// soft-capping (a cap well into tanh's bend too: its derivative scales dS), ALiBi, user
+// mask_mods (prefix-LM and documents, both from an int argument), and all three built-in
+// ones at once; fp16 and bf16, causal and not, head dims 64 and 128 (and 96 and 256 on
+// one case each), odd lengths, MHA/GQA/MQA, a variable-length batch, deterministic mode.
+// Gradients and workspace are poisoned before each run (tuner/backward_checker.cpp).
+#include "backward_check.h"
+#include "kernel_pool.h"
+
+#include <tuple>
+
+using namespace flashjit;
+using namespace flashjit::testing;
+using generator::Family;
+
+namespace {
+
+struct NamedFeatures {
+  const char *name;
+  generator::Features features;
+};
+
+std::vector<NamedFeatures> featureCases() {
+  std::vector<NamedFeatures> cases;
+  auto add = [&](const char *name, auto set) {
+    generator::Features f;
+    set(f);
+    cases.push_back({name, f});
+  };
+  add("window_left100", [](auto &f) { f.window = true, f.windowLeft = 100, f.windowRight = 0; });
+  add("window_70_45", [](auto &f) { f.window = true, f.windowLeft = 70, f.windowRight = 45; });
+  add("window_right33", [](auto &f) { f.window = true, f.windowRight = 33; });
+  add("window_left300", [](auto &f) { f.window = true, f.windowLeft = 300, f.windowRight = 0; });
+  add("softcap30", [](auto &f) { f.softcap = 30.f; });
+  add("softcap2", [](auto &f) { f.softcap = 2.f; });  // scores well into tanh's bend
+  add("alibi", [](auto &f) { f.alibi = true; });
+  add("mask_mod_prefix_lm", [](auto &f) {
+    f.maskMod = "return kv_idx <= q_idx || kv_idx < args.integer[0];";
+    f.hasTuningArgs = true;
+    f.tuningArgs.integer[0] = 50;
+  });
+  add("mask_mod_documents", [](auto &f) {
+    f.maskMod = "return q_idx / args.integer[0] == kv_idx / args.integer[0];";
+    f.hasTuningArgs = true;
+    f.tuningArgs.integer[0] = 97;
+  });
+  add("window_softcap_alibi", [](auto &f) {
+    f.window = true, f.windowLeft = 150, f.windowRight = 20;
+    f.softcap = 20.f;
+    f.alibi = true;
+  });
+  return cases;
+}
+
+KernelSpec featureSpec(int d, DType dtype, bool causal, const generator::Features &features) {
+  KernelSpec spec = specFor(d, d, dtype, causal, Family::BwdMma);
+  spec.features = features;
+  return spec;
+}
+
+tuner::ForwardShape withHeadDim(tuner::ForwardShape shape, int d) {
+  shape.headDim = shape.headDimV = d;
+  return shape;
+}
+
+// Odd lengths (seqlen_q > seqlen_k too: rows that see no key), MHA/GQA/MQA, varlen.
+std::vector<std::pair<std::string, tuner::ForwardShape>> checkShapes() {
+  std::vector<std::pair<std::string, tuner::ForwardShape>> shapes = {
+      {"1x147 MHA", shapeOf(2, 4, 4, 1, 147)},
+      {"113x203 GQA", shapeOf(2, 4, 2, 113, 203)},
+      {"1023x1024 MQA", shapeOf(1, 4, 1, 1023, 1024)},
+      {"333x333 GQA", shapeOf(2, 8, 2, 333, 333)},
+      {"700x300 MHA", shapeOf(1, 2, 2, 700, 300)},
+  };
+  tuner::ForwardShape varlen = shapeOf(3, 4, 2, 0, 0);
+  varlen.seqlensQ = {37, 300, 1};
+  varlen.seqlensK = {200, 300, 129};
+  varlen.seqQ = 300;
+  varlen.seqK = 300;
+  shapes.push_back({"varlen GQA", varlen});
+  return shapes;
+}
+
+class BwdFeatures : public ::testing::TestWithParam<std::tuple<int, DType, bool, int>> {
+protected:
+  static void SetUpTestSuite() {
+    if (!openTestDevice())
+      return;
+    std::vector<std::pair<KernelSpec, TileConfig>> all;
+    for (DType dtype : {DType::FP16, DType::BF16})
+      for (bool causal : {false, true})
+        for (int d : {64, 128})
+          for (const NamedFeatures &c : featureCases()) {
+            KernelSpec spec = featureSpec(d, dtype, causal, c.features);
+            all.emplace_back(spec, generator::defaultTile(spec));
+          }
+    KernelPool::get().prepare(all);
+  }
+};
+
+TEST_P(BwdFeatures, MatchReference) {
+  FLASHJIT_REQUIRE_GPU();
+  auto [d, dtype, causal, index] = GetParam();
+  const NamedFeatures c = featureCases()[index];
+  KernelSpec spec = featureSpec(d, dtype, causal, c.features);
+  TileConfig tile = generator::defaultTile(spec);
+  int checked = 0;
+  for (const auto &[name, shape] : checkShapes()) {
+    EXPECT_EQ(checkBackward(spec, tile, withHeadDim(shape, d), 300 + checked, false), "")
+        << spec.key() << " " << tile.key() << " " << name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 6);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BwdMma, BwdFeatures,
+    ::testing::Combine(::testing::Values(64, 128), ::testing::Values(DType::FP16, DType::BF16),
+                       ::testing::Bool(),
+                       ::testing::Range(0, static_cast<int>(featureCases().size()))),
+    [](const auto &info) {
+      const int index = std::get<3>(info.param);
+      return std::string(featureCases()[index].name) + "_d" +
+             std::to_string(std::get<0>(info.param)) + "_" +
+             generator::dtypeName(std::get<1>(info.param)).str() +
+             (std::get<2>(info.param) ? "_causal" : "");
+    });
+
+// Deterministic mode (dQ by its own kernel, which walks the key blocks a window leaves),
+// every tile of the space, head dims 96 and 256 (two passes), and a small shape for the
+// sanitizers:
+//   compute-sanitizer --tool memcheck gpu_tests --gtest_filter='BwdFeaturesMore.*'
+TEST(BwdFeaturesMore, DeterministicMode) {
+  FLASHJIT_REQUIRE_GPU();
+  for (const NamedFeatures &c : featureCases())
+    for (bool causal : {false, true}) {
+      KernelSpec spec = featureSpec(128, DType::BF16, causal, c.features);
+      EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec),
+                              withHeadDim(shapeOf(2, 4, 2, 257, 389), 128), 7, true),
+                "")
+          << spec.key() << " deterministic";
+    }
+}
+
+TEST(BwdFeaturesMore, OtherHeadDims) {
+  FLASHJIT_REQUIRE_GPU();
+  for (int d : {96, 256})
+    for (const char *name : {"window_70_45", "softcap2", "alibi"})
+      for (const NamedFeatures &c : featureCases())
+        if (std::string(c.name) == name) {
+          KernelSpec spec = featureSpec(d, DType::BF16, true, c.features);
+          for (bool deterministic : {false, true})
+            EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec),
+                                    withHeadDim(shapeOf(2, 4, 2, 300, 333), d), 11,
+                                    deterministic),
+                      "")
+                << spec.key() << (deterministic ? " deterministic" : "");
+        }
+}
+
+TEST(BwdFeaturesMore, SanitizerShapes) {
+  FLASHJIT_REQUIRE_GPU();
+  for (const NamedFeatures &c : featureCases())
+    for (bool deterministic : {false, true}) {
+      KernelSpec spec = featureSpec(64, DType::BF16, true, c.features);
+      EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec),
+                              withHeadDim(shapeOf(1, 2, 1, 77, 150), 64), 13, deterministic),
+                "")
+          << spec.key() << (deterministic ? " deterministic" : "");
+    }
+}
+
+} // namespace
