@@ -229,11 +229,11 @@ std::string floatText(double value) {
 }
 
 llvm::Error checkBackwardFeatures(const generator::Features &f, const char *what) {
-  if (f.any())
+  if (!f.scoreMod.empty())
     return makeError(ErrorCode::NotSupported,
-                     "{0} with attention features ({1}): the backward pass does not "
-                     "support attention features yet (only the forward does)",
-                     what, featureFields(f));
+                     "{0} with a score_mod: the backward pass cannot differentiate the "
+                     "user's code (it takes a window, softcap, alibi and mask_mod)",
+                     what);
   return llvm::Error::success();
 }
 

@@ -26,6 +26,8 @@ fj_forward_args forwardPart(const fj_backward_args &a) {
   f.o_head_stride = a.o_head_stride;
   f.cu_seqlens_q = a.cu_seqlens_q, f.cu_seqlens_k = a.cu_seqlens_k;
   f.total_q = a.total_q, f.total_k = a.total_k;
+  f.alibi_slopes = a.alibi_slopes, f.alibi_batch_stride = a.alibi_batch_stride;
+  f.mod_args = a.mod_args;
   return f;
 }
 
@@ -36,8 +38,8 @@ llvm::Error checkBackwardArgs(const AttentionDesc &desc, const fj_backward_args 
   fj_backward_args a;
   if (llvm::Error error = copyInStruct(in, "args", "fj_backward_args", a))
     return error;
-  // A description with features never gets a backward kernel (checkDesc refuses it
-  // with desc.backward); its arguments are refused for the same reason.
+  // A description whose features the backward pass does not take never gets a backward
+  // kernel (checkDesc refuses it with desc.backward); its arguments are refused too.
   if (llvm::Error error =
           checkBackwardFeatures(desc.features, "backward arguments for a description"))
     return error;

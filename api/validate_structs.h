@@ -23,6 +23,9 @@ template <> constexpr size_t minStructSize<fj_attention_desc>() {
 template <> constexpr size_t minStructSize<fj_forward_args>() {
   return offsetof(fj_forward_args, alibi_slopes);  // 0.2
 }
+template <> constexpr size_t minStructSize<fj_backward_args>() {
+  return offsetof(fj_backward_args, alibi_slopes);  // 0.2
+}
 template <> constexpr size_t minStructSize<struct fj_kernel_info>() {
   return offsetof(struct fj_kernel_info, backward_family);  // 0.1
 }
@@ -32,6 +35,7 @@ template <> constexpr size_t minStructSize<fj_variant_info>() {
 // The version whose size minStructSize is, for messages.
 template <typename T> constexpr const char *minStructVersion() { return "0.1"; }
 template <> constexpr const char *minStructVersion<fj_forward_args>() { return "0.2"; }
+template <> constexpr const char *minStructVersion<fj_backward_args>() { return "0.2"; }
 
 // How many of an older caller's `size` bytes are fields. A version's sizeof may end in
 // padding where a later version put a field: those bytes are whatever the caller's

@@ -56,7 +56,7 @@ extern "C" {
 #endif
 
 #define FLASHJIT_VERSION_MAJOR 0
-#define FLASHJIT_VERSION_MINOR 8
+#define FLASHJIT_VERSION_MINOR 9
 #define FLASHJIT_VERSION_PATCH 0
 
 /* ---- Status codes ------------------------------------------------------------ */
@@ -225,8 +225,9 @@ typedef struct fj_mod_args {
  * then the masks remove keys: past the sequence's end, causal, the sliding window, and
  * mask_mod. A query row that sees no key gets o = 0 and lse = -inf.
  * The features are part of what a kernel is compiled for (fj_kernel_info's spec_key
- * ends with them, e.g. ".win256_0.cap30.alibi"); the backward pass does not support
- * them yet (desc.backward with a feature: FJ_ERROR_NOT_SUPPORTED). */
+ * ends with them, e.g. ".win256_0.cap30.alibi"). The backward pass (0.9) takes the
+ * window, softcap, ALiBi and mask_mod (on the bwd_mma family, whatever the target);
+ * desc.backward with a score_mod is FJ_ERROR_NOT_SUPPORTED (its derivative is unknown). */
 typedef struct fj_attention_desc {
   size_t struct_size;     /* sizeof(fj_attention_desc) */
   int32_t dtype;          /* an fj_dtype */
@@ -523,7 +524,8 @@ FJ_API fj_status fj_block_mask_destroy(fj_block_mask mask);
 /* ---- Backward pass ----------------------------------------------------------------
  *
  * Gradients of o = softmax(q k^T * scale [causal mask]) v with respect to q, k and v,
- * given the gradient of o (dout). The probabilities are recomputed from q, k and the
+ * given the gradient of o (dout), with the description's features (a window, softcap,
+ * ALiBi, a mask_mod: the scores and masks the forward used; the slopes get no gradient). The probabilities are recomputed from q, k and the
  * forward's log-sum-exp, so no N x N matrix is ever stored. With GQA/MQA, dk and dv
  * of a key/value head are summed over the query heads that share it.
  *
@@ -570,6 +572,13 @@ typedef struct fj_backward_args {
    * need not be initialised and are undefined afterwards. */
   void *workspace;
   size_t workspace_bytes;
+  /* ---- Features (added in 0.9: a struct_size that ends before them reads them as
+   * NULL / 0), as in fj_forward_args and the same as the forward call was given. */
+  /* With desc.alibi (required then): the slopes, laid out as fj_forward_args's. */
+  const float *alibi_slopes;
+  int64_t alibi_batch_stride;
+  /* What the description's mask_mod sees as `args`. */
+  fj_mod_args mod_args;
 } fj_backward_args;
 
 /* Zeroes `args` and sets its struct_size. */

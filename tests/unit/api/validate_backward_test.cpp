@@ -155,3 +155,37 @@ TEST(ValidateBackwardOk, InitAndNullAreHandled) {
 }
 
 } // namespace
+
+// Features (0.9): the backward arguments carry what the forward call had: ALiBi's slopes
+// (required with desc.alibi, checked as fj_forward's) and the mask_mod's arguments. A
+// struct of 0.2..0.8 (ending at workspace_bytes) is accepted and reads them as zero.
+TEST(ValidateBackwardFeatures, AlibiSlopesAreRequiredAndChecked) {
+  fj_attention_desc desc = validDesc();
+  desc.backward = 1;
+  desc.alibi = 1;
+  desc.window = 1, desc.window_left = 32, desc.window_right = 0;
+  fj_backward_args args = validBackwardArgs(desc);
+  EXPECT_EQ(fj_validate_backward_args(&desc, &args), FJ_ERROR_INVALID_VALUE);
+  EXPECT_NE(std::string(fj_last_error_message()).find("args->alibi_slopes is NULL"),
+            std::string::npos)
+      << fj_last_error_message();
+  args.alibi_slopes = static_cast<const float *>(fakeDevicePointer(11));
+  EXPECT_EQ(fj_validate_backward_args(&desc, &args), FJ_SUCCESS) << fj_last_error_message();
+  args.alibi_batch_stride = -1;
+  EXPECT_EQ(fj_validate_backward_args(&desc, &args), FJ_ERROR_INVALID_VALUE);
+  EXPECT_NE(std::string(fj_last_error_message()).find("alibi_batch_stride"), std::string::npos)
+      << fj_last_error_message();
+}
+
+TEST(ValidateBackwardFeatures, OlderStructSizeReadsThemAsZero) {
+  fj_attention_desc desc = validDesc();
+  fj_backward_args args = validBackwardArgs(desc);
+  args.struct_size = offsetof(fj_backward_args, alibi_slopes);  // 0.2 .. 0.8
+  args.alibi_batch_stride = -1;  // past the caller's struct: never read
+  EXPECT_EQ(fj_validate_backward_args(&desc, &args), FJ_SUCCESS) << fj_last_error_message();
+  desc.alibi = 1;  // then the slopes read as NULL
+  EXPECT_EQ(fj_validate_backward_args(&desc, &args), FJ_ERROR_INVALID_VALUE);
+  EXPECT_NE(std::string(fj_last_error_message()).find("args->alibi_slopes is NULL"),
+            std::string::npos)
+      << fj_last_error_message();
+}

@@ -203,13 +203,9 @@ std::vector<BadInput> badFeatures() {
        FJ_ERROR_INVALID_VALUE, {"desc->score_mod is longer than 65536 bytes"}},
       {"MaskModTooLong", [](D &d, A &) { d.mask_mod = tooLong.c_str(); },
        FJ_ERROR_INVALID_VALUE, {"desc->mask_mod is longer than 65536 bytes"}},
-      {"BackwardWithWindow",
-       [](D &d, A &) { d.backward = 1, d.window = 1, d.window_left = 64, d.window_right = 0; },
-       FJ_ERROR_NOT_SUPPORTED,
-       {"desc->backward is set", "desc->window",
-        "the backward pass does not support attention features yet"}},
       {"BackwardWithScoreMod", [](D &d, A &) { d.backward = 1, d.score_mod = kScoreMod; },
-       FJ_ERROR_NOT_SUPPORTED, {"desc->score_mod", "does not support attention features"}},
+       FJ_ERROR_NOT_SUPPORTED,
+       {"desc->backward is set with a score_mod", "cannot differentiate"}},
       {"AlibiWithoutSlopes", [](D &d, A &) { d.alibi = 1; }, FJ_ERROR_INVALID_VALUE,
        {"args->alibi_slopes is NULL", "desc->alibi"}},
       {"AlibiSlopesMisaligned",
@@ -246,13 +242,20 @@ INSTANTIATE_TEST_SUITE_P(Api, BadFeatureTest, ::testing::ValuesIn(badFeatures())
                          });
 
 // fj_backward can never run for a description with features: its arguments are refused.
-TEST(ApiFeatures, BackwardArgumentsForAFeatureDescriptionAreRefused) {
+// The backward pass takes a window, softcap, ALiBi and mask_mod (0.9), not a score_mod.
+TEST(ApiFeatures, BackwardWithFeatures) {
   fj_attention_desc desc = validDesc();
+  desc.backward = 1;
+  desc.window = 1, desc.window_left = 64, desc.window_right = 0;
   desc.softcap = 30.0f;
+  desc.mask_mod = "return true;";
+  EXPECT_TRUE(succeeds(fj_validate_attention_desc(&desc)));
   fj_backward_args args;
   fj_backward_args_init(&args);
+  EXPECT_TRUE(succeeds(fj_validate_backward_args(&desc, &args)));  // batch 0: no work
+  desc.score_mod = kScoreMod;
   EXPECT_TRUE(failsWith(fj_validate_backward_args(&desc, &args), FJ_ERROR_NOT_SUPPORTED,
-                        {"desc->softcap", "does not support attention features yet"}));
+                        {"desc->backward is set with a score_mod"}));
 }
 
 // ---- older struct sizes ----------------------------------------------------------------
