@@ -24,7 +24,7 @@ from ._checks import (check_alibi_slopes, check_decode, check_descales, check_fe
 from . import _block_mask, _runtime
 from ._block_mask import BlockMask
 
-__version__ = "0.8.0"  # the package's version (python/pyproject.toml reads it from here)
+__version__ = "0.9.0"  # the package's version (python/pyproject.toml reads it from here)
 
 __all__ = ["attention", "sdpa", "decode", "kv_append", "create_block_mask", "BlockMask",
            "info", "configure", "tuning", "FlashJitError", "library_path", "version",
@@ -271,12 +271,14 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=
     _enable_fast_path()
     # The kernel is got with its backward pass only when a gradient may be asked for
     # (and the library has one): inference never prepares the backward kernels.
-    # With features there is no backward kernel to get: the forward runs, and backward()
-    # raises NotImplementedError (_ops._backward).
-    # Nor with FP8 inputs: the forward runs, and backward() raises NotImplementedError.
+    # With a score_mod there is no backward kernel to get (nor with a library before 0.9
+    # and any feature): the forward runs, and backward() raises (_ops._backward, or the
+    # library's refusal). Nor with FP8 inputs: the forward runs, and backward() raises
+    # NotImplementedError.
     need_grad = _fast_ops.HAS_BACKWARD and torch.is_grad_enabled() and (
-        q.requires_grad or k.requires_grad or v.requires_grad) and features == PLAIN \
-        and not fp8
+        q.requires_grad or k.requires_grad or v.requires_grad) and \
+        features.score_mod is None and not fp8 and \
+        (features == PLAIN or _fast_ops.HAS_FEATURE_BACKWARD)
     o, lse = torch.ops.flashjit.attention_fwd(
         q, k, v, bool(causal), float(scale), layout.lower(), cu_seqlens_q, cu_seqlens_k,
         int(max_seqlen_q or 0), int(max_seqlen_k or 0), bool(need_grad), bool(deterministic),

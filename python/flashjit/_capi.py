@@ -112,7 +112,10 @@ class BackwardArgs(C.Structure):
                [(f"{t}_{s}_stride", C.c_int64) for t in BACKWARD_TENSORS for s in _STRIDES] + \
                [("cu_seqlens_q", C.c_void_p), ("cu_seqlens_k", C.c_void_p),
                 ("total_q", C.c_int64), ("total_k", C.c_int64), ("deterministic", C.c_int32),
-                ("workspace", C.c_void_p), ("workspace_bytes", C.c_size_t)]
+                ("workspace", C.c_void_p), ("workspace_bytes", C.c_size_t),
+                # Features (0.9; zero for an older library, which then accepts the size).
+                ("alibi_slopes", C.c_void_p), ("alibi_batch_stride", C.c_int64),
+                ("mod_args", ModArgs)]
 
 
 # Decode over a KV cache (0.4): fj_decode_args and fj_kv_append_args. The cache's strides
@@ -292,6 +295,10 @@ class Library:
             for name, args in _BACKWARD.items():
                 fn = getattr(L, name)
                 fn.argtypes, fn.restype = args(), C.c_int
+        # The backward pass with attention features (0.9): a version check, since the
+        # entry points are the same.
+        self.has_feature_backward = self.has_backward and _version_tuple(
+            L.fj_version().decode()) >= (0, 9)
         self.has_decode = all(hasattr(L, name) for name in _DECODE)
         if self.has_decode:
             for name, args in _DECODE.items():
@@ -343,6 +350,15 @@ def library():
     if _library is None:
         _library = Library()
     return _library
+
+
+def _version_tuple(text):
+    """(major, minor) of a version string such as "0.9.0"; (0, 0) if it is not one."""
+    try:
+        major, minor = text.split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return 0, 0
 
 
 def new(struct, **fields):

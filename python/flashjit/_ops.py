@@ -17,6 +17,7 @@ settings = _runtime.settings
 _no_backward_message = _runtime.no_backward_message
 # Read by flashjit.attention as a plain module attribute (simple for torch.compile).
 HAS_BACKWARD = _capi.library().has_backward
+HAS_FEATURE_BACKWARD = getattr(_capi.library(), "has_feature_backward", False)
 
 
 def _stream(device):
@@ -229,7 +230,11 @@ def _attention_fwd_fake(q, k, v, causal, scale, layout, cu_seqlens_q, cu_seqlens
 def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor,
                   causal: bool, scale: float, layout: str, cu_seqlens_q: Optional[Tensor],
                   cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
-                  deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+                  deterministic: bool, window: Optional[List[int]], softcap: float,
+                  alibi_slopes: Optional[Tensor], mask_mod: Optional[str],
+                  mod_tensors: List[Tensor], mod_scalars: List[float],
+                  mod_ints: List[int]) -> Tuple[Tensor, Tensor, Tensor]:
+    # The features (0.9) are the forward call's, but a score_mod (no backward pass).
     lib = _capi.library()
     if not lib.has_backward:
         raise RuntimeError(_no_backward_message(lib))
@@ -239,10 +244,16 @@ def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse:
     dout = _aligned(dout)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     device = _device_index(q)
+    features = op_features(window, softcap, alibi_slopes, None, mask_mod)
+    mod = _capi.mod_args([t.data_ptr() for t in mod_tensors], mod_scalars, mod_ints)
     handle, _ = kernel(device, _checks.dtype_name(q), d, v.shape[-1], hq, hk, causal, scale,
-                       True, (sq, sk, batch))
+                       True, (sq, sk, batch), features, mod)
     args = _capi.new(_capi.BackwardArgs, batch=batch, seqlen_q=sq, seqlen_k=sk,
-                     lse=lse.data_ptr(), deterministic=int(deterministic))
+                     lse=lse.data_ptr(), deterministic=int(deterministic), mod_args=mod)
+    if alibi_slopes is not None:
+        args.alibi_slopes = alibi_slopes.data_ptr()
+        args.alibi_batch_stride = _checks.check_alibi_slopes(alibi_slopes, batch, hq,
+                                                             q.device)
     tensors = (("q", q), ("k", k), ("v", v), ("o", o), ("dout", dout), ("dq", dq),
                ("dk", dk), ("dv", dv))
     for name, t in tensors:
@@ -262,7 +273,8 @@ def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse:
 
 @attention_bwd.register_fake
 def _attention_bwd_fake(dout, q, k, v, o, lse, causal, scale, layout, cu_seqlens_q,
-                        cu_seqlens_k, max_seqlen_q, max_seqlen_k, deterministic):
+                        cu_seqlens_k, max_seqlen_q, max_seqlen_k, deterministic, window,
+                        softcap, alibi_slopes, mask_mod, mod_tensors, mod_scalars, mod_ints):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -275,25 +287,35 @@ _BASE_INPUTS = 12
 def _setup_context(ctx, inputs, output):
     (q, k, v, causal, scale, layout, cu_q, cu_k, max_q, max_k, with_backward,
      deterministic) = inputs[:_BASE_INPUTS]
-    window, softcap, alibi_slopes, score_mod, mask_mod = inputs[_BASE_INPUTS:_BASE_INPUTS + 5]
+    (window, softcap, alibi_slopes, score_mod, mask_mod, mod_tensors, mod_scalars,
+     mod_ints) = inputs[_BASE_INPUTS:_BASE_INPUTS + 8]
     o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
+    ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k, alibi_slopes, *mod_tensors)
     ctx.args = (causal, scale, layout, max_q, max_k, with_backward, deterministic)
     ctx.features = op_features(window, softcap, alibi_slopes, score_mod, mask_mod)
+    ctx.feature_args = (None if window is None else list(window), softcap, mask_mod,
+                        list(mod_scalars), list(mod_ints))
     ctx.fp8 = _checks.is_fp8(q)
-    # backward returns one entry per input, shaped like it: a list input (mod_tensors, ...)
-    # gets a list of as many Nones.
-    ctx.no_grads = tuple([None] * len(x) if isinstance(x, (list, tuple)) else None
+    # backward returns one entry per input, shaped as autograd flattens it: a list of
+    # tensors (mod_tensors), or an empty list, gets a list of as many Nones; a list of
+    # numbers (window, mod_scalars, mod_ints) is one leaf, and gets None.
+    ctx.no_grads = tuple([None] * len(x) if isinstance(x, (list, tuple)) and
+                         all(isinstance(e, torch.Tensor) for e in x) else None
                          for x in inputs)
 
 
 def _backward(ctx, dout, dlse):
-    q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
+    q, k, v, o, lse, cu_q, cu_k, alibi_slopes, *mod_tensors = ctx.saved_tensors
     causal, scale, layout, max_q, max_k, with_backward, deterministic = ctx.args
     if ctx.fp8:  # no FP8 backward pass: a gradient is never made up
         raise NotImplementedError(_runtime.fp8_backward_message())
-    if ctx.features != _checks.PLAIN:  # a gradient is never made up
+    if ctx.features.score_mod is not None:  # a gradient is never made up
         raise NotImplementedError(_runtime.features_backward_message(ctx.features))
+    if ctx.features != _checks.PLAIN and not HAS_FEATURE_BACKWARD:
+        raise NotImplementedError(
+            f"flashjit: the library ({_capi.library().version()}) has no backward pass "
+            f"with attention features ({_checks.features_on(ctx.features)}); 0.9 and later "
+            f"have one")
     if not with_backward:
         lib = _capi.library()
         if not lib.has_backward:
@@ -303,8 +325,11 @@ def _backward(ctx, dout, dlse):
                            "it has no backward pass; call flashjit.attention with "
                            "requires_grad inputs and grad mode on")
     # lse is returned detached by flashjit.attention: dlse carries nothing.
+    window, softcap, mask_mod, mod_scalars, mod_ints = ctx.feature_args
     dq, dk, dv = torch.ops.flashjit.attention_bwd(dout, q, k, v, o, lse, causal, scale, layout,
-                                                  cu_q, cu_k, max_q, max_k, deterministic)
+                                                  cu_q, cu_k, max_q, max_k, deterministic,
+                                                  window, softcap, alibi_slopes, mask_mod,
+                                                  list(mod_tensors), mod_scalars, mod_ints)
     return (dq, dk, dv) + ctx.no_grads[3:]
 
 

@@ -108,10 +108,10 @@ def fp8_backward_message():
 
 
 def features_backward_message(features):
-    return (f"flashjit: the backward pass does not support attention features yet "
-            f"({_checks.features_on(features)}): gradients through flashjit.attention with "
-            f"them cannot be computed; run the forward under torch.no_grad(), or without the "
-            f"features to train")
+    return ("flashjit: the backward pass does not take a score_mod (flashjit cannot "
+            "differentiate the user's code): gradients through flashjit.attention with one "
+            "cannot be computed; run the forward under torch.no_grad(), or express the "
+            "variant with window, softcap, alibi_slopes or mask_mod, which train")
 
 
 def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints,
@@ -141,8 +141,13 @@ def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints,
         raise RuntimeError(no_backward_message(lib))
     if decode and not getattr(lib, "has_decode", False):
         raise RuntimeError(no_decode_message(lib))
-    if backward and features != _checks.PLAIN:
+    if backward and features.score_mod is not None:
         raise NotImplementedError(features_backward_message(features))
+    if backward and features != _checks.PLAIN and not getattr(lib, "has_feature_backward",
+                                                                 False):
+        raise NotImplementedError(
+            f"flashjit: the library ({lib.version()}) has no backward pass with attention "
+            f"features ({_checks.features_on(features)}); 0.9 and later have one")
     ctx_key, ctx = context(device)
     desc = _capi.new(_capi.AttentionDesc, dtype=_capi.DTYPES[dtype],
                      out_dtype=_capi.DTYPES[out] if fp8 else 0,

@@ -13,7 +13,8 @@ the LSE; gradients of q, k, v (also varlen and deterministic); torch.compile
 F.scaled_dot_product_attention and its fallbacks; bad arguments; the attention features
 (window, softcap, ALiBi, score_mod, mask_mod; alone, together, varlen, compiled, their
 LSE and empty rows, the fast path's bits equal to the operator's, one handle per user code
-text, and backward raising); block masks
+text; their gradients (0.9: window, softcap, ALiBi, mask_mod and together, causal or not,
+also deterministic), and a score_mod's backward raising); block masks
 (0.6: create_block_mask with a document mask and a prefix-LM mask, causal or not, GQA/MQA,
 odd lengths, shared across batch and heads, BHSD, varlen, rows that see no key: equal to
 the same call without the mask and to the reference; update() in place, with new
@@ -658,19 +659,51 @@ def features_compiled():
     check_features(o, None, q, k, v, window=(64, 64), softcap=30.0, slopes=slopes)
 
 
-@case("features: backward raises NotImplementedError")
+@case("features: gradients")
+def features_gradients(name, sq, sk, causal, dtype=torch.bfloat16, **features):
+    """dq, dk, dv through flashjit's backward pass with the features (0.9, bwd_mma) against
+    autograd of the fp32 formula with the same features, to 2x the error of the same
+    formula in the inputs' dtype."""
+    need_backward()
+    scale_q = 4.0 if features.get("softcap") else 1.0  # scores into the cap's bend
+    q = (rand(2, sq, 8, 64, dtype=dtype) * scale_q).detach().requires_grad_()
+    k, v = rand(2, sk, 2, 64, dtype=dtype, grad=True), rand(2, sk, 2, 64, dtype=dtype, grad=True)
+    do = rand(2, sq, 8, 64, dtype=dtype)
+    call, refs = dict(features), dict(features)
+    for key in ("mask_fn",):
+        call.pop(key, None)
+    for key in ("mask_mod", "mod_tensors", "mod_scalars", "mod_ints", "alibi_slopes"):
+        refs.pop(key, None)
+    if "alibi_slopes" in features:
+        refs["slopes"] = features["alibi_slopes"]
+    got = grads_of(lambda a, b, c: flashjit.attention(a, b, c, causal=causal, **call),
+                   (q, k, v), do)
+    leaves = tuple(t.detach().float().requires_grad_() for t in (q, k, v))
+    ref = grads_of(lambda a, b, c: feature_reference(a, b, c, causal=causal, **refs)[0],
+                   leaves, do.float())
+    low = grads_of(lambda a, b, c: feature_reference(a, b, c, causal=causal, dtype=dtype,
+                                                     **refs)[0], (q, k, v), do)
+    compare_grads(got, ref, low)
+    again = grads_of(lambda a, b, c: flashjit.attention(a, b, c, causal=causal,
+                                                        deterministic=True, **call),
+                     (q, k, v), do)
+    compare_grads(again, ref, low)
+
+
+@case("features: a score_mod's backward raises NotImplementedError")
 def features_backward_raises():
     q, k, v = rand(1, 64, 2, 64, grad=True), rand(1, 64, 2, 64, grad=True), \
         rand(1, 64, 2, 64, grad=True)
-    o = flashjit.attention(q, k, v, softcap=30.0)  # the forward runs
-    check_features(o.detach(), None, q.detach(), k.detach(), v.detach(), softcap=30.0)
+    o = flashjit.attention(q, k, v, score_mod="return score * 0.5f;")  # the forward runs
+    check_features(o.detach(), None, q.detach(), k.detach(), v.detach(),
+                   score_fn=lambda s, b, h, i, j: s * 0.5)
     try:
         o.sum().backward()
     except NotImplementedError as ex:
-        assert "does not support attention features" in str(ex), ex
+        assert "does not take a score_mod" in str(ex), ex
         print(f"      NotImplementedError: {ex}")
         return
-    raise AssertionError("backward with features did not raise")
+    raise AssertionError("backward with a score_mod did not raise")
 
 
 @case("features: bad arguments")
@@ -712,6 +745,22 @@ def features_cases():
     features_varlen()
     features_compiled()
     features_backward_raises()
+    for causal in (False, True):
+        features_gradients("window", 200, 333, causal, window=(64, 0))
+        features_gradients("window", 257, 257, causal, window=(100, 30), dtype=torch.float16)
+        features_gradients("softcap", 200, 333, causal, softcap=5.0)
+        features_gradients("alibi [B, H]", 129, 129, causal, alibi_slopes=alibi_slopes(8, 2))
+        features_gradients("mask_mod", 200, 200, causal,
+                           mask_mod="return q_idx / args.integer[0] == kv_idx / args.integer[0];",
+                           mod_ints=(37,), mask_fn=lambda b, h, i, j: (i // 37) == (j // 37))
+        doc = (torch.arange(300, device="cuda", dtype=torch.int32) // 41).contiguous()
+        features_gradients("mask_mod, tensor and scalar arguments", 300, 300, causal,
+                           mask_mod="const int *doc = (const int *)args.tensor[0];\n"
+                                    "return doc[q_idx] == doc[kv_idx] && args.scalar[0] > 0.f;",
+                           mod_tensors=(doc,), mod_scalars=(1.0,),
+                           mask_fn=lambda b, h, i, j: doc[i] == doc[j])
+        features_gradients("window + softcap + alibi", 300, 300, causal, window=(90, 0),
+                           softcap=20.0, alibi_slopes=alibi_slopes(8))
     features_bad_arguments()
 
 

@@ -221,8 +221,9 @@ class StructLayouts(unittest.TestCase):
                 (dict(softcap=float("nan")), 1, "desc->softcap is nan"),
                 (dict(score_mod=long_code), 1, "desc->score_mod is longer than 65536"),
                 (dict(mask_mod=long_code), 1, "desc->mask_mod is longer than 65536"),
-                (dict(backward=1, alibi=1), 2, "(desc->alibi): the backward pass does not "
-                                              "support attention features yet")):
+                (dict(backward=1, score_mod=b"return score;"), 2,
+                 "desc->backward is set with a score_mod: the backward pass cannot "
+                 "differentiate")):
             d = self.desc(**fields)
             self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), status, fields)
             self.assertIn(expected, message())
@@ -230,6 +231,9 @@ class StructLayouts(unittest.TestCase):
         d = self.desc(window=1, window_left=128, window_right=0, softcap=30.0, alibi=1,
                       score_mod=b"return score;", mask_mod=b"return true;",
                       tuning_mod_args=C.pointer(tuning))
+        self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), 0, message())
+        d = self.desc(backward=1, window=1, window_left=128, softcap=30.0, alibi=1,
+                      mask_mod=b"return true;")  # the backward pass takes these (0.9)
         self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), 0, message())
 
     def test_old_descriptions_read_as_plain(self):
@@ -728,15 +732,23 @@ class FeatureKernels(FakeKernelsTestCase):
         self.assertIn(dict(window=None, softcap=0.0, alibi=False,
                            score_mod="return score * 2;", mask_mod=None), kinds)
 
-    def test_backward_with_features_is_refused(self):
+    def test_backward_with_features(self):
+        # A score_mod has no backward pass; the other features have one from 0.9.
         with self.assertRaisesRegex(NotImplementedError,
-                                    r"backward pass does not support attention features "
-                                    r"yet \(window, mask_mod\)"):
-            self.get(_checks.check_features(window=(8, 0), mask_mod="return true;"),
-                     backward=True)
+                                    r"backward pass does not take a score_mod"):
+            self.get(_checks.check_features(score_mod="return score;"), backward=True)
+        windowed = _checks.check_features(window=(8, 0), mask_mod="return true;")
+        with self.assertRaisesRegex(NotImplementedError,
+                                    r"library \(fake\) has no backward pass with attention "
+                                    r"features \(window, mask_mod\); 0.9 and later"):
+            self.get(windowed, backward=True)
         self.assertEqual(self.fake.got, [])
         self.get(backward=True)  # the plain description still gets its backward pass
         self.assertEqual(self.fake.got[-1]["backward"], 1)
+        _capi._library.has_feature_backward = True
+        self.get(windowed, backward=True)
+        self.assertEqual((self.fake.got[-1]["backward"], self.fake.got[-1]["window"]),
+                         (1, (1, 8, 0)))
 
 
 class DecodeKernels(FakeKernelsTestCase):
