@@ -24,7 +24,12 @@ Shapes: bf16, head dims 64 and 128, N = 1k..16k, batch * N = 16384 tokens, heads
   document_varlen  the same documents as a variable-length batch (cu_seqlens), the way
               to run packed documents through flashjit; FlexAttention runs its mask
 FLOPs are the pairs each query actually sees (4 * d per pair, as the papers count), so
-a window's TFLOP/s are over the work it must do. Each system is timed with CUDA events
+a window's TFLOP/s are over the work it must do. With --backward (0.9: the features'
+backward pass, bwd_mma) each call is a training step's attention, forward and backward
+(torch.autograd.grad of the output against a random dO): 3.5 times the forward's FLOPs
+(the backward's 2.5, as the papers count); the document variants then run their mask_mod
+without a block mask in flashjit (document_nomask; the backward pass evaluates it per
+score) and as varlen. Each system is timed with CUDA events
 after a warm-up, median of --iters samples of 8 back-to-back calls (time_ms); every
 input is 64 MiB (over the L2).
 Outputs are compared between flashjit and FlexAttention (max |diff|) as a sanity check.
@@ -176,6 +181,14 @@ def flex_call(variant, qh, kh, vh, slopes, doc, n):
     return lambda: FLEX(qh, kh, vh, score_mod=score_mod, block_mask=block_mask)
 
 
+def training_step(call, inputs, do):
+    """A call that runs `call`'s forward and its backward against `do`, and returns the
+    gradient of q (in q's layout: what the sanity check compares)."""
+    def step():
+        return torch.autograd.grad(call(), inputs, do)[0]
+    return step
+
+
 def flex_mask_build_ms(doc, n, iters=3):
     """Median wall-clock time of FlexAttention's create_block_mask for the document mask
     (what flashjit's mask_build_ms is compared with), ms."""
@@ -200,6 +213,8 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--budget-s", type=float, default=2.0)
     ap.add_argument("--out", default="features")
+    ap.add_argument("--backward", action="store_true",
+                    help="time forward + backward (training) instead of the forward")
     a = ap.parse_args()
     flashjit.configure(budget_s=a.budget_s)
     torch.manual_seed(0)
@@ -209,15 +224,24 @@ def main():
         for n in map(int, a.seqlens.split(",")):
             b = 16384 // n
             q, k, v = (torch.randn(b, n, heads, d, device="cuda", dtype=torch.bfloat16)
-                       for _ in range(3))
-            qh, kh, vh = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+                       .requires_grad_(a.backward) for _ in range(3))
+            qh, kh, vh = (t.detach().transpose(1, 2).contiguous().requires_grad_(a.backward)
+                          for t in (q, k, v))
+            do = torch.randn_like(q) if a.backward else None
             slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)],
                                   device="cuda", dtype=torch.float32)
             doc = documents(n, "cuda")
             for variant in a.variants.split(","):
                 flops = 4.0 * d * b * heads * visible_pairs(variant, n, doc)
                 row = {"d": d, "n": n, "batch": b, "heads": heads, "variant": variant}
+                if a.backward:
+                    if variant == "document":
+                        continue  # its block mask serves the forward only: document_nomask
+                    flops *= 3.5
+                    row["pass"] = "forward+backward"
                 fj, mask = flashjit_call(variant, q, k, v, slopes, doc)  # gets (tunes)
+                if a.backward:
+                    fj = training_step(fj, (q, k, v), do)
                 out_fj = fj()                                         # the kernel
                 row["flashjit_ms"] = time_ms(fj, a.iters)
                 row["flashjit_tflops"] = flops / row["flashjit_ms"] / 1e9
@@ -231,6 +255,9 @@ def main():
                     row["max_diff_vs_nomask"] = float((out_fj.float() - nomask.float())
                                                       .abs().max())
                 fx = flex_call(variant, qh, kh, vh, slopes, doc, n)
+                if fx is not None and a.backward:
+                    dh = do.transpose(1, 2).contiguous()
+                    fx = training_step(fx, (qh, kh, vh), dh)
                 if fx is not None:
                     out_fx = fx().transpose(1, 2)
                     row["max_diff_vs_flex"] = float((out_fj.float() - out_fx.float()).abs().max())
