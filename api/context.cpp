@@ -146,11 +146,12 @@ llvm::Expected<fj_context_s *> createContext(const fj_context_options *in) {
 
   // One-time costs paid here rather than by the first fj_kernel_get: every binary key
   // names the NVRTC version (loading libnvrtc takes milliseconds) and every tuning key
-  // the generator's fingerprint (a hash of the templates). Without NVRTC, cached
-  // kernels may still be found; the first compilation will say what is missing.
+  // its family's generator fingerprint (a hash of the templates the family embeds).
+  // Without NVRTC, cached kernels may still be found; the first compilation will say
+  // what is missing.
   if (auto version = runtime::nvrtcVersion(); !version)
     context->log(FJ_LOG_WARNING, "NVRTC is not available: " + llvm::toString(version.takeError()));
-  (void)generator::generatorFingerprint();
+  (void)generator::familyFingerprint(generator::Family::FwdMma);  // hashes every family's
 
   tuner::TunerOptions tunerOptions;
   tunerOptions.mode = *mode;
