@@ -7,6 +7,7 @@
 // one case each), odd lengths, MHA/GQA/MQA, a variable-length batch, deterministic mode.
 // Gradients and workspace are poisoned before each run (tuner/backward_checker.cpp).
 #include "backward_check.h"
+#include "feature_shapes.h"
 #include "kernel_pool.h"
 
 #include <tuple>
@@ -16,11 +17,6 @@ using namespace flashjit::testing;
 using generator::Family;
 
 namespace {
-
-struct NamedFeatures {
-  const char *name;
-  generator::Features features;
-};
 
 std::vector<NamedFeatures> featureCases() {
   std::vector<NamedFeatures> cases;
@@ -65,24 +61,6 @@ tuner::ForwardShape withHeadDim(tuner::ForwardShape shape, int d) {
   return shape;
 }
 
-// Odd lengths (seqlen_q > seqlen_k too: rows that see no key), MHA/GQA/MQA, varlen.
-std::vector<std::pair<std::string, tuner::ForwardShape>> checkShapes() {
-  std::vector<std::pair<std::string, tuner::ForwardShape>> shapes = {
-      {"1x147 MHA", shapeOf(2, 4, 4, 1, 147)},
-      {"113x203 GQA", shapeOf(2, 4, 2, 113, 203)},
-      {"1023x1024 MQA", shapeOf(1, 4, 1, 1023, 1024)},
-      {"333x333 GQA", shapeOf(2, 8, 2, 333, 333)},
-      {"700x300 MHA", shapeOf(1, 2, 2, 700, 300)},
-  };
-  tuner::ForwardShape varlen = shapeOf(3, 4, 2, 0, 0);
-  varlen.seqlensQ = {37, 300, 1};
-  varlen.seqlensK = {200, 300, 129};
-  varlen.seqQ = 300;
-  varlen.seqK = 300;
-  shapes.push_back({"varlen GQA", varlen});
-  return shapes;
-}
-
 class BwdFeatures : public ::testing::TestWithParam<std::tuple<int, DType, bool, int>> {
 protected:
   static void SetUpTestSuite() {
@@ -107,7 +85,7 @@ TEST_P(BwdFeatures, MatchReference) {
   KernelSpec spec = featureSpec(d, dtype, causal, c.features);
   TileConfig tile = generator::defaultTile(spec);
   int checked = 0;
-  for (const auto &[name, shape] : checkShapes()) {
+  for (const auto &[name, shape] : featureCheckShapes()) {
     EXPECT_EQ(checkBackward(spec, tile, withHeadDim(shape, d), 300 + checked, false), "")
         << spec.key() << " " << tile.key() << " " << name;
     ++checked;

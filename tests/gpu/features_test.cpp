@@ -8,6 +8,7 @@
 // fp16 and bf16, causal and not, head dims 64 and 128 (and one 256), odd lengths,
 // MHA/GQA/MQA and variable-length batches. Outputs are poisoned before each run
 // (tuner/checker.cpp).
+#include "feature_shapes.h"
 #include "kernel_pool.h"
 
 #include "runtime/driver.h"
@@ -44,11 +45,6 @@ const void *documentIds() {
   }();
   return buffer ? reinterpret_cast<const void *>(buffer->ptr()) : nullptr;
 }
-
-struct NamedFeatures {
-  const char *name;
-  generator::Features features;
-};
 
 std::vector<NamedFeatures> featureCases() {
   std::vector<NamedFeatures> cases;
@@ -109,24 +105,6 @@ KernelSpec featureSpec(generator::Family family, int d, DType dtype, bool causal
   return spec;
 }
 
-// The shapes every (family, feature, dtype, causal, d) is checked on.
-std::vector<std::pair<std::string, tuner::ForwardShape>> checkShapes() {
-  std::vector<std::pair<std::string, tuner::ForwardShape>> shapes = {
-      {"1x147 MHA", shapeOf(2, 4, 4, 1, 147)},
-      {"113x203 GQA", shapeOf(2, 4, 2, 113, 203)},
-      {"1023x1024 MQA", shapeOf(1, 4, 1, 1023, 1024)},
-      {"333x333 GQA", shapeOf(2, 8, 2, 333, 333)},
-      {"700x300 MHA", shapeOf(1, 2, 2, 700, 300)},
-  };
-  tuner::ForwardShape varlen = shapeOf(3, 4, 2, 0, 0);
-  varlen.seqlensQ = {37, 300, 1};
-  varlen.seqlensK = {200, 300, 129};
-  varlen.seqQ = 300;
-  varlen.seqK = 300;
-  shapes.push_back({"varlen GQA", varlen});
-  return shapes;
-}
-
 class Features
     : public ::testing::TestWithParam<std::tuple<generator::Family, DType, bool, int>> {
 protected:
@@ -157,13 +135,13 @@ TEST_P(Features, MatchReference) {
     KernelSpec spec = featureSpec(family, d, dtype, causal, c.features);
     TileConfig tile = generator::defaultTile(spec);
     uint64_t seed = 77;
-    for (const auto &[name, shape] : checkShapes()) {
+    for (const auto &[name, shape] : featureCheckShapes()) {
       EXPECT_EQ(checkShape(spec, tile, shape, ++seed), "")
           << c.name << " " << spec.key() << " " << tile.key() << " " << name;
       ++checked;
     }
   }
-  EXPECT_EQ(checked, (int)(featureCases().size() * checkShapes().size()));
+  EXPECT_EQ(checked, (int)(featureCases().size() * featureCheckShapes().size()));
 }
 
 std::string featuresParamName(
