@@ -15,6 +15,8 @@ namespace flashjit::generator {
 enum class DType { FP16, BF16, E4M3 };
 // A kernel family is one schedule of one operation (DESIGN.md, "Adding an operation").
 enum class Family { FwdMma, FwdWgmma, BwdMma, BwdWgmma, DecMma };
+inline constexpr Family kAllFamilies[] = {Family::FwdMma, Family::FwdWgmma, Family::BwdMma,
+                                          Family::BwdWgmma, Family::DecMma};
 enum class Operation { Forward, Backward, Decode };
 
 llvm::StringRef dtypeName(DType dtype);        // "fp16", "bf16", "e4m3"

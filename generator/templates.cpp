@@ -3,6 +3,8 @@
 #include "support/hash.h"
 
 #include <array>
+#include <iterator>
+#include <vector>
 
 namespace flashjit::generator {
 
@@ -56,10 +58,9 @@ std::string templatesFingerprint(llvm::ArrayRef<llvm::StringRef> files) {
 }
 
 const std::string &familyFingerprint(Family family) {
-  static const std::array<std::string, 5> fingerprints = [] {
-    std::array<std::string, 5> out;
-    for (Family f : {Family::FwdMma, Family::FwdWgmma, Family::BwdMma, Family::BwdWgmma,
-                     Family::DecMma})
+  static const std::array<std::string, std::size(kAllFamilies)> fingerprints = [] {
+    std::array<std::string, std::size(kAllFamilies)> out;
+    for (Family f : kAllFamilies)
       out[size_t(f)] = templatesFingerprint(familyTemplates(f));
     return out;
   }();
@@ -68,14 +69,10 @@ const std::string &familyFingerprint(Family family) {
 
 const std::string &generatorFingerprint() {
   static const std::string fingerprint = [] {
-    std::string all = kGeneratorRevision;
-    for (unsigned i = 0; i < kEmbeddedTemplateCount; ++i) {
-      all += '\0';
-      all += kEmbeddedTemplates[i].name;
-      all += '\0';
-      all += kEmbeddedTemplates[i].content;
-    }
-    return sha256Hex(all);
+    std::vector<llvm::StringRef> all;
+    for (unsigned i = 0; i < kEmbeddedTemplateCount; ++i)
+      all.push_back(kEmbeddedTemplates[i].name);
+    return templatesFingerprint(all);
   }();
   return fingerprint;
 }

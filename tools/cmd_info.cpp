@@ -22,9 +22,7 @@ int runInfo() {
   // What a tuning row must carry to be used by this build (winners files, docs/CACHE.md):
   // the measurement protocol, and the generator fingerprint of its spec's family.
   out << "Keys:    measurement protocol " << flashjit::tuner::kMeasurementProtocolVersion << "\n";
-  using flashjit::generator::Family;
-  for (Family family : {Family::FwdMma, Family::FwdWgmma, Family::BwdMma, Family::BwdWgmma,
-                        Family::DecMma})
+  for (flashjit::generator::Family family : flashjit::generator::kAllFamilies)
     out << llvm::formatv("         generator {0,-9} {1}\n",
                          flashjit::generator::familyName(family),
                          flashjit::generator::familyFingerprint(family));
