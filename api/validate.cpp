@@ -241,7 +241,8 @@ llvm::Error checkDecodeFeatures(const generator::Features &f, const char *what) 
   if (f.any())
     return makeError(ErrorCode::NotSupported,
                      "{0} with attention features ({1}): the decode kernels (dec_mma) do "
-                     "not support attention features yet (only the forward does)",
+                     "not support attention features yet (the forward and backward passes "
+                     "do)",
                      what, featureFields(f));
   return llvm::Error::success();
 }

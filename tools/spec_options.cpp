@@ -15,7 +15,7 @@ namespace cl = llvm::cl;
 namespace {
 cl::OptionCategory &featureCategory() {
   static cl::OptionCategory category(
-      "attention features (forward families only; docs/FEATURES.md)");
+      "attention features (the forward families and the backward pass; docs/FEATURES.md)");
   return category;
 }
 } // namespace
