@@ -14,17 +14,9 @@ namespace flashjit::testing {
 inline std::string checkBackward(const KernelSpec &spec, const TileConfig &tile,
                                  const tuner::ForwardShape &shape, uint64_t seed,
                                  bool deterministic) {
-  std::string error;
-  const tuner::LoadedKernel *kernel = KernelPool::get().find(spec, tile, error);
-  if (!kernel)
-    return "compile/load failed: " + error;
-  auto checker = tuner::BackwardChecker::create(spec, shape, seed, nullptr, deterministic);
-  if (!checker)
-    return "reference failed: " + llvm::toString(checker.takeError());
-  auto report = (*checker)->check(*kernel, nullptr);
-  if (!report)
-    return "run failed: " + llvm::toString(report.takeError());
-  return report->passed ? "" : report->summary();
+  return checkWith(spec, tile, [&] {
+    return tuner::BackwardChecker::create(spec, shape, seed, nullptr, deterministic);
+  });
 }
 
 } // namespace flashjit::testing

@@ -7,7 +7,7 @@
 // one case each), odd lengths, MHA/GQA/MQA, a variable-length batch, deterministic mode.
 // Gradients and workspace are poisoned before each run (tuner/backward_checker.cpp).
 #include "backward_check.h"
-#include "feature_shapes.h"
+#include "feature_cases.h"
 #include "kernel_pool.h"
 
 #include <tuple>
@@ -19,34 +19,17 @@ using generator::Family;
 namespace {
 
 std::vector<NamedFeatures> featureCases() {
-  std::vector<NamedFeatures> cases;
-  auto add = [&](const char *name, auto set) {
-    generator::Features f;
-    set(f);
-    cases.push_back({name, f});
-  };
-  add("window_left100", [](auto &f) { f.window = true, f.windowLeft = 100, f.windowRight = 0; });
-  add("window_70_45", [](auto &f) { f.window = true, f.windowLeft = 70, f.windowRight = 45; });
-  add("window_right33", [](auto &f) { f.window = true, f.windowRight = 33; });
-  add("window_left300", [](auto &f) { f.window = true, f.windowLeft = 300, f.windowRight = 0; });
-  add("softcap30", [](auto &f) { f.softcap = 30.f; });
-  add("softcap2", [](auto &f) { f.softcap = 2.f; });  // scores well into tanh's bend
-  add("alibi", [](auto &f) { f.alibi = true; });
-  add("mask_mod_prefix_lm", [](auto &f) {
-    f.maskMod = "return kv_idx <= q_idx || kv_idx < args.integer[0];";
-    f.hasTuningArgs = true;
-    f.tuningArgs.integer[0] = 50;
-  });
-  add("mask_mod_documents", [](auto &f) {
+  std::vector<NamedFeatures> cases = builtinFeatureCases();
+  // A window wider than a block.
+  cases.push_back(namedFeatures(
+      "window_left300", [](auto &f) { f.window = true, f.windowLeft = 300, f.windowRight = 0; }));
+  cases.push_back(prefixLmCase());
+  cases.push_back(namedFeatures("mask_mod_documents", [](auto &f) {
     f.maskMod = "return q_idx / args.integer[0] == kv_idx / args.integer[0];";
     f.hasTuningArgs = true;
     f.tuningArgs.integer[0] = 97;
-  });
-  add("window_softcap_alibi", [](auto &f) {
-    f.window = true, f.windowLeft = 150, f.windowRight = 20;
-    f.softcap = 20.f;
-    f.alibi = true;
-  });
+  }));
+  cases.push_back(windowSoftcapAlibiCase());
   return cases;
 }
 

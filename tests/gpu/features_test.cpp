@@ -8,7 +8,7 @@
 // fp16 and bf16, causal and not, head dims 64 and 128 (and one 256), odd lengths,
 // MHA/GQA/MQA and variable-length batches. Outputs are poisoned before each run
 // (tuner/checker.cpp).
-#include "feature_shapes.h"
+#include "feature_cases.h"
 #include "kernel_pool.h"
 
 #include "runtime/driver.h"
@@ -47,47 +47,29 @@ const void *documentIds() {
 }
 
 std::vector<NamedFeatures> featureCases() {
-  std::vector<NamedFeatures> cases;
-  auto add = [&](const char *name, auto set) {
-    generator::Features f;
-    set(f);
-    cases.push_back({name, f});
-  };
-  add("window_left100", [](auto &f) { f.window = true, f.windowLeft = 100, f.windowRight = 0; });
-  add("window_70_45", [](auto &f) { f.window = true, f.windowLeft = 70, f.windowRight = 45; });
-  add("window_right33", [](auto &f) { f.window = true, f.windowRight = 33; });
-  add("softcap30", [](auto &f) { f.softcap = 30.f; });
-  add("softcap2", [](auto &f) { f.softcap = 2.f; });  // scores well into tanh's bend
-  add("alibi", [](auto &f) { f.alibi = true; });
-  add("score_mod_bias", [](auto &f) {
+  std::vector<NamedFeatures> cases = builtinFeatureCases();
+  cases.push_back(namedFeatures("score_mod_bias", [](auto &f) {
     f.scoreMod = "return score + 0.05f * (float)((kv_idx - q_idx) % 7) + 0.1f * (float)h;";
-  });
-  add("score_mod_drop", [](auto &f) {  // drops every third key: a mask through the scores
+  }));
+  cases.push_back(namedFeatures("score_mod_drop", [](auto &f) {
+    // drops every third key: a mask through the scores
     f.scoreMod = "if (kv_idx % 3 == 1)\n  return -INFINITY;\nreturn score;";
-  });
-  add("mask_mod_prefix_lm", [](auto &f) {
-    f.maskMod = "return kv_idx <= q_idx || kv_idx < args.integer[0];";
-    f.hasTuningArgs = true;
-    f.tuningArgs.integer[0] = 50;
-  });
-  add("mask_mod_document", [](auto &f) {
+  }));
+  cases.push_back(prefixLmCase());
+  cases.push_back(namedFeatures("mask_mod_document", [](auto &f) {
     f.maskMod = "const int *doc = (const int *)args.tensor[0];\n"
                 "return doc[q_idx] == doc[kv_idx];";
     f.hasTuningArgs = true;
     f.tuningArgs.tensor[0] = documentIds();
-  });
+  }));
   // Documents of 300 rows: tiles wholly inside one (kept without the mask when a block
   // mask is given), tiles across a boundary, tiles between documents (skipped).
-  add("mask_mod_long_documents", [](auto &f) {
+  cases.push_back(namedFeatures("mask_mod_long_documents", [](auto &f) {
     f.maskMod = "return q_idx / args.integer[0] == kv_idx / args.integer[0];";
     f.hasTuningArgs = true;
     f.tuningArgs.integer[0] = 300;
-  });
-  add("window_softcap_alibi", [](auto &f) {
-    f.window = true, f.windowLeft = 150, f.windowRight = 20;
-    f.softcap = 20.f;
-    f.alibi = true;
-  });
+  }));
+  cases.push_back(windowSoftcapAlibiCase());
   return cases;
 }
 

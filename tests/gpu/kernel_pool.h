@@ -125,20 +125,30 @@ private:
   std::map<std::string, std::string> errors_;
 };
 
-// Checks one kernel on one shape; returns "" or the failure.
-inline std::string checkShape(const KernelSpec &spec, const TileConfig &tile,
-                              const tuner::ForwardShape &shape, uint64_t seed) {
+// Checks one kernel of the pool with the checker `makeChecker()` returns (called once the
+// kernel is loaded, an llvm::Expected of a unique_ptr to a tuner::Checker); "" or the
+// failure.
+template <typename MakeChecker>
+std::string checkWith(const KernelSpec &spec, const TileConfig &tile, MakeChecker makeChecker) {
   std::string error;
   const tuner::LoadedKernel *kernel = KernelPool::get().find(spec, tile, error);
   if (!kernel)
     return "compile/load failed: " + error;
-  auto checker = tuner::operationFor(spec.family).makeChecker(spec, shape, seed, nullptr);
+  auto checker = makeChecker();
   if (!checker)
     return "reference failed: " + llvm::toString(checker.takeError());
   auto report = (*checker)->check(*kernel, nullptr);
   if (!report)
     return "run failed: " + llvm::toString(report.takeError());
   return report->passed ? "" : report->summary();
+}
+
+// Checks one kernel on one shape with its operation's checker; returns "" or the failure.
+inline std::string checkShape(const KernelSpec &spec, const TileConfig &tile,
+                              const tuner::ForwardShape &shape, uint64_t seed) {
+  return checkWith(spec, tile, [&] {
+    return tuner::operationFor(spec.family).makeChecker(spec, shape, seed, nullptr);
+  });
 }
 
 // Every spec of the grid (head dim x dtype x causal) of a family, with its
