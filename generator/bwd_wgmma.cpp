@@ -52,6 +52,19 @@ bool bwdWgmmaSupportsHeadDims(const KernelSpec &spec) {
          (spec.headDim == 64 || spec.headDim == 128 || spec.headDim == 256);
 }
 
+std::optional<std::string> bwdWgmmaFeatureRefusal(const KernelSpec &spec) {
+  const Features &f = spec.features;
+  if (f.softcap > 0)
+    return llvm::formatv("bwd_wgmma does not take softcap ({0}): bwd_mma runs the backward "
+                         "pass with soft-capping",
+                         f.keySuffix().substr(1))
+        .str();
+  if (f.alibi && spec.headDim == 64 && !spec.causal && !f.masks())
+    return std::string("bwd_wgmma does not take alibi without a mask (causal, a window or a "
+                       "mask_mod) at head dim 64: its one tile spills; bwd_mma runs it");
+  return std::nullopt;
+}
+
 int bwdWgmmaKeysPerCta(const KernelSpec &spec) { return splitsHead(spec) ? 64 : 128; }
 
 int bwdWgmmaMinStages(const KernelSpec &spec) { return splitsHead(spec) ? 1 : 2; }
@@ -120,10 +133,14 @@ TileConfig bwdWgmmaDefaultTile(const KernelSpec &spec) {
 
 std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
   const TileConfig dq = dqTile(spec);
-  return llvm::formatv(
+  // The deterministic dq kernel (bwd_mma's) recomputes P too: both configs take the
+  // features.
+  const char *features = spec.features.any() ? ", FjFeatures" : "";
+  return featuresBlock(spec.features) +
+         llvm::formatv(
              "// ---- configuration: {0} / {1} ----\n"
-             "typedef fj::BwdWgmmaConfig<{2}, {3}, {4}, {5}, {6}> FjConfig;\n"
-             "typedef fj::BwdMmaConfig<{2}, {3}, {3}, {7}, {8}, {9}, {10}, {6}> FjDqConfig;\n"
+             "typedef fj::BwdWgmmaConfig<{2}, {3}, {4}, {5}, {6}{16}> FjConfig;\n"
+             "typedef fj::BwdMmaConfig<{2}, {3}, {3}, {7}, {8}, {9}, {10}, {6}{16}> FjDqConfig;\n"
              "static_assert(FjConfig::kSmemBytes == {11}, \"host and device disagree on shared "
              "memory\");\n"
              "static_assert(FjDqConfig::kDqSmemBytes == {12}, \"host and device disagree on the "
@@ -142,8 +159,8 @@ std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) 
              tile.stages, spec.causal ? "true" : "false", dq.blockM, dq.blockN, dq.warps,
              dq.stages, bwdWgmmaMainSharedBytes(spec, tile),
              bwdMmaDqSharedBytes(mmaSpec(spec), dq), bwdMmaSharedEntryPoints(spec, "FjDqConfig", true),
-             kBwdWgmmaConsumerRegisters, kBwdWgmmaServerRegisters)
-      .str();
+             kBwdWgmmaConsumerRegisters, kBwdWgmmaServerRegisters, features)
+             .str();
 }
 
 llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileConfig &tile) {
@@ -174,6 +191,8 @@ llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileCon
                                   familyFingerprint(Family::BwdWgmma)) +
                   *common + wrappers +
                   *schedule + bwdWgmmaConfigBlock(spec, tile);
+  // A mask_mod's errors point at the user's lines (emit.cpp's userFunction).
+  kernel.source = resumeLineNumbers(std::move(kernel.source), kProgramName);
   BackwardEntries &e = kernel.backward;
   e = bwdMmaSharedEntries(mmaSpec(spec), dqTile(spec), /*tiledDq=*/true);
   e.passes = {"flashjit_bwd_main"};

@@ -10,6 +10,9 @@
 #include "generator/emit.h"
 #include "generator/spec.h"
 
+#include <optional>
+#include <string>
+
 #include "llvm/Support/Error.h"
 
 namespace flashjit::generator {
@@ -24,6 +27,12 @@ constexpr int kBwdWgmmaServerRegisters = 24;
 // fit two warpgroups' registers: 64, 128, or 256 split between them. Other head dims run
 // bwd_mma.
 bool bwdWgmmaSupportsHeadDims(const KernelSpec &spec);
+
+// Why the family does not take the spec's attention features, or nothing when it does:
+// soft-capping (its derivative would scale dS from registers the consumers do not
+// have), and ALiBi with no mask at all (neither causal, a window nor a mask_mod) at head
+// dim 64, where the one tile of the space spills 24 bytes (ptxas). bwd_mma runs those.
+std::optional<std::string> bwdWgmmaFeatureRefusal(const KernelSpec &spec);
 
 // Keys per CTA (tile.block_n) for the spec's head dim: 128, or 64 where the consumers
 // split the head dim (BwdWgmmaConfig::kSplitHead).

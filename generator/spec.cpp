@@ -321,17 +321,22 @@ llvm::Error validateFeatures(const KernelSpec &spec) {
                      "softcap is {0}: must be finite and > 0 (0: no soft-capping)", f.softcap);
   if (!f.any())
     return llvm::Error::success();
-  // The backward pass takes the features through bwd_mma (a score_mod has no derivative
-  // to take); decode and bwd_wgmma take none yet.
-  if (spec.family == Family::BwdMma && !f.scoreMod.empty())
+  // The backward pass takes the features (a score_mod has no derivative to take):
+  // bwd_mma all of them, bwd_wgmma all but soft-capping and one spilling case
+  // (bwdWgmmaFeatureRefusal); decode none yet.
+  const bool backward = operationOf(spec.family) == Operation::Backward;
+  if (backward && !f.scoreMod.empty())
     return makeError(ErrorCode::NotSupported,
                      "the backward pass does not take a score_mod (flashjit cannot "
                      "differentiate the user's code); window, softcap, alibi and mask_mod "
                      "it takes");
-  if (operationOf(spec.family) != Operation::Forward && spec.family != Family::BwdMma)
+  if (spec.family == Family::BwdWgmma)
+    if (std::optional<std::string> why = bwdWgmmaFeatureRefusal(spec))
+      return makeError(ErrorCode::NotSupported, "{0}", *why);
+  if (!backward && operationOf(spec.family) != Operation::Forward)
     return makeError(ErrorCode::NotSupported,
-                     "{0} does not support attention features yet ({1}): the forward "
-                     "families and bwd_mma do",
+                     "{0} does not support attention features yet ({1}): the forward and "
+                     "backward families do",
                      familyName(spec.family), f.keySuffix().substr(1));
   if (f.window) {
     if (f.windowLeft < -1 || f.windowRight < -1)

@@ -38,7 +38,9 @@
 //
 // Causal attention is aligned bottom-right as in the forward; a key block skips the
 // query blocks that see none of it, and only blocks that cross the diagonal or a
-// sequence end are masked.
+// sequence end are masked. A sliding window skips query blocks the same way
+// (bwd_mma::query_blocks); the window's edges, a mask_mod and ALiBi's bias go through the
+// forward's hook as bwd_mma's do (bwd_mma::feature_prob).
 #pragma once
 
 #include "bwd_mma.cuh"
@@ -48,9 +50,16 @@
 
 namespace fj {
 
-template <typename Element_, int kHeadDim_, int kBlockM_, int kStages_, bool kCausal_>
+template <typename Element_, int kHeadDim_, int kBlockM_, int kStages_, bool kCausal_,
+          typename Features_ = NoFeatures>
 struct BwdWgmmaConfig {
   typedef Element_ Element;
+  // Attention features: the window, ALiBi and a mask_mod, through the forward's hook in
+  // scores_to_probs. Not soft-capping: its derivative would scale dS, from registers the
+  // consumers do not have to spare (bwd_mma takes it); nor a score_mod (no derivative).
+  typedef Features_ Features;
+  static_assert(!(Features::kSoftcap > 0.f) && !Features::kScoreMod,
+                "bwd_wgmma takes the window, ALiBi and mask_mod features");
   static constexpr int kHeadDim = kHeadDim_;  // = head_dim_v
   static constexpr int kBlockM = kBlockM_;    // query rows per step
   static constexpr int kStages = kStages_;    // Q / dO / lse / D ring depth
@@ -223,17 +232,17 @@ constexpr int kBarDs = 1;
 // steps and the shared-memory carve-up.
 template <typename Cfg> struct Block {
   SeqExtent seq;
-  int n0, keys_valid, group, diag, m_begin, steps_per_head, steps, h_kv, b;
+  int n0, keys_valid, group, diag, m_begin, m_end, steps_per_head, steps, h_kv, b;
   u32 base;  // 1024-byte aligned start of the shared-memory carve-up
 
-  // Step s: query block m_begin + s % steps_per_head of query head
+  // Step s: query block m_begin + s % steps_per_head (< m_end) of query head
   // h_kv * group + s / steps_per_head. m0 is its first row; next_step walks the same
   // order by counters (h within the group, query block mb), without divisions.
   __device__ __forceinline__ int m0(int s) const {
     return (m_begin + s % steps_per_head) * Cfg::kBlockM;
   }
   __device__ __forceinline__ void next_step(int &h, int &mb) const {
-    if (++mb * Cfg::kBlockM >= seq.seqlen_q) {
+    if (++mb >= m_end) {
       mb = m_begin;
       ++h;
     }
@@ -384,14 +393,39 @@ __device__ __forceinline__ void send_dq(const FjBackwardParams &P, const Block<C
 
 // P^T = exp2(S^T scale log2e - lse) in place, masked where the block crosses a sequence
 // end or the diagonal. This warpgroup's kScoreCols queries of the step begin at q0 (its
-// lse at s_lse); key_row: this thread's first key row within the block.
+// lse at s_lse); key_row: this thread's first key row within the block. With features,
+// the scores of query head q_head go through the forward's hook (bwd_mma::feature_prob).
 template <typename Cfg>
 __device__ __forceinline__ void scores_to_probs(float (&acc_s)[Cfg::kScoreCols / 2],
                                                 const FjForwardParams &p, const Block<Cfg> &w,
-                                                int m0, int q0, int key_row, u32 s_lse, int t) {
+                                                int m0, int q0, int key_row, u32 s_lse, int t,
+                                                int q_head) {
+  typedef typename Cfg::Features F;
   constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN, NC = Cfg::kScoreCols;
   const bool crosses = m0 + BM > w.seq.seqlen_q || w.n0 + BN > w.seq.seqlen_k ||
                        (Cfg::kCausal && w.n0 + BN - 1 > m0 + w.diag);
+  if constexpr (FeatureTraits<F>::kAny) {
+    const ScoreHook<F> hook(p, w.b, q_head, w.seq);
+    const bool feature_mask = hook.tile_needs_mask(w.n0, BN, m0, m0 + BM - 1);
+#pragma unroll
+    for (int j = 0; j < NC / 8; ++j) {
+      const u32 addr = s_lse + (j * 8 + 2 * t) * 4;
+      const float l0 = __uint_as_float(ld_shared_u32(addr));
+      const float l1 = __uint_as_float(ld_shared_u32(addr + 4));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 4 * j + e;
+        const int key = w.n0 + key_row + 8 * ((i >> 1) & 1);
+        const int query = q0 + (i >> 2) * 8 + 2 * t + (i & 1);
+        const bool dropped = crosses && (key >= w.seq.seqlen_k || query >= w.seq.seqlen_q ||
+                                         (Cfg::kCausal && key > query + w.diag));
+        float unused_dl;  // 1: no soft-capping here
+        acc_s[i] = bwd_mma::feature_prob(hook, acc_s[i], p.scale_log2, query, key, dropped,
+                                         feature_mask, (e & 1) ? l1 : l0, unused_dl);
+      }
+    }
+    return;
+  }
   if (crosses) {
 #pragma unroll
     for (int i = 0; i < NC / 2; ++i) {
@@ -605,7 +639,7 @@ __device__ __forceinline__ void consume_whole(const FjBackwardParams &P, const B
       publish_dq<Cfg>(w, c);  // the last step's slice
     wgmma_wait<1>();
     pin_registers(acc_s);
-    scores_to_probs<Cfg>(acc_s, p, w, m0, m0, key_row, s_lse, t);
+    scores_to_probs<Cfg>(acc_s, p, w, m0, m0, key_row, s_lse, t, q_head);
     u32 p_frag[BM / 16][4], ds_frag[BM / 16][4];
     pack_fragments<Cfg>(p_frag, acc_s);
 
@@ -739,7 +773,7 @@ __device__ __forceinline__ void consume_split(const FjBackwardParams &P, const B
       reduce_dq<kEarly, kLate, kEarly>(late_slices, dq_late, ct);
     wgmma_wait<1>();
     pin_registers(acc_s);
-    scores_to_probs<Cfg>(acc_s, p, w, m0, m0 + c * NC, key_row, s_lse, t);
+    scores_to_probs<Cfg>(acc_s, p, w, m0, m0 + c * NC, key_row, s_lse, t, q_head);
     store_scores<Cfg>(s_ps, acc_s, key_row, c * NC / 8, t);
     wgmma_wait<0>();
     pin_registers(acc_dp);
@@ -801,10 +835,8 @@ __device__ __forceinline__ Block<Cfg> make_block(const FjForwardParams &p, unsig
   w.group = p.heads_q / p.heads_kv;
   w.diag = w.seq.seqlen_k - w.seq.seqlen_q;  // query i sees keys j <= i + diag
   const int m_blocks = (w.seq.seqlen_q + BM - 1) / BM;
-  w.m_begin = 0;
-  if (Cfg::kCausal && w.n0 - w.diag > 0)
-    w.m_begin = imin(m_blocks, (w.n0 - w.diag) / BM);
-  w.steps_per_head = m_blocks - w.m_begin;
+  bwd_mma::query_blocks<Cfg>(w.n0, w.diag, m_blocks, w.m_begin, w.m_end);
+  w.steps_per_head = w.m_end - w.m_begin;
   w.steps = w.steps_per_head * w.group;  // 0: the block only writes zero dK and dV
 
   w.base = (smem_addr(smem) + 1023) & ~1023u;

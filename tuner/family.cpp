@@ -135,14 +135,14 @@ llvm::Expected<generator::Family> backwardFamilyFor(const FamilyPlan &plan,
     return plan.backward;
   generator::KernelSpec probe = spec;
   probe.family = generator::Family::BwdWgmma;
-  // bwd_wgmma takes no attention features yet: bwd_mma runs those specs.
-  if (spec.features.any()) {
+  // Features bwd_wgmma does not take (soft-capping, ...): bwd_mma runs those specs.
+  if (std::optional<std::string> why = generator::bwdWgmmaFeatureRefusal(probe)) {
     if (!plan.backwardForced)
       return generator::Family::BwdMma;
     return makeError(ErrorCode::NotSupported,
-                     "$FLASHJIT_BACKWARD_FAMILY is bwd_wgmma, which takes no attention features "
-                     "({0}); unset it or set auto to run bwd_mma there",
-                     spec.features.keySuffix().substr(1));
+                     "$FLASHJIT_BACKWARD_FAMILY is bwd_wgmma, and {0}; unset it or set auto to "
+                     "run bwd_mma there",
+                     *why);
   }
   if (generator::bwdWgmmaSupportsHeadDims(probe))
     return generator::Family::BwdWgmma;

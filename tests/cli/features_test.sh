@@ -2,7 +2,8 @@
 # Issue 28 through the CLI, with NVRTC and no GPU: the feature options of gen, tune and
 # bench (--window, --softcap, --alibi, --score-mod, --mask-mod) reach the kernel and its
 # key; user code that does not compile gets NVRTC's log naming the user's line; every
-# mistake (a bad value, a missing file, a score_mod for the backward pass) is a clear error with exit
+# mistake (a bad value, a missing file, a score_mod for the backward pass, softcap for
+# bwd_wgmma) is a clear error with exit
 # status 1, never a crash. Prints "features cli: ok" at the end.
 # Usage: features_test.sh FLASHJIT MODS_DIR   (MODS_DIR: examples/mods)
 set -uo pipefail
@@ -80,13 +81,15 @@ expect 1 "--mask-mod $dir: cannot read it: it is a directory" gen --config-only 
 : >"$dir/empty.cu"
 expect 1 "--score-mod $dir/empty\.cu: the file is empty" gen --config-only --score-mod "$dir/empty.cu"
 
-# The backward pass takes the features on bwd_mma (0.9), not a score_mod; bwd_wgmma none.
+# The backward pass takes the features (0.9), not a score_mod; bwd_wgmma not softcap.
 expect 0 'bwd_mma\.bf16\.d128\.dv128\.nocausal\.sm90a\.alibi' \
   gen --config-only --family bwd_mma --target sm_90a --alibi
 expect 1 '--family bwd_mma: the backward pass does not take a score_mod' \
   gen --family bwd_mma --score-mod "$mods/relative_bias.cu"
-expect 1 '--family bwd_wgmma: bwd_wgmma does not support attention features yet \(alibi\)' \
-  gen --family bwd_wgmma --target sm_90a --alibi
+expect 0 'bwd_wgmma\.bf16\.d128\.dv128\.nocausal\.sm90a\.alibi' \
+  gen --config-only --family bwd_wgmma --target sm_90a --alibi
+expect 1 '--family bwd_wgmma: bwd_wgmma does not take softcap \(cap30\)' \
+  gen --family bwd_wgmma --target sm_90a --softcap 30
 expect 0 'bwd_mma\.bf16\.d64\.dv64\.causal\.sm80\.win128_0 +bm[0-9]+\.bn[0-9]+\.w[0-9]+\.s[0-9]+ +compiled' \
   tune --compile-only --targets sm_80 --head-dims 64 --dtypes bf16 --causal yes --backward \
   --window 128,0 --cache "$dir/t.sqlite"

@@ -1,14 +1,18 @@
-// Attention features in the backward pass (issue 28, bwd_mma) against the backward
-// reference with the same features (written out on its own in reference_bwd.cuh):
+// Attention features in the backward pass (issue 28) against the backward reference with
+// the same features (written out on its own in reference_bwd.cuh), on bwd_mma (every
+// case) and bwd_wgmma (sm_90a; every case but soft-capping, which it does not take):
 // sliding windows (one- and two-sided, with and without causal, one wider than a block),
 // soft-capping (a cap well into tanh's bend too: its derivative scales dS), ALiBi, user
-// mask_mods (prefix-LM and documents, both from an int argument), and all three built-in
-// ones at once; fp16 and bf16, causal and not, head dims 64 and 128 (and 96 and 256 on
-// one case each), odd lengths, MHA/GQA/MQA, a variable-length batch, deterministic mode.
+// mask_mods (prefix-LM and documents, both from an int argument), all three built-in ones
+// at once, and a window with ALiBi and documents; fp16 and bf16, causal and not, head dims 64 and 128 (and 96 and 256 on
+// one case each; bwd_wgmma: 64, 128 and 256), odd lengths, MHA/GQA/MQA, a
+// variable-length batch, deterministic mode.
 // Gradients and workspace are poisoned before each run (tuner/backward_checker.cpp).
 #include "backward_check.h"
 #include "feature_cases.h"
 #include "kernel_pool.h"
+
+#include "generator/bwd_wgmma.h"
 
 #include <tuple>
 
@@ -30,13 +34,52 @@ std::vector<NamedFeatures> featureCases() {
     f.tuningArgs.integer[0] = 97;
   }));
   cases.push_back(windowSoftcapAlibiCase());
+  cases.push_back(namedFeatures("window_alibi_documents", [](auto &f) {
+    f.window = true, f.windowLeft = 150, f.windowRight = 20;
+    f.alibi = true;
+    f.maskMod = "return q_idx / args.integer[0] == kv_idx / args.integer[0];";
+    f.hasTuningArgs = true;
+    f.tuningArgs.integer[0] = 97;
+  }));
   return cases;
 }
 
-KernelSpec featureSpec(int d, DType dtype, bool causal, const generator::Features &features) {
-  KernelSpec spec = specFor(d, d, dtype, causal, Family::BwdMma);
+KernelSpec featureSpec(int d, DType dtype, bool causal, const generator::Features &features,
+                       Family family = Family::BwdMma) {
+  KernelSpec spec = specFor(d, d, dtype, causal, family);
   spec.features = features;
   return spec;
+}
+
+// Whether the spec's family takes its features (bwd_wgmma: not soft-capping, nor ALiBi
+// with no mask at head dim 64; generator::bwdWgmmaFeatureRefusal).
+bool takes(const KernelSpec &spec) {
+  return spec.family != Family::BwdWgmma || !generator::bwdWgmmaFeatureRefusal(spec);
+}
+
+bool onHopper() {
+  return openTestDevice() && openTestDevice()->properties().target() == "sm_90a";
+}
+
+// (family, d, dtype, causal, case) of the grid: each family's cases.
+using GridParam = std::tuple<Family, int, DType, bool, int>;
+std::vector<GridParam> gridParams() {
+  std::vector<GridParam> params;
+  for (Family family : {Family::BwdMma, Family::BwdWgmma})
+    for (int d : {64, 128})
+      for (DType dtype : {DType::FP16, DType::BF16})
+        for (bool causal : {false, true})
+          for (int i = 0; i < (int)featureCases().size(); ++i) {
+            // Built by hand: specFor asks the device for its target, and the parameters
+            // are made when the tests are listed, with or without one.
+            KernelSpec probe;
+            probe.family = family, probe.dtype = dtype, probe.causal = causal;
+            probe.headDim = probe.headDimV = d;
+            probe.features = featureCases()[i].features;
+            if (takes(probe))
+              params.emplace_back(family, d, dtype, causal, i);
+          }
+  return params;
 }
 
 tuner::ForwardShape withHeadDim(tuner::ForwardShape shape, int d) {
@@ -44,28 +87,28 @@ tuner::ForwardShape withHeadDim(tuner::ForwardShape shape, int d) {
   return shape;
 }
 
-class BwdFeatures : public ::testing::TestWithParam<std::tuple<int, DType, bool, int>> {
+class BwdFeatures : public ::testing::TestWithParam<GridParam> {
 protected:
   static void SetUpTestSuite() {
     if (!openTestDevice())
       return;
     std::vector<std::pair<KernelSpec, TileConfig>> all;
-    for (DType dtype : {DType::FP16, DType::BF16})
-      for (bool causal : {false, true})
-        for (int d : {64, 128})
-          for (const NamedFeatures &c : featureCases()) {
-            KernelSpec spec = featureSpec(d, dtype, causal, c.features);
-            all.emplace_back(spec, generator::defaultTile(spec));
-          }
+    for (auto [family, d, dtype, causal, index] : gridParams())
+      if (family != Family::BwdWgmma || onHopper()) {
+        KernelSpec spec = featureSpec(d, dtype, causal, featureCases()[index].features, family);
+        all.emplace_back(spec, generator::defaultTile(spec));
+      }
     KernelPool::get().prepare(all);
   }
 };
 
 TEST_P(BwdFeatures, MatchReference) {
   FLASHJIT_REQUIRE_GPU();
-  auto [d, dtype, causal, index] = GetParam();
+  auto [family, d, dtype, causal, index] = GetParam();
+  if (family == Family::BwdWgmma && !onHopper())
+    GTEST_SKIP() << "bwd_wgmma needs an sm_90a device";
   const NamedFeatures c = featureCases()[index];
-  KernelSpec spec = featureSpec(d, dtype, causal, c.features);
+  KernelSpec spec = featureSpec(d, dtype, causal, c.features, family);
   TileConfig tile = generator::defaultTile(spec);
   int checked = 0;
   for (const auto &[name, shape] : featureCheckShapes()) {
@@ -76,42 +119,53 @@ TEST_P(BwdFeatures, MatchReference) {
   EXPECT_EQ(checked, 6);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    BwdMma, BwdFeatures,
-    ::testing::Combine(::testing::Values(64, 128), ::testing::Values(DType::FP16, DType::BF16),
-                       ::testing::Bool(),
-                       ::testing::Range(0, static_cast<int>(featureCases().size()))),
-    [](const auto &info) {
-      const int index = std::get<3>(info.param);
-      return std::string(featureCases()[index].name) + "_d" +
-             std::to_string(std::get<0>(info.param)) + "_" +
-             generator::dtypeName(std::get<1>(info.param)).str() +
-             (std::get<2>(info.param) ? "_causal" : "");
-    });
+INSTANTIATE_TEST_SUITE_P(Grid, BwdFeatures, ::testing::ValuesIn(gridParams()),
+                         [](const auto &info) {
+                           const int index = std::get<4>(info.param);
+                           return generator::familyName(std::get<0>(info.param)).str() + "_" +
+                                  featureCases()[index].name + "_d" +
+                                  std::to_string(std::get<1>(info.param)) + "_" +
+                                  generator::dtypeName(std::get<2>(info.param)).str() +
+                                  (std::get<3>(info.param) ? "_causal" : "");
+                         });
 
 // Deterministic mode (dQ by its own kernel, which walks the key blocks a window leaves),
 // every tile of the space, head dims 96 and 256 (two passes), and a small shape for the
 // sanitizers:
 //   compute-sanitizer --tool memcheck gpu_tests --gtest_filter='BwdFeaturesMore.*'
+// bwd_mma, and bwd_wgmma on sm_90a.
+std::vector<Family> familiesHere() {
+  std::vector<Family> families = {Family::BwdMma};
+  if (onHopper())
+    families.push_back(Family::BwdWgmma);
+  return families;
+}
+
 TEST(BwdFeaturesMore, DeterministicMode) {
   FLASHJIT_REQUIRE_GPU();
-  for (const NamedFeatures &c : featureCases())
-    for (bool causal : {false, true}) {
-      KernelSpec spec = featureSpec(128, DType::BF16, causal, c.features);
-      EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec),
-                              withHeadDim(shapeOf(2, 4, 2, 257, 389), 128), 7, true),
-                "")
-          << spec.key() << " deterministic";
-    }
+  for (Family family : familiesHere())
+    for (const NamedFeatures &c : featureCases())
+      for (bool causal : {false, true}) {
+        KernelSpec spec = featureSpec(128, DType::BF16, causal, c.features, family);
+        if (!takes(spec))
+          continue;
+        EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec),
+                                withHeadDim(shapeOf(2, 4, 2, 257, 389), 128), 7, true),
+                  "")
+            << spec.key() << " deterministic";
+      }
 }
 
 TEST(BwdFeaturesMore, OtherHeadDims) {
   FLASHJIT_REQUIRE_GPU();
-  for (int d : {96, 256})
-    for (const char *name : {"window_70_45", "softcap2", "alibi"})
-      for (const NamedFeatures &c : featureCases())
-        if (std::string(c.name) == name) {
-          KernelSpec spec = featureSpec(d, DType::BF16, true, c.features);
+  for (Family family : familiesHere())
+    for (int d : {96, 256})
+      for (const char *name : {"window_70_45", "softcap2", "alibi", "mask_mod_documents"})
+        for (const NamedFeatures &c : featureCases()) {
+          KernelSpec spec = featureSpec(d, DType::BF16, true, c.features, family);
+          if (std::string(c.name) != name || !takes(spec) ||
+              (family == Family::BwdWgmma && d == 96))
+            continue;
           for (bool deterministic : {false, true})
             EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec),
                                     withHeadDim(shapeOf(2, 4, 2, 300, 333), d), 11,
@@ -123,14 +177,17 @@ TEST(BwdFeaturesMore, OtherHeadDims) {
 
 TEST(BwdFeaturesMore, SanitizerShapes) {
   FLASHJIT_REQUIRE_GPU();
-  for (const NamedFeatures &c : featureCases())
-    for (bool deterministic : {false, true}) {
-      KernelSpec spec = featureSpec(64, DType::BF16, true, c.features);
-      EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec),
-                              withHeadDim(shapeOf(1, 2, 1, 77, 150), 64), 13, deterministic),
-                "")
-          << spec.key() << (deterministic ? " deterministic" : "");
-    }
+  for (Family family : familiesHere())
+    for (const NamedFeatures &c : featureCases())
+      for (bool deterministic : {false, true}) {
+        KernelSpec spec = featureSpec(64, DType::BF16, true, c.features, family);
+        if (!takes(spec))
+          continue;
+        EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec),
+                                withHeadDim(shapeOf(1, 2, 1, 77, 150), 64), 13, deterministic),
+                  "")
+            << spec.key() << (deterministic ? " deterministic" : "");
+      }
 }
 
 } // namespace

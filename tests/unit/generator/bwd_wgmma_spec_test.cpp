@@ -106,14 +106,30 @@ TEST(BwdWgmmaSpec, OtherHeadDimsAreBwdMmas) {
   llvm::consumeError(parsed.takeError());
 }
 
-TEST(BwdWgmmaSpec, RefusesFeaturesAsBwdMmaDoes) {
+// The window, ALiBi and a mask_mod it takes (0.9); soft-capping, and ALiBi with no mask
+// at head dim 64 (its one tile spills), it leaves to bwd_mma.
+TEST(BwdWgmmaSpec, TakesFeaturesButSoftcap) {
   KernelSpec spec = bwdWgmmaSpec(128);
   spec.features.alibi = true;
+  EXPECT_FALSE(bool(validateSpec(spec)));
+  EXPECT_FALSE(bwdWgmmaFeatureRefusal(spec).has_value());
+  spec.features.softcap = 30;
   ErrorReport report = errorOf(validateSpec(spec));
   EXPECT_EQ(report.code, ErrorCode::NotSupported);
-  EXPECT_NE(report.message.find("bwd_wgmma does not support attention features"),
-            std::string::npos)
+  EXPECT_NE(report.message.find("bwd_wgmma does not take softcap"), std::string::npos)
       << report.message;
+
+  KernelSpec d64 = bwdWgmmaSpec(64);
+  d64.features.alibi = true;
+  d64.causal = false;
+  report = errorOf(validateSpec(d64));
+  EXPECT_EQ(report.code, ErrorCode::NotSupported);
+  EXPECT_NE(report.message.find("alibi without a mask"), std::string::npos) << report.message;
+  d64.causal = true;  // any mask: it fits
+  EXPECT_FALSE(bool(validateSpec(d64)));
+  d64.causal = false;
+  d64.features.window = true, d64.features.windowLeft = 256, d64.features.windowRight = -1;
+  EXPECT_FALSE(bool(validateSpec(d64)));
 }
 
 TEST(BwdWgmmaSpec, DefaultTilesFitAndDispatch) {

@@ -141,14 +141,17 @@ TEST(FeatureKeys, ParseRefusesBadFeatureTokens) {
     ASSERT_FALSE(bool(parsed)) << key;
     EXPECT_EQ(errorOf(parsed.takeError()).code, ErrorCode::InvalidValue) << key;
   }
-  // bwd_mma takes the features (0.9); bwd_wgmma and decode are refused by validateSpec.
+  // The backward families take features (0.9); bwd_wgmma not soft-capping (validateSpec).
   llvm::Expected<KernelSpec> bwd = KernelSpec::parse("bwd_mma.bf16.d64.dv64.causal.sm80.alibi");
   ASSERT_TRUE(bool(bwd)) << llvm::toString(bwd.takeError());
   EXPECT_TRUE(bwd->features.alibi);
   llvm::Expected<KernelSpec> wgmma =
       KernelSpec::parse("bwd_wgmma.bf16.d64.dv64.causal.sm90a.alibi");
-  ASSERT_FALSE(bool(wgmma));
-  EXPECT_EQ(errorOf(wgmma.takeError()).code, ErrorCode::NotSupported);
+  ASSERT_TRUE(bool(wgmma)) << llvm::toString(wgmma.takeError());
+  llvm::Expected<KernelSpec> capped =
+      KernelSpec::parse("bwd_wgmma.bf16.d64.dv64.causal.sm90a.cap30");
+  ASSERT_FALSE(bool(capped));
+  EXPECT_EQ(errorOf(capped.takeError()).code, ErrorCode::NotSupported);
 }
 
 TEST(FeatureKeys, UserCodeIsNamedByTheHashOfItsText) {
@@ -225,32 +228,39 @@ TEST(FeatureValidation, RejectsANaNOrNegativeSoftcapAlone) {
   }
 }
 
-// The backward pass takes the features through bwd_mma (0.9), but a score_mod (no
-// derivative); bwd_wgmma and dec_mma take none yet.
+// The backward pass takes the features (0.9) but a score_mod (no derivative): bwd_mma all
+// of them, bwd_wgmma all but soft-capping; dec_mma takes none yet.
 TEST(FeatureValidation, BackwardFamiliesTakeWhatTheyCan) {
   Features withMask;
   withMask.maskMod = kPrefixLm;
   for (const Features &f : {window(256, 0), softcap(30), alibi(), withMask}) {
-    KernelSpec spec = specWith(f, Family::BwdMma);
-    EXPECT_FALSE(bool(validateFeatures(spec))) << f.keySuffix();
-    llvm::Expected<EmittedKernel> emitted = emitKernel(spec, defaultTile(spec));
-    ASSERT_TRUE(bool(emitted)) << llvm::toString(emitted.takeError());
-    EXPECT_NE(emitted->source.find("FjFeatures> FjConfig"), std::string::npos);
-    for (Family family : {Family::BwdWgmma, Family::DecMma}) {
-      KernelSpec other = specWith(f, family);
-      ErrorReport report = errorOf(validateFeatures(other));
-      EXPECT_EQ(report.code, ErrorCode::NotSupported) << f.keySuffix();
-      EXPECT_NE(report.message.find(familyName(family).str()), std::string::npos)
-          << report.message;
-      EXPECT_NE(report.message.find("bwd_mma do"), std::string::npos) << report.message;
+    for (Family family : {Family::BwdMma, Family::BwdWgmma}) {
+      KernelSpec spec = specWith(f, family);
+      spec.target = "sm_90a";
+      if (family == Family::BwdWgmma && f.softcap > 0) {
+        ErrorReport report = errorOf(validateFeatures(spec));
+        EXPECT_EQ(report.code, ErrorCode::NotSupported);
+        EXPECT_NE(report.message.find("bwd_wgmma does not take softcap"), std::string::npos)
+            << report.message;
+        continue;
+      }
+      EXPECT_FALSE(bool(validateFeatures(spec))) << spec.key();
+      llvm::Expected<EmittedKernel> emitted = emitKernel(spec, defaultTile(spec));
+      ASSERT_TRUE(bool(emitted)) << spec.key() << ": " << llvm::toString(emitted.takeError());
+      EXPECT_NE(emitted->source.find("FjFeatures> FjConfig"), std::string::npos) << spec.key();
     }
+    ErrorReport report = errorOf(validateFeatures(specWith(f, Family::DecMma)));
+    EXPECT_EQ(report.code, ErrorCode::NotSupported) << f.keySuffix();
+    EXPECT_NE(report.message.find("dec_mma"), std::string::npos) << report.message;
   }
   Features withScoreMod;
   withScoreMod.scoreMod = "return score;";
-  ErrorReport report = errorOf(validateFeatures(specWith(withScoreMod, Family::BwdMma)));
-  EXPECT_EQ(report.code, ErrorCode::NotSupported);
-  EXPECT_NE(report.message.find("does not take a score_mod"), std::string::npos)
-      << report.message;
+  for (Family family : {Family::BwdMma, Family::BwdWgmma}) {
+    ErrorReport report = errorOf(validateFeatures(specWith(withScoreMod, family)));
+    EXPECT_EQ(report.code, ErrorCode::NotSupported);
+    EXPECT_NE(report.message.find("does not take a score_mod"), std::string::npos)
+        << report.message;
+  }
   // No feature: the backward families are fine.
   EXPECT_FALSE(bool(validateFeatures(specWith({}, Family::BwdMma))));
 }

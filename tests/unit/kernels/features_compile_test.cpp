@@ -8,6 +8,7 @@
 // syntax error fails with NVRTC's log naming the user's own line (score_mod(2)), and an
 // error after the user code names the generated source's real line. The binary key
 // follows the user's text. Prints the compile times.
+#include "generator/bwd_wgmma.h"
 #include "generator/emit.h"
 #include "runtime/nvrtc.h"
 #include "support/error.h"
@@ -137,13 +138,28 @@ INSTANTIATE_TEST_SUITE_P(
              std::get<1>(info.param).name;
     });
 
-// The backward pass takes every feature but score_mod, through bwd_mma (0.9): its
-// default tiles compile without spills, on sm_80 and sm_90a.
+// The backward pass takes every feature but score_mod (0.9): bwd_mma's default tiles
+// compile without spills, on sm_80 and sm_90a.
 std::vector<FeatureCase> backwardFeatureCases() {
   std::vector<FeatureCase> cases = featureCases();
   llvm::erase_if(cases, [](const FeatureCase &c) { return !c.features.scoreMod.empty(); });
   return cases;
 }
+// bwd_wgmma takes them but soft-capping: its default tiles compile without spills or
+// serialized wgmma too.
+std::vector<FeatureCase> wgmmaBackwardFeatureCases() {
+  std::vector<FeatureCase> cases = backwardFeatureCases();
+  llvm::erase_if(cases, [](const FeatureCase &c) { return c.features.softcap > 0; });
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(
+    WgmmaBackwardFeatures, FeaturesCompile,
+    ::testing::Combine(::testing::Values(FamilyTarget{Family::BwdWgmma, "sm_90a"}),
+                       ::testing::ValuesIn(wgmmaBackwardFeatureCases())),
+    [](const auto &info) {
+      return std::string("bwd_wgmma_sm_90a_") + std::get<1>(info.param).name;
+    });
+
 INSTANTIATE_TEST_SUITE_P(
     BackwardFeatures, FeaturesCompile,
     ::testing::Combine(::testing::Values(FamilyTarget{Family::BwdMma, "sm_80"},
@@ -154,6 +170,54 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(generator::familyName(ft.family)) + "_" + ft.target + "_" +
              std::get<1>(info.param).name;
     });
+
+// bwd_wgmma's features in every combination it takes, causal or not, at each head dim:
+// the default tile compiles without spills or serialized wgmma (the rule that sends ALiBi
+// with no mask at head dim 64 to bwd_mma, bwdWgmmaFeatureRefusal, comes from here).
+TEST(FeaturesCompileWgmmaBackward, EveryCombinationItTakesFits) {
+  std::vector<FeatureCase> cases;
+  auto add = [&](const char *name, auto set) {
+    generator::Features f;
+    set(f);
+    cases.push_back({name, false, f});
+  };
+  add("window", [](auto &f) { f.window = true, f.windowLeft = 100, f.windowRight = 20; });
+  add("alibi", [](auto &f) { f.alibi = true; });
+  add("window_alibi", [](auto &f) {
+    f.window = true, f.windowLeft = 256, f.windowRight = -1;
+    f.alibi = true;
+  });
+  add("mask_mod", [](auto &f) { f.maskMod = "return kv_idx <= q_idx || kv_idx < args.integer[0];\n"; });
+  add("alibi_mask_mod", [](auto &f) {
+    f.alibi = true;
+    f.maskMod = "return q_idx / 97 == kv_idx / 97;\n";
+  });
+  int compiled = 0, refused = 0;
+  for (const FeatureCase &base : cases)
+    for (bool causal : {false, true})
+      for (int d : {64, 128, 256}) {
+        FeatureCase c = base;
+        c.causal = causal;
+        generator::KernelSpec spec = specOf({Family::BwdWgmma, "sm_90a"}, DType::BF16, d, c);
+        if (generator::bwdWgmmaFeatureRefusal(spec)) {
+          ++refused;
+          continue;
+        }
+        generator::TileConfig tile = generator::defaultTile(spec);
+        auto kernel = generator::emitKernel(spec, tile);
+        ASSERT_TRUE(bool(kernel)) << spec.key() << ": " << llvm::toString(kernel.takeError());
+        auto binary = tuner::compileEmitted(*kernel, "sm_90a");
+        ASSERT_TRUE(bool(binary)) << spec.key() << ": " << llvm::toString(binary.takeError());
+        EXPECT_EQ(tuner::compileRejection(binary->spillStoreBytes + binary->spillLoadBytes,
+                                          binary->log),
+                  "")
+            << spec.key() << " " << tile.key();
+        ++compiled;
+      }
+  EXPECT_EQ(refused, 1) << "ALiBi alone at head dim 64, not causal";
+  std::printf("  %d bwd_wgmma feature kernels compiled, %d left to bwd_mma\n", compiled,
+              refused);
+}
 
 // Every feature at once (the hook's longest path) on fwd_mma: no spills either.
 TEST(FeaturesCompileCombined, AllFeaturesTogetherOnFwdMma) {

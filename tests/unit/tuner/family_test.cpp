@@ -135,6 +135,29 @@ TEST(FamilyPlan, BackwardIsWgmmaOnHopperForTheHeadDimsItTakes) {
   EXPECT_EQ(planOf("sm_90a", "fwd_mma").backward, Family::BwdWgmma);
 }
 
+// With attention features: bwd_wgmma takes the window, ALiBi and mask_mod; soft-capping
+// goes to bwd_mma (an error when bwd_wgmma is forced).
+TEST(FamilyPlan, BackwardWithFeatures) {
+  FamilyPlan plan = planOf("sm_90a");
+  generator::KernelSpec windowed = specOf(128);
+  windowed.features.window = true, windowed.features.windowLeft = 256;
+  windowed.features.windowRight = 0;
+  windowed.features.alibi = true;
+  auto family = tuner::backwardFamilyFor(plan, windowed);
+  ASSERT_TRUE(bool(family)) << llvm::toString(family.takeError());
+  EXPECT_EQ(*family, Family::BwdWgmma);
+  generator::KernelSpec capped = windowed;
+  capped.features.softcap = 30;
+  family = tuner::backwardFamilyFor(plan, capped);
+  ASSERT_TRUE(bool(family)) << llvm::toString(family.takeError());
+  EXPECT_EQ(*family, Family::BwdMma);
+  auto forced = tuner::backwardFamilyFor(planOf("sm_90a", "", "bwd_wgmma"), capped);
+  ASSERT_FALSE(bool(forced));
+  ErrorReport report = takeErrorReport(forced.takeError());
+  EXPECT_EQ(report.code, ErrorCode::NotSupported);
+  EXPECT_NE(report.message.find("does not take softcap"), std::string::npos) << report.message;
+}
+
 TEST(FamilyPlan, BackwardIsMmaElsewhere) {
   for (const char *target : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_120"}) {
     FamilyPlan plan = planOf(target);
