@@ -31,6 +31,17 @@ tuner::BackwardWorkspace layoutFor(const fj_kernel_s *kernel, const FjBackwardPa
 
 } // namespace
 
+int dispatchBackward(const fj_kernel_s &kernel, const FjForwardParams &p) {
+  if (kernel.backwardBegin >= kernel.decodeBegin)
+    return -1;
+  const tuner::Bucket wanted = bucketFor(p.seqlen_q, p.seqlen_k, (int64_t)p.batch * p.heads_q);
+  llvm::ArrayRef<tuner::Bucket> buckets = llvm::ArrayRef<tuner::Bucket>(kernel.buckets)
+                                              .slice(kernel.backwardBegin,
+                                                     kernel.decodeBegin - kernel.backwardBegin);
+  const int index = tuner::nearestBucket(buckets, wanted);
+  return index < 0 ? -1 : kernel.backwardBegin + index;
+}
+
 llvm::Error backwardWorkspaceSize(const fj_kernel_s *kernel, const fj_backward_args *args,
                                   size_t *bytes) {
   if (llvm::Error error = checkLiveKernel(kernel))
@@ -78,7 +89,8 @@ llvm::Error backward(const fj_kernel_s *kernel, const fj_backward_args *args, vo
     return error;
   FjBackwardParams params;
   bool noWork = false;
-  if (llvm::Error error = checkBackwardArgs(kernel->desc, args, params, noWork))
+  fj_block_mask blockMask = nullptr;
+  if (llvm::Error error = checkBackwardArgs(kernel->desc, args, params, noWork, &blockMask))
     return error;
   if (noWork)
     return llvm::Error::success();
@@ -96,18 +108,15 @@ llvm::Error backward(const fj_kernel_s *kernel, const fj_backward_args *args, vo
                      args->workspace_bytes, layout.bytes);
   tuner::bindWorkspace(params, layout, args->workspace);
 
-  const FjForwardParams &p = params.fwd;
-  const tuner::Bucket wanted =
-      bucketFor(p.seqlen_q, p.seqlen_k, (int64_t)p.batch * p.heads_q);
-  llvm::ArrayRef<tuner::Bucket> buckets = llvm::ArrayRef<tuner::Bucket>(kernel->buckets)
-                                              .slice(kernel->backwardBegin,
-                                                     kernel->decodeBegin - kernel->backwardBegin);
-  int index = tuner::nearestBucket(buckets, wanted);
+  const int index = dispatchBackward(*kernel, params.fwd);
   if (index < 0)
     return makeError(ErrorCode::Internal, "kernel {0} has no backward variant to dispatch to",
                      kernel->specKey);
-  const tuner::Selection &variant = kernel->variants[kernel->backwardBegin + index];
-  kernel->countLaunch(kernel->backwardBegin + index);
+  if (blockMask)
+    if (llvm::Error error = useBackwardBlockMask(*kernel, blockMask, index, params))
+      return error;
+  const tuner::Selection &variant = kernel->variants[index];
+  kernel->countLaunch(index);
   if (llvm::Error error = kernel->context->device->makeCurrent())
     return error;
   // getKernel loaded the backward family's variants as backward kernels.

@@ -92,6 +92,45 @@ llvm::Error allocateAndBuild(fj_block_mask_s &mask, const FjForwardParams &param
   return build(mask, params, stream);
 }
 
+// The backward pass's step lists of `mask` for `params` (checked, with work), when the
+// kernel has a backward pass whose variant for these sizes walks them: the variant is
+// recorded either way, the lists allocated (`allocate`) and built on `stream`.
+llvm::Error buildBackward(fj_block_mask_s &mask, const FjForwardParams &params, bool allocate,
+                          void *stream) {
+  const fj_kernel_s &kernel = *mask.kernel;
+  const int index = dispatchBackward(kernel, params);
+  if (index < 0)
+    return llvm::Error::success();
+  const auto *backward = tuner::BackwardKernel::of(*kernel.variants[index].kernel);
+  if (allocate) {
+    mask.backwardVariant = index;
+    if (!backward || !backward->hasBlockSteps())
+      return llvm::Error::success();  // bwd_mma: every step, mask_mod per score
+    const int group = params.heads_q / params.heads_kv;
+    mask.stepsShape = tuner::BlockStepsShape::of(
+        backward->entries(), mask.shape.batches == 1 ? 1 : params.batch, params.heads_kv,
+        group, params.seqlen_q, params.seqlen_k, mask.shape.batches == 1 && params.batch > 1,
+        mask.shape.heads == 1 && params.heads_q > 1);
+    // An entry packs the query head within the group in 8 bits and the query block in 23.
+    if (group > 255 || mask.stepsShape.capacity / group >= (1 << 23))
+      return makeError(ErrorCode::NotSupported,
+                       "a block mask for the backward pass takes at most 255 query heads per "
+                       "kv head and 2^23 query blocks; this call has {0} and {1}",
+                       group, mask.stepsShape.capacity / group);
+    auto buffer = runtime::DeviceBuffer::allocate((size_t)mask.stepsShape.bytes());
+    if (!buffer)
+      return buffer.takeError();
+    mask.stepsBuffer = std::move(*buffer);
+  }
+  if (mask.stepsShape.lists() == 0)
+    return llvm::Error::success();
+  FjBackwardParams backwardParams{};
+  backwardParams.fwd = params;
+  mask.stepsShape.describe(backwardParams, mask.stepsBuffer.ptr());
+  return backward->buildBlockSteps(backwardParams, mask.stepsShape,
+                                   static_cast<CUstream>(stream));
+}
+
 } // namespace
 
 llvm::Expected<fj_block_mask_s *> createBlockMask(const fj_kernel_s *kernel,
@@ -146,6 +185,8 @@ llvm::Expected<fj_block_mask_s *> createBlockMask(const fj_kernel_s *kernel,
       return std::move(error);
     if (llvm::Error error = allocateAndBuild(*mask, params, stream))
       return std::move(error);
+    if (llvm::Error error = buildBackward(*mask, params, /*allocate=*/true, stream))
+      return std::move(error);
   }
   kernel->blockMasks.fetch_add(1);
   fj_block_mask_s *out = mask.release();
@@ -169,7 +210,9 @@ llvm::Error updateBlockMask(fj_block_mask_s *mask, const fj_forward_args *args, 
     return error;
   if (noWork)
     return llvm::Error::success();
-  return build(*mask, params, stream);
+  if (llvm::Error error = build(*mask, params, stream))
+    return error;
+  return buildBackward(*mask, params, /*allocate=*/false, stream);
 }
 
 llvm::Error destroyBlockMask(fj_block_mask_s *mask) {
@@ -208,6 +251,31 @@ llvm::Error useBlockMask(const fj_kernel_s &kernel, const fj_block_mask_s *mask,
                      "calls it serves (their strides and alignment choose the variant too)",
                      mask->variant, index);
   mask->shape.describe(params, mask->buffer.ptr());
+  return llvm::Error::success();
+}
+
+llvm::Error useBackwardBlockMask(const fj_kernel_s &kernel, const fj_block_mask_s *mask,
+                                 int index, FjBackwardParams &params) {
+  if (mask->magic != kBlockMaskMagic)
+    return makeError(ErrorCode::InvalidValue,
+                     "args->block_mask {0} is not a live block mask (destroyed already, or "
+                     "not one)",
+                     (const void *)mask);
+  if (mask->kernel != &kernel)
+    return makeError(ErrorCode::InvalidValue,
+                     "args->block_mask was built for kernel {0} ({1}), not this one ({2})",
+                     (const void *)mask->kernel, mask->kernel->specKey, kernel.specKey);
+  if (llvm::Error error = checkSameShape(*mask, params.fwd))
+    return error;
+  // A mask built for a call with no queries has no backward part: nor does the call.
+  if (mask->backwardVariant >= 0 && mask->backwardVariant != index)
+    return makeError(ErrorCode::InvalidValue,
+                     "args->block_mask was built for backward variant {0} of the kernel, but "
+                     "these arguments launch variant {1}: build the mask with the forward "
+                     "arguments of the calls it serves",
+                     mask->backwardVariant, index);
+  if (mask->backwardVariant == index && mask->stepsShape.lists() > 0)
+    mask->stepsShape.describe(params, mask->stepsBuffer.ptr());
   return llvm::Error::success();
 }
 

@@ -9,6 +9,7 @@
 #include "cache/cache.h"
 #include "runtime/driver.h"
 #include "tuner/family.h"
+#include "tuner/backward_kernel.h"
 #include "tuner/loaded_kernel.h"
 #include "tuner/tuner.h"
 
@@ -105,6 +106,11 @@ struct fj_block_mask_s {
   bool varlen = false;
   flashjit::tuner::BlockMaskShape shape;
   flashjit::runtime::DeviceBuffer buffer;  // counts, then lists (BlockMaskShape::bytes)
+  // The backward pass's step lists (a kernel got with desc.backward whose backward variant
+  // for the shape walks them: bwd_wgmma), at that variant's tiles; -1 / empty otherwise.
+  int backwardVariant = -1;  // index into kernel->variants
+  flashjit::tuner::BlockStepsShape stepsShape;
+  flashjit::runtime::DeviceBuffer stepsBuffer;
 };
 
 namespace flashjit::api {
@@ -166,6 +172,13 @@ llvm::Error destroyBlockMask(fj_block_mask_s *mask);
 // checking that the mask was built for them (the launch path's check: no allocation).
 llvm::Error useBlockMask(const fj_kernel_s &kernel, const fj_block_mask_s *mask, int index,
                          FjForwardParams &params);
+// The same for fj_backward: points `params` at the mask's step lists when the backward
+// variant `index` walks them (and the mask has them), else leaves it without.
+llvm::Error useBackwardBlockMask(const fj_kernel_s &kernel, const fj_block_mask_s *mask,
+                                 int index, FjBackwardParams &params);
+// The backward variant (index into kernel.variants) fj_backward launches for a call of
+// these sizes; -1 when the kernel has no backward pass.
+int dispatchBackward(const fj_kernel_s &kernel, const FjForwardParams &params);
 // api/decode.cpp
 llvm::Error decodeWorkspaceSize(const fj_kernel_s *kernel, const fj_decode_args *args,
                                 size_t *bytes);

@@ -109,8 +109,10 @@ llvm::Error checkBackwardFeatures(const generator::Features &features, const cha
 
 // Checks backward arguments for a kernel of `desc` and fills the kernels' parameters
 // (the workspace pointers are left null: the caller binds them). `noWork` as above.
+// `blockMask`, when given, receives args->block_mask as checkForwardArgs's does.
 llvm::Error checkBackwardArgs(const AttentionDesc &desc, const fj_backward_args *args,
-                              FjBackwardParams &params, bool &noWork);
+                              FjBackwardParams &params, bool &noWork,
+                              fj_block_mask *blockMask = nullptr);
 
 // NotSupported when `features` has any (the decode kernels have none yet); `what` starts
 // the message ("desc->decode is set").

@@ -28,13 +28,15 @@ fj_forward_args forwardPart(const fj_backward_args &a) {
   f.total_q = a.total_q, f.total_k = a.total_k;
   f.alibi_slopes = a.alibi_slopes, f.alibi_batch_stride = a.alibi_batch_stride;
   f.mod_args = a.mod_args;
+  f.block_mask = a.block_mask;
   return f;
 }
 
 } // namespace
 
 llvm::Error checkBackwardArgs(const AttentionDesc &desc, const fj_backward_args *in,
-                              FjBackwardParams &params, bool &noWork) {
+                              FjBackwardParams &params, bool &noWork,
+                              fj_block_mask *blockMask) {
   fj_backward_args a;
   if (llvm::Error error = copyInStruct(in, "args", "fj_backward_args", a))
     return error;
@@ -59,7 +61,7 @@ llvm::Error checkBackwardArgs(const AttentionDesc &desc, const fj_backward_args 
   }
   fj_forward_args forward = forwardPart(a);
   params = FjBackwardParams{};
-  if (llvm::Error error = checkForwardArgs(desc, &forward, params.fwd, noWork))
+  if (llvm::Error error = checkForwardArgs(desc, &forward, params.fwd, noWork, blockMask))
     return error;
   // Keys with no query (seqlen_q == 0) still get gradients: zeros, written by the
   // kernels. Only an empty batch or no keys leaves nothing to write.

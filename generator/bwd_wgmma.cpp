@@ -131,6 +131,22 @@ TileConfig bwdWgmmaDefaultTile(const KernelSpec &spec) {
   return spec.headDim <= 64 ? TileConfig{128, 128, kWarps, 2} : TileConfig{64, 128, kWarps, 2};
 }
 
+// With a mask_mod, the module also holds the builder of its block mask's step lists
+// (bwd_mma::build_block_steps) at the main kernel's tiles.
+static std::string blockStepsEntryPoint(const KernelSpec &spec) {
+  if (spec.features.maskMod.empty())
+    return "";
+  return llvm::formatv("\nextern \"C\" __global__ void __launch_bounds__({1})\n"
+                       "{0}(const FjBackwardParams params, unsigned *steps, int *counts,\n"
+                       "    int shared_heads) {{\n"
+                       "  static_assert(fj::bwd_mma::kBuildThreads == {1}, \"the builder's block\");\n"
+                       "  fj::bwd_mma::build_block_steps<FjConfig>(params, steps, counts,\n"
+                       "                                           shared_heads != 0);\n"
+                       "}\n",
+                       kBackwardBlockStepsEntry, kBackwardBlockStepsThreads)
+      .str();
+}
+
 std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
   const TileConfig dq = dqTile(spec);
   // The deterministic dq kernel (bwd_mma's) recomputes P too: both configs take the
@@ -154,12 +170,13 @@ std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) 
              "                  const __grid_constant__ fj::TensorMap tm_dout) {{\n"
              "  extern __shared__ __align__(128) unsigned char fj_smem[];\n"
              "  fj::bwd_wgmma::run_main<FjConfig>(params, {{tm_q, tm_dout}, fj_smem);\n"
-             "}\n",
+             "}\n{17}",
              spec.key(), tile.key(), elementTypeName(spec.dtype), spec.headDim, tile.blockM,
              tile.stages, spec.causal ? "true" : "false", dq.blockM, dq.blockN, dq.warps,
              dq.stages, bwdWgmmaMainSharedBytes(spec, tile),
              bwdMmaDqSharedBytes(mmaSpec(spec), dq), bwdMmaSharedEntryPoints(spec, "FjDqConfig", true),
-             kBwdWgmmaConsumerRegisters, kBwdWgmmaServerRegisters, features)
+             kBwdWgmmaConsumerRegisters, kBwdWgmmaServerRegisters, features,
+             blockStepsEntryPoint(spec))
              .str();
 }
 
@@ -203,6 +220,9 @@ llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileCon
   e.tma.headDim = e.tma.headDimV = spec.headDim;
   e.tma.panelD = e.tma.panelDv = 64;
   e.tma.qRows = tile.blockM;
+  if (!spec.features.maskMod.empty())
+    e.blockSteps = kBackwardBlockStepsEntry;
+  e.queryRowsPerStep = tile.blockM;
   kernel.entryName = e.passes.front();
   kernel.options = compileOptions();
   kernel.threads = tile.warps * 32;

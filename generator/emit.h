@@ -51,7 +51,17 @@ struct BackwardEntries {
   // When enabled, the main pass's parameters after FjBackwardParams: the tensor maps of
   // Q and dO (rank 4 as the forward's, boxes of panelD columns x qRows rows).
   TmaOperands tma;
+  // A mask_mod's module whose main pass walks a block mask: the builder of its step lists
+  // (bwd_mma::build_block_steps; grid (key blocks, heads_kv, batch) of
+  // kBackwardBlockStepsThreads, parameters (FjBackwardParams, unsigned *steps, int *counts,
+  // int shared_heads)) and the main pass's query rows per step. "" when none.
+  std::string blockSteps;
+  int queryRowsPerStep = 0;
 };
+
+// The backward block-mask builder's entry name and block size (bwd_mma::kBuildThreads).
+inline constexpr const char *kBackwardBlockStepsEntry = "flashjit_bwd_block_steps";
+inline constexpr int kBackwardBlockStepsThreads = 256;
 
 // A decode module's kernels (family dec_mma): the split kernel (entryName, grid
 // (splits, row tiles, batch * heads_kv)), the combine of the splits (one warp per

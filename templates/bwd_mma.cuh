@@ -129,6 +129,72 @@ __device__ __forceinline__ void query_blocks(int n0, int diag, int m_blocks, int
   m_end = imax(m_end, m_begin);
 }
 
+// Block sparsity of a mask_mod for the backward's key-major walk (FjBackwardParams's
+// block_steps, written through `steps` and `counts`; the strides and capacity are
+// P's): one CTA of kBuildThreads per (key block blockIdx.x, kv head blockIdx.y,
+// sequence blockIdx.z; one head or sequence where the mask is shared) scores every
+// (query, key) pair of the query blocks query_blocks leaves, block by block, and lists
+// the (query head, query block) steps some pair keeps, marking those where some pair is
+// dropped. A pair is kept when it exists (both inside their sequences), causal keeps it
+// and the hook keeps it (the window, mask_mod): so an unmarked step needs no mask at all,
+// and an omitted one would contribute nothing to dK, dV or dQ. With shared_heads the
+// mask is scored for head 0 and the list repeated for each query head of the group.
+constexpr int kBuildThreads = 256;
+
+template <typename Cfg>
+__device__ __forceinline__ void build_block_steps(const FjBackwardParams &P, unsigned *steps,
+                                                  int *counts, bool shared_heads) {
+  typedef typename Cfg::Features F;
+  constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN;
+  const FjForwardParams &p = P.fwd;
+  const int n = blockIdx.x, h_kv = blockIdx.y, b = blockIdx.z;
+  const SeqExtent seq = seq_extent(p, b);
+  const long long w = (long long)b * P.block_steps_batch_stride +
+                      (long long)h_kv * P.block_steps_head_stride + n;
+  unsigned *list = steps + w * P.block_steps_capacity;
+  const int n0 = n * BN, group = p.heads_q / p.heads_kv;
+  int count = 0;
+  if (n0 < seq.seqlen_k) {
+    const int diag = seq.seqlen_k - seq.seqlen_q;
+    int m_begin, m_end;
+    query_blocks<Cfg>(n0, diag, (seq.seqlen_q + BM - 1) / BM, m_begin, m_end);
+    for (int hi = 0; hi < (shared_heads ? 1 : group); ++hi) {
+      const ScoreHook<F> hook(p, b, shared_heads ? 0 : h_kv * group + hi, seq);
+      for (int m = m_begin; m < m_end; ++m) {
+        bool any = false, all = true;
+        for (int e = threadIdx.x; e < BM * BN; e += kBuildThreads) {
+          const int i = m * BM + e / BN, j = n0 + e % BN;
+          const bool keep = i < seq.seqlen_q && j < seq.seqlen_k &&
+                            (!Cfg::kCausal || j <= i + diag) && hook.keeps(i, j);
+          any |= keep;
+          all &= keep;
+        }
+        any = __syncthreads_or(any) != 0;
+        all = __syncthreads_and(all) != 0;
+        if (any) {
+          if (threadIdx.x == 0)
+            list[count] = ((unsigned)hi << 24) | ((unsigned)m << 1) | (all ? 0u : 1u);
+          ++count;
+        }
+      }
+    }
+    if (shared_heads && group > 1) {
+      __syncthreads();  // thread 0's entries, read back by the block
+      for (int e = threadIdx.x; e < (group - 1) * count; e += kBuildThreads)
+        list[count + e] = list[e % count] | ((unsigned)(1 + e / count) << 24);
+      count *= group;
+    }
+  }
+  if (threadIdx.x == 0)
+    counts[w] = count;
+}
+
+// An entry of a block_steps list: the query head within the group, the query block and
+// whether the step is partly masked.
+__device__ __forceinline__ int step_head(unsigned entry) { return (int)(entry >> 24); }
+__device__ __forceinline__ int step_block(unsigned entry) { return (int)((entry >> 1) & 0x7fffffu); }
+__device__ __forceinline__ bool step_partial(unsigned entry) { return (entry & 1u) != 0; }
+
 // The derivative of what ScoreHook::apply() returns (as a natural logit) by
 // s * softmax_scale, which dS takes as a factor: soft-capping's 1 - tanh^2 of its
 // argument; 1 for ALiBi (a bias) and for the masks. A score_mod has no derivative here

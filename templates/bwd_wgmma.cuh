@@ -64,6 +64,9 @@ struct BwdWgmmaConfig {
   static constexpr int kBlockM = kBlockM_;    // query rows per step
   static constexpr int kStages = kStages_;    // Q / dO / lse / D ring depth
   static constexpr bool kCausal = kCausal_;
+  // A mask_mod's kernel walks the steps of the call's block mask when it has one
+  // (FjBackwardParams::block_steps), else every step as other kernels do.
+  static constexpr bool kBlockSteps = Features::kMaskMod;
   static constexpr int kConsumers = 2;        // warpgroups
   // Above head dim 128, dK and dV of 64 keys x the head dim would take 256 registers a
   // thread: the block is then 64 keys, and the two consumers split the head dim for dK,
@@ -234,14 +237,42 @@ template <typename Cfg> struct Block {
   SeqExtent seq;
   int n0, keys_valid, group, diag, m_begin, m_end, steps_per_head, steps, h_kv, b;
   u32 base;  // 1024-byte aligned start of the shared-memory carve-up
+  const unsigned *list;  // the block mask's steps of this block (Cfg::kBlockSteps), or null
 
   // Step s: query block m_begin + s % steps_per_head (< m_end) of query head
-  // h_kv * group + s / steps_per_head. m0 is its first row; next_step walks the same
-  // order by counters (h within the group, query block mb), without divisions.
-  __device__ __forceinline__ int m0(int s) const {
-    return (m_begin + s % steps_per_head) * Cfg::kBlockM;
+  // h_kv * group + s / steps_per_head, or with a block mask its list's entry s. step()
+  // gives its first row, query head and whether it may be partly masked;
+  // first_step / next_step walk the same order by counters (h within the group, query
+  // block mb), without divisions.
+  __device__ __forceinline__ void step(int s, int &m0, int &q_head, bool &partial) const {
+    if (Cfg::kBlockSteps && list) {
+      const unsigned e = list[s];
+      m0 = bwd_mma::step_block(e) * Cfg::kBlockM;
+      q_head = h_kv * group + bwd_mma::step_head(e);
+      partial = bwd_mma::step_partial(e);
+      return;
+    }
+    m0 = (m_begin + s % steps_per_head) * Cfg::kBlockM;
+    q_head = h_kv * group + s / steps_per_head;
+    partial = true;  // the hook decides
   }
-  __device__ __forceinline__ void next_step(int &h, int &mb) const {
+  __device__ __forceinline__ void first_step(int &h, int &mb) const {
+    h = 0;
+    mb = m_begin;
+    if (Cfg::kBlockSteps && list && steps > 0) {
+      h = bwd_mma::step_head(list[0]);
+      mb = bwd_mma::step_block(list[0]);
+    }
+  }
+  // From step s to step s + 1.
+  __device__ __forceinline__ void next_step(int s, int &h, int &mb) const {
+    if (Cfg::kBlockSteps && list) {
+      if (s + 1 < steps) {
+        h = bwd_mma::step_head(list[s + 1]);
+        mb = bwd_mma::step_block(list[s + 1]);
+      }
+      return;
+    }
     if (++mb >= m_end) {
       mb = m_begin;
       ++h;
@@ -337,7 +368,8 @@ __device__ __forceinline__ void load_steps(const FjBackwardParams &P, const Maps
   tma_prefetch_map(maps.q);
   tma_prefetch_map(maps.dout);
   const int batch = w.seq.tma_batch(w.b);
-  int h = 0, mb = w.m_begin;  // the query head within the group and the query block
+  int h, mb;  // the query head within the group and the query block
+  w.first_step(h, mb);
   for (int s = 0; s < w.steps; ++s) {
     const int stage = s % Cfg::kStages;
     mbar_wait(w.empty(stage), ((s / Cfg::kStages) & 1) ^ 1);
@@ -353,7 +385,7 @@ __device__ __forceinline__ void load_steps(const FjBackwardParams &P, const Maps
     bulk_load(w.s_stats(stage), P.lse_log2 + aligned, Cfg::kStatsFloats * 4, full);
     bulk_load(w.s_stats(stage) + Cfg::kStatsFloats * 4, P.dpsum + aligned,
               Cfg::kStatsFloats * 4, full);
-    w.next_step(h, mb);
+    w.next_step(s, h, mb);
   }
 }
 
@@ -370,7 +402,8 @@ __device__ __forceinline__ void send_dq(const FjBackwardParams &P, const Block<C
     return;
   const long long rows0 =
       bwd_mma::DqTiled::padded_row0(p, bwd_mma::first_query_row(p, w.seq, w.b), w.b);
-  int h = 0, mb = w.m_begin;
+  int h, mb;
+  w.first_step(h, mb);
   for (int s = 0; s < w.steps; ++s) {
     mbar_wait(w.dq_written(c), s & 1);
     const long long group = (rows0 + mb * Cfg::kBlockM) / 64 + c / Cfg::kDqColSlices;
@@ -382,7 +415,7 @@ __device__ __forceinline__ void send_dq(const FjBackwardParams &P, const Block<C
         "r"(w.s_dq(c)), "n"(Cfg::kDqStageBytes)
         : "memory");
     bulk_commit();
-    w.next_step(h, mb);
+    w.next_step(s, h, mb);
     bulk_wait_read();  // the slice has been read: the consumer may write the next
     mbar_arrive(w.dq_read(c));
   }
@@ -399,14 +432,14 @@ template <typename Cfg>
 __device__ __forceinline__ void scores_to_probs(float (&acc_s)[Cfg::kScoreCols / 2],
                                                 const FjForwardParams &p, const Block<Cfg> &w,
                                                 int m0, int q0, int key_row, u32 s_lse, int t,
-                                                int q_head) {
+                                                int q_head, bool partial) {
   typedef typename Cfg::Features F;
   constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN, NC = Cfg::kScoreCols;
   const bool crosses = m0 + BM > w.seq.seqlen_q || w.n0 + BN > w.seq.seqlen_k ||
                        (Cfg::kCausal && w.n0 + BN - 1 > m0 + w.diag);
   if constexpr (FeatureTraits<F>::kAny) {
     const ScoreHook<F> hook(p, w.b, q_head, w.seq);
-    const bool feature_mask = hook.tile_needs_mask(w.n0, BN, m0, m0 + BM - 1);
+    const bool feature_mask = hook.tile_needs_mask(w.n0, BN, m0, m0 + BM - 1, partial);
 #pragma unroll
     for (int j = 0; j < NC / 8; ++j) {
       const u32 addr = s_lse + (j * 8 + 2 * t) * 4;
@@ -619,11 +652,12 @@ __device__ __forceinline__ void consume_whole(const FjBackwardParams &P, const B
   for (int s = 0; s < w.steps; ++s) {
     const int stage = s % Cfg::kStages;
     mbar_wait(w.full(stage), (s / Cfg::kStages) & 1);
-    const int m0 = w.m0(s);
+    int m0, q_head;
+    bool partial;
+    w.step(s, m0, q_head, partial);
     const u32 s_q = w.s_q(stage);
     const u32 s_do = w.s_do(stage);
     // lse and D of row m0: the copies began at the 16-byte boundary before it.
-    const int q_head = w.h_kv * w.group + s / w.steps_per_head;
     const u32 s_lse = w.s_stats(stage) + (u32)(lse_index(p, w.seq, q_head, m0) & 3) * 4;
     const u32 s_dpsum = s_lse + Cfg::kStatsFloats * 4;
     const u32 s_ds = w.s_ds(s & 1);
@@ -639,7 +673,7 @@ __device__ __forceinline__ void consume_whole(const FjBackwardParams &P, const B
       publish_dq<Cfg>(w, c);  // the last step's slice
     wgmma_wait<1>();
     pin_registers(acc_s);
-    scores_to_probs<Cfg>(acc_s, p, w, m0, m0, key_row, s_lse, t, q_head);
+    scores_to_probs<Cfg>(acc_s, p, w, m0, m0, key_row, s_lse, t, q_head, partial);
     u32 p_frag[BM / 16][4], ds_frag[BM / 16][4];
     pack_fragments<Cfg>(p_frag, acc_s);
 
@@ -751,10 +785,11 @@ __device__ __forceinline__ void consume_split(const FjBackwardParams &P, const B
   for (int s = 0; s < w.steps; ++s) {
     const int stage = s % Cfg::kStages;
     mbar_wait(w.full(stage), (s / Cfg::kStages) & 1);
-    const int m0 = w.m0(s);
+    int m0, q_head;
+    bool partial;
+    w.step(s, m0, q_head, partial);
     const u32 s_q = w.s_q(stage);
     const u32 s_do = w.s_do(stage);
-    const int q_head = w.h_kv * w.group + s / w.steps_per_head;
     // lse and D of this warpgroup's first query (the copies began at the 16-byte
     // boundary at or before row m0).
     const u32 s_lse =
@@ -773,7 +808,7 @@ __device__ __forceinline__ void consume_split(const FjBackwardParams &P, const B
       reduce_dq<kEarly, kLate, kEarly>(late_slices, dq_late, ct);
     wgmma_wait<1>();
     pin_registers(acc_s);
-    scores_to_probs<Cfg>(acc_s, p, w, m0, m0 + c * NC, key_row, s_lse, t, q_head);
+    scores_to_probs<Cfg>(acc_s, p, w, m0, m0 + c * NC, key_row, s_lse, t, q_head, partial);
     store_scores<Cfg>(s_ps, acc_s, key_row, c * NC / 8, t);
     wgmma_wait<0>();
     pin_registers(acc_dp);
@@ -823,8 +858,9 @@ __device__ __forceinline__ void consume(const FjBackwardParams &P, const Block<C
 // The key block of this CTA and its walk; each role builds its own after the register
 // split, so that none of it is live across setmaxnreg.
 template <typename Cfg>
-__device__ __forceinline__ Block<Cfg> make_block(const FjForwardParams &p, unsigned char *smem) {
+__device__ __forceinline__ Block<Cfg> make_block(const FjBackwardParams &P, unsigned char *smem) {
   constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN;
+  const FjForwardParams &p = P.fwd;
   Block<Cfg> w;
   const bwd_mma::CtaTile tile = bwd_mma::cta_tile<Cfg::kCausal>();
   w.b = tile.b;
@@ -838,6 +874,15 @@ __device__ __forceinline__ Block<Cfg> make_block(const FjForwardParams &p, unsig
   bwd_mma::query_blocks<Cfg>(w.n0, w.diag, m_blocks, w.m_begin, w.m_end);
   w.steps_per_head = w.m_end - w.m_begin;
   w.steps = w.steps_per_head * w.group;  // 0: the block only writes zero dK and dV
+  w.list = nullptr;
+  if constexpr (Cfg::kBlockSteps) {
+    if (P.block_steps) {
+      const long long wi = (long long)w.b * P.block_steps_batch_stride +
+                           (long long)w.h_kv * P.block_steps_head_stride + tile.key_block;
+      w.list = P.block_steps + wi * P.block_steps_capacity;
+      w.steps = P.block_step_counts[wi];
+    }
+  }
 
   w.base = (smem_addr(smem) + 1023) & ~1023u;
   static_assert(Block<Cfg>::kKvFull + 8 + 1024 == Cfg::kSmemBytes,
@@ -858,7 +903,7 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, const Maps &
 
   const int tid = threadIdx.x;
   if (tid == 0) {
-    const Block<Cfg> w = make_block<Cfg>(p, smem);
+    const Block<Cfg> w = make_block<Cfg>(P, smem);
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbar_init(w.full(s), 1);  // the loading thread's arrival, then the TMA bytes
       mbar_init(w.empty(s), Cfg::kConsumerThreads);  // every consumer thread arrives
@@ -878,7 +923,7 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, const Maps &
     regs_lower<Cfg::kServerRegs>();
     // One walk for the three jobs: built in each branch, ptxas spilled (20 bytes at d 128,
     // bw2).
-    const Block<Cfg> w = make_block<Cfg>(p, smem);
+    const Block<Cfg> w = make_block<Cfg>(P, smem);
     if (tid == 0)
       load_steps<Cfg>(P, maps, w);
     else if (tid >= 32 && tid < 64)
@@ -887,7 +932,7 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, const Maps &
       send_dq<Cfg>(P, w, tid / 32 - 2);
   } else {
     regs_raise<Cfg::kConsumerRegs>();
-    consume<Cfg>(P, make_block<Cfg>(p, smem), (tid - 128) / 128, tid - 128);
+    consume<Cfg>(P, make_block<Cfg>(P, smem), (tid - 128) / 128, tid - 128);
   }
 }
 

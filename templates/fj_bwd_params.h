@@ -31,4 +31,15 @@ struct FjBackwardParams {
   // (or the packed row with cu_seqlens); bwd_wgmma's is tiled in 64 x 64 slices
   // (bwd_mma::DqTiled).
   float *dq_accum;
+  // Block sparsity of a mask_mod at the main kernel's tiles (NULL: none; fj_block_mask,
+  // built by bwd_mma::build_block_steps): the steps key block n of kv head h_kv of
+  // sequence b must take, as (query head within the group << 24) | (query block << 1) |
+  // partly masked, in walk order, block_steps_capacity slots a list from
+  // block_steps + w * block_steps_capacity, w = b * block_steps_batch_stride + h_kv *
+  // block_steps_head_stride + n; their count at block_step_counts[w]. Read only by the
+  // kernels of a mask_mod (bwd_wgmma's main pass).
+  const unsigned *block_steps;
+  const int *block_step_counts;
+  long long block_steps_batch_stride, block_steps_head_stride;
+  int block_steps_capacity;
 };

@@ -53,9 +53,11 @@ llvm::Error writeForwardOutputs(const generator::KernelSpec &spec, const Forward
 
 llvm::Expected<std::unique_ptr<BackwardChecker>>
 BackwardChecker::create(const generator::KernelSpec &spec, const ForwardShape &shape,
-                        uint64_t seed, CUstream stream, bool deterministic) {
+                        uint64_t seed, CUstream stream, bool deterministic,
+                        BlockSteps blockSteps) {
   auto checker = std::unique_ptr<BackwardChecker>(new BackwardChecker());
   checker->spec_ = spec;
+  checker->blockSteps_ = blockSteps;
   checker->shape_ = withFeatureInputs(spec, shape);  // ALiBi's slopes, a mod's arguments
   checker->shape_.headDim = spec.headDim;
   checker->shape_.headDimV = spec.headDimV;
@@ -134,10 +136,39 @@ BackwardChecker::create(const generator::KernelSpec &spec, const ForwardShape &s
   return std::move(checker);
 }
 
+BackwardChecker::Launch BackwardChecker::launcherFor(const BackwardKernel &kernel) {
+  if (blockSteps_ == BlockSteps::None)
+    return [&kernel](const FjBackwardParams &p, CUstream s) { return kernel.launch(p, s); };
+  if (!kernel.hasBlockSteps())  // a test that asks for them must not pass without them
+    return [&kernel](const FjBackwardParams &, CUstream) -> llvm::Error {
+      return makeError(ErrorCode::InvalidValue, "{0} walks no block mask steps",
+                       kernel.entries().passes.front());
+    };
+  return [this, &kernel](const FjBackwardParams &params, CUstream s) -> llvm::Error {
+    const FjForwardParams &f = params.fwd;
+    const bool shared = blockSteps_ == BlockSteps::Shared;
+    const BlockStepsShape shape = BlockStepsShape::of(
+        kernel.entries(), f.batch, f.heads_kv, f.heads_q / f.heads_kv, f.seqlen_q, f.seqlen_k,
+        shared && !f.cu_seqlens_q, shared);
+    if (stepsBuffer_.size() < (size_t)shape.bytes()) {
+      auto buffer = runtime::DeviceBuffer::allocate((size_t)shape.bytes());
+      if (!buffer)
+        return buffer.takeError();
+      stepsBuffer_ = std::move(*buffer);
+    }
+    if (llvm::Error err = stepsBuffer_.fill(0xFF))  // the builder writes every count
+      return err;
+    FjBackwardParams p = params;
+    shape.describe(p, stepsBuffer_.ptr());
+    if (llvm::Error err = kernel.buildBlockSteps(p, shape, s))
+      return err;
+    return kernel.launch(p, s);
+  };
+}
+
 llvm::Expected<std::vector<uint16_t>> BackwardChecker::run(const BackwardKernel &kernel,
                                                            CUstream stream) {
-  return runWith([&](const FjBackwardParams &p, CUstream s) { return kernel.launch(p, s); },
-                 stream);
+  return runWith(launcherFor(kernel), stream);
 }
 
 llvm::Expected<std::vector<uint16_t>> BackwardChecker::runWith(const Launch &launch,
@@ -166,8 +197,7 @@ llvm::Expected<CheckReport> BackwardChecker::check(const LoadedKernel &loaded, C
   if (!kernel)
     return makeError(ErrorCode::Internal, "the backward checker was given a {0} kernel",
                      generator::operationName(loaded.operation()));
-  return checkWith([&](const FjBackwardParams &p, CUstream s) { return kernel->launch(p, s); },
-                   stream);
+  return checkWith(launcherFor(*kernel), stream);
 }
 
 llvm::Expected<CheckReport> BackwardChecker::checkWith(const Launch &launch, CUstream stream) {

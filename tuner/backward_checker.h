@@ -22,10 +22,15 @@ namespace flashjit::tuner {
 
 class BackwardChecker : public Checker {
 public:
+  // Whether a kernel that walks a block mask's steps (BackwardKernel::hasBlockSteps) is
+  // given them, built for the problem first: per sequence and head, or shared by the
+  // heads (and by the sequences, without cu_seqlens), as fj_block_mask_options allow for
+  // a mask_mod that reads neither.
+  enum class BlockSteps { None, PerHead, Shared };
   // `deterministic`: the kernels run in deterministic mode (dQ by its own kernel).
   static llvm::Expected<std::unique_ptr<BackwardChecker>>
   create(const generator::KernelSpec &spec, const ForwardShape &shape, uint64_t seed,
-         CUstream stream, bool deterministic = false);
+         CUstream stream, bool deterministic = false, BlockSteps blockSteps = BlockSteps::None);
 
   llvm::Expected<CheckReport> check(const LoadedKernel &kernel, CUstream stream) override;
   const ForwardShape &shape() const override { return shape_; }
@@ -44,6 +49,8 @@ public:
 
 private:
   BackwardChecker() = default;
+  // kernel.launch, after building the block mask's steps when blockSteps_ says so.
+  Launch launcherFor(const BackwardKernel &kernel);
   struct Output {
     const char *name;
     runtime::DeviceBuffer *buffer;
@@ -54,6 +61,8 @@ private:
   ForwardShape shape_;
   BackwardBuffers buffers_;
   std::vector<Output> outputs_;  // dq, dk, dv
+  BlockSteps blockSteps_ = BlockSteps::None;
+  runtime::DeviceBuffer stepsBuffer_;
 };
 
 } // namespace flashjit::tuner

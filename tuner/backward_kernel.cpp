@@ -70,6 +70,12 @@ BackwardKernel::load(llvm::StringRef cubin, const generator::EmittedKernel &emit
     result->registers_ = std::max(result->registers_, *regs);
     result->passes_.push_back(*kernel);
   }
+  if (!e.blockSteps.empty()) {
+    auto kernel = entry(**module, e.blockSteps, 0);
+    if (!kernel)
+      return kernel.takeError();
+    result->blockSteps_ = *kernel;
+  }
   result->module_ = std::move(*module);
   result->entries_ = e;
   result->threads_ = emitted.threads;
@@ -124,6 +130,22 @@ llvm::Error BackwardKernel::launch(const FjBackwardParams &params, CUstream stre
                     (unsigned)p.batch, (unsigned)entries_.dqThreads,
                     (unsigned)entries_.dqSharedBytes,
                     stream, args);
+}
+
+llvm::Error BackwardKernel::buildBlockSteps(const FjBackwardParams &params,
+                                            const BlockStepsShape &shape,
+                                            CUstream stream) const {
+  if (!blockSteps_)
+    return makeError(ErrorCode::Internal, "{0} builds no block mask", entries_.passes.front());
+  if (shape.lists() == 0)
+    return llvm::Error::success();
+  unsigned *steps = const_cast<unsigned *>(params.block_steps);
+  int *counts = const_cast<int *>(params.block_step_counts);
+  int shared = shape.sharedHeads ? 1 : 0;
+  void *args[] = {const_cast<FjBackwardParams *>(&params), &steps, &counts, &shared};
+  return blockSteps_->launch((unsigned)shape.keyBlocks, (unsigned)shape.heads,
+                             (unsigned)shape.batches,
+                             (unsigned)generator::kBackwardBlockStepsThreads, 0, stream, args);
 }
 
 llvm::Expected<std::unique_ptr<BackwardReferenceKernel>>

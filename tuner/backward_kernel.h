@@ -11,9 +11,39 @@
 #include "llvm/Support/Error.h"
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace flashjit::tuner {
+
+// The step lists of a backward block mask (FjBackwardParams::block_steps) for one shape
+// at a backward kernel's tiles: one list per (sequence, kv head, key block), one sequence
+// or head where the mask is shared, each with room for every (query head of the group,
+// query block) step; the lists, then their counts.
+struct BlockStepsShape {
+  int batches = 0, heads = 0, keyBlocks = 0;
+  int64_t capacity = 0;  // steps a list: group * query blocks
+  bool sharedBatch = false, sharedHeads = false;
+  static BlockStepsShape of(const generator::BackwardEntries &entries, int batch, int headsKv,
+                            int group, int seqlenQ, int seqlenK, bool sharedBatch,
+                            bool sharedHeads) {
+    const int queryBlocks = (seqlenQ + entries.queryRowsPerStep - 1) / entries.queryRowsPerStep;
+    return {sharedBatch ? 1 : batch, sharedHeads ? 1 : headsKv,
+            (seqlenK + entries.keysPerCta - 1) / entries.keysPerCta,
+            (int64_t)group * queryBlocks, sharedBatch, sharedHeads};
+  }
+  int64_t lists() const { return (int64_t)batches * heads * keyBlocks; }
+  int64_t countsOffset() const { return (lists() * capacity * 4 + 15) / 16 * 16; }
+  int64_t bytes() const { return countsOffset() + lists() * 4; }
+  // Points `params` at lists of this shape at device address `base`.
+  void describe(FjBackwardParams &params, uint64_t base) const {
+    params.block_steps = reinterpret_cast<const unsigned *>(base);
+    params.block_step_counts = reinterpret_cast<const int *>(base + countsOffset());
+    params.block_steps_head_stride = sharedHeads ? 0 : keyBlocks;
+    params.block_steps_batch_stride = sharedBatch ? 0 : (long long)heads * keyBlocks;
+    params.block_steps_capacity = (int)capacity;
+  }
+};
 
 class BackwardKernel : public LoadedKernel {
 public:
@@ -27,6 +57,13 @@ public:
   // caller validated params and bound the workspace).
   llvm::Error launch(const FjBackwardParams &params, CUstream stream) const;
 
+  // Whether the main pass walks a block mask's step lists (a mask_mod's bwd_wgmma), and
+  // builds them: from `params` (the call's, described by shape.describe), writing the
+  // lists at params.block_steps, asynchronously.
+  bool hasBlockSteps() const { return blockSteps_.has_value(); }
+  llvm::Error buildBlockSteps(const FjBackwardParams &params, const BlockStepsShape &shape,
+                              CUstream stream) const;
+
   generator::Operation operation() const override { return generator::Operation::Backward; }
   int registers() const override { return registers_; }
   const generator::BackwardEntries &entries() const { return entries_; }
@@ -34,6 +71,7 @@ public:
 private:
   std::unique_ptr<runtime::Module> module_;
   runtime::Kernel prep_, convert_, dq_;
+  std::optional<runtime::Kernel> blockSteps_;
   std::vector<runtime::Kernel> passes_;
   generator::BackwardEntries entries_;
   int threads_ = 0, sharedBytes_ = 0, registers_ = 0;

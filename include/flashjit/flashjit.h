@@ -56,7 +56,7 @@ extern "C" {
 #endif
 
 #define FLASHJIT_VERSION_MAJOR 0
-#define FLASHJIT_VERSION_MINOR 9
+#define FLASHJIT_VERSION_MINOR 10
 #define FLASHJIT_VERSION_PATCH 0
 
 /* ---- Status codes ------------------------------------------------------------ */
@@ -579,6 +579,14 @@ typedef struct fj_backward_args {
   int64_t alibi_batch_stride;
   /* What the description's mask_mod sees as `args`. */
   fj_mod_args mod_args;
+  /* Optional (NULL: none; added in 0.10, a struct_size that ends before it reads as
+   * NULL): the block mask the forward call used (fj_block_mask_create on this kernel, for
+   * these arguments' shape). On a kernel got with desc.backward the mask also holds the
+   * backward pass's block sparsity, at its own tiles: key blocks skip the query blocks
+   * mask_mod drops everywhere and run those it keeps everywhere without calling it. The
+   * gradients are the same with or without it. The bwd_mma family (targets before sm_90a,
+   * head dims bwd_wgmma does not take) and the deterministic dq pass do not read it. */
+  fj_block_mask block_mask;
 } fj_backward_args;
 
 /* Zeroes `args` and sets its struct_size. */

@@ -55,6 +55,9 @@ class BlockMask:
         self.alibi_slopes = alibi_slopes
         self.shared_across_batch = bool(shared_across_batch)
         self.shared_across_heads = bool(shared_across_heads)
+        # Whether its kernel has the backward pass, so that the mask serves fj_backward
+        # too (made for inputs that require grad, with a library of 0.10 or later).
+        self.backward = False
         self._args = args             # the fj_forward_args it was built with (for update)
         self._stream = stream         # () -> the current stream of its device
         self._lib = lib
@@ -191,6 +194,12 @@ def register(mask):
     with _lock:
         _live[mask.address] = mask
     return mask
+
+
+def find(address):
+    """The open BlockMask at `address`, or None (closed or collected since)."""
+    mask = _live.get(address)
+    return None if mask is None or mask.closed else mask
 
 
 def lookup(address):

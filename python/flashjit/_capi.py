@@ -115,7 +115,9 @@ class BackwardArgs(C.Structure):
                 ("workspace", C.c_void_p), ("workspace_bytes", C.c_size_t),
                 # Features (0.9; zero for an older library, which then accepts the size).
                 ("alibi_slopes", C.c_void_p), ("alibi_batch_stride", C.c_int64),
-                ("mod_args", ModArgs)]
+                ("mod_args", ModArgs),
+                # The forward's block mask (0.10; NULL for an older library).
+                ("block_mask", C.c_void_p)]
 
 
 # Decode over a KV cache (0.4): fj_decode_args and fj_kv_append_args. The cache's strides
@@ -299,6 +301,9 @@ class Library:
         # entry points are the same.
         self.has_feature_backward = self.has_backward and _version_tuple(
             L.fj_version().decode()) >= (0, 9)
+        # Block masks that also hold the backward pass's block sparsity (0.10).
+        self.has_backward_block_mask = self.has_feature_backward and _version_tuple(
+            L.fj_version().decode()) >= (0, 10)
         self.has_decode = all(hasattr(L, name) for name in _DECODE)
         if self.has_decode:
             for name, args in _DECODE.items():

@@ -233,8 +233,10 @@ def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse:
                   deterministic: bool, window: Optional[List[int]], softcap: float,
                   alibi_slopes: Optional[Tensor], mask_mod: Optional[str],
                   mod_tensors: List[Tensor], mod_scalars: List[float],
-                  mod_ints: List[int]) -> Tuple[Tensor, Tensor, Tensor]:
+                  mod_ints: List[int], block_mask: int) -> Tuple[Tensor, Tensor, Tensor]:
     # The features (0.9) are the forward call's, but a score_mod (no backward pass).
+    # block_mask: the forward call's (its address, 0 for none); used when its kernel has
+    # the backward pass (BlockMask.backward), whose block sparsity it then holds (0.10).
     lib = _capi.library()
     if not lib.has_backward:
         raise RuntimeError(_no_backward_message(lib))
@@ -246,10 +248,21 @@ def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse:
     device = _device_index(q)
     features = op_features(window, softcap, alibi_slopes, None, mask_mod)
     mod = _capi.mod_args([t.data_ptr() for t in mod_tensors], mod_scalars, mod_ints)
-    handle, _ = kernel(device, _checks.dtype_name(q), d, v.shape[-1], hq, hk, causal, scale,
-                       True, (sq, sk, batch), features, mod)
+    # A mask closed since the forward call is not needed: the gradients are the same.
+    mask = _block_mask.find(block_mask) if block_mask else None
+    if mask is not None and mask.backward:
+        handle = mask.kernel_for(
+            device, _block_mask.Description(_checks.dtype_name(q), d, v.shape[-1], hq, hk,
+                                            bool(causal), float(scale), features),
+            _block_mask.Shape(batch, sq, sk, varlen))
+    else:
+        mask = None
+        handle, _ = kernel(device, _checks.dtype_name(q), d, v.shape[-1], hq, hk, causal,
+                           scale, True, (sq, sk, batch), features, mod)
     args = _capi.new(_capi.BackwardArgs, batch=batch, seqlen_q=sq, seqlen_k=sk,
                      lse=lse.data_ptr(), deterministic=int(deterministic), mod_args=mod)
+    if mask is not None:
+        args.block_mask = block_mask
     if alibi_slopes is not None:
         args.alibi_slopes = alibi_slopes.data_ptr()
         args.alibi_batch_stride = _checks.check_alibi_slopes(alibi_slopes, batch, hq,
@@ -274,7 +287,8 @@ def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse:
 @attention_bwd.register_fake
 def _attention_bwd_fake(dout, q, k, v, o, lse, causal, scale, layout, cu_seqlens_q,
                         cu_seqlens_k, max_seqlen_q, max_seqlen_k, deterministic, window,
-                        softcap, alibi_slopes, mask_mod, mod_tensors, mod_scalars, mod_ints):
+                        softcap, alibi_slopes, mask_mod, mod_tensors, mod_scalars, mod_ints,
+                        block_mask):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -295,6 +309,7 @@ def _setup_context(ctx, inputs, output):
     ctx.features = op_features(window, softcap, alibi_slopes, score_mod, mask_mod)
     ctx.feature_args = (None if window is None else list(window), softcap, mask_mod,
                         list(mod_scalars), list(mod_ints))
+    ctx.block_mask = int(inputs[_BASE_INPUTS + 8] or 0)
     ctx.fp8 = _checks.is_fp8(q)
     # backward returns one entry per input, shaped as autograd flattens it: a list of
     # tensors (mod_tensors), or an empty list, gets a list of as many Nones; a list of
@@ -329,7 +344,8 @@ def _backward(ctx, dout, dlse):
     dq, dk, dv = torch.ops.flashjit.attention_bwd(dout, q, k, v, o, lse, causal, scale, layout,
                                                   cu_q, cu_k, max_q, max_k, deterministic,
                                                   window, softcap, alibi_slopes, mask_mod,
-                                                  list(mod_tensors), mod_scalars, mod_ints)
+                                                  list(mod_tensors), mod_scalars, mod_ints,
+                                                  ctx.block_mask)
     return (dq, dk, dv) + ctx.no_grads[3:]
 
 
@@ -354,8 +370,12 @@ def create_block_mask(q, k, v, causal, scale, layout, cu_seqlens_q, cu_seqlens_k
     dv = v.shape[-1]
     device = _device_index(q)
     mod = _capi.mod_args([t.data_ptr() for t in mod_tensors], mod_scalars, mod_ints)
+    # For inputs that require grad, the kernel with the backward pass, so that the mask
+    # holds the backward's block sparsity too (0.10; attention_bwd uses it).
+    backward = (getattr(lib, "has_backward_block_mask", False) and features.score_mod is None
+                and any(t.requires_grad for t in (q, k, v)))
     handle, _ = kernel(device, _checks.dtype_name(q), d, dv, hq, hk, bool(causal),
-                       float(scale), False, (sq, sk, batch), features, mod)
+                       float(scale), backward, (sq, sk, batch), features, mod)
     args = forward_args(q, k, v, layout, batch, sq, sk, cu_seqlens_q, cu_seqlens_k,
                         alibi_slopes, mod)
     options = _capi.new(_capi.BlockMaskOptions, shared_across_batch=int(shared_across_batch),
@@ -377,6 +397,7 @@ def create_block_mask(q, k, v, causal, scale, layout, cu_seqlens_q, cu_seqlens_k
             _block_mask.Shape(batch, sq, sk, varlen), (mod_tensors, mod_scalars, mod_ints),
             (cu_seqlens_q, cu_seqlens_k) if varlen else None, alibi_slopes, args,
             shared_across_batch, shared_across_heads, stream, lib)
+        mask.backward = backward
     except BaseException:
         lib.lib.fj_block_mask_destroy(out)
         raise

@@ -4,7 +4,8 @@
 // backward family fj_kernel_get picks (bwd_wgmma on sm_90a for d 64/128) and with
 // $FLASHJIT_BACKWARD_FAMILY=bwd_mma; a forced bwd_wgmma refused where it cannot run; and
 // the calls it must refuse without writing anything (no backward pass in the handle, no
-// or too small a workspace, no lse).
+// or too small a workspace, no lse); and a mask_mod's backward with the forward's block
+// mask (bwd_wgmma walks its steps): the same bar, and fewer calls of the mask.
 #include "api_context.h"
 #include "gpu_skip.h"
 
@@ -276,6 +277,103 @@ TEST(ApiBackwardGpu, RefusedCallsWriteNothing) {
   EXPECT_GT(report->badValues, 0);
   EXPECT_EQ(fj_kernel_release(fwd), FJ_SUCCESS);
   EXPECT_EQ(fj_kernel_release(both), FJ_SUCCESS);
+}
+
+// The forward's arguments of a backward call (what fj_block_mask_create takes).
+fj_forward_args forwardArgsOf(const fj_backward_args &b) {
+  fj_forward_args a;
+  fj_forward_args_init(&a);
+  a.q = b.q, a.k = b.k, a.v = b.v, a.o = const_cast<void *>(b.o);
+  a.lse = const_cast<float *>(b.lse);
+  a.batch = b.batch, a.seqlen_q = b.seqlen_q, a.seqlen_k = b.seqlen_k;
+  a.q_batch_stride = b.q_batch_stride, a.q_seq_stride = b.q_seq_stride;
+  a.q_head_stride = b.q_head_stride;
+  a.k_batch_stride = b.k_batch_stride, a.k_seq_stride = b.k_seq_stride;
+  a.k_head_stride = b.k_head_stride;
+  a.v_batch_stride = b.v_batch_stride, a.v_seq_stride = b.v_seq_stride;
+  a.v_head_stride = b.v_head_stride;
+  a.o_batch_stride = b.o_batch_stride, a.o_seq_stride = b.o_seq_stride;
+  a.o_head_stride = b.o_head_stride;
+  a.cu_seqlens_q = b.cu_seqlens_q, a.cu_seqlens_k = b.cu_seqlens_k;
+  a.total_q = b.total_q, a.total_k = b.total_k;
+  a.mod_args = b.mod_args;
+  return a;
+}
+
+// Documents of 300 rows (whole blocks kept, whole ones dropped, some split), counting the
+// mask's calls in the int at args.tensor[0]: fj_backward with the forward's block mask
+// passes the bar (per head, and in deterministic mode whose dq pass walks every block)
+// and calls the mask less than without it, on bwd_wgmma; the gradients without the mask
+// pass too.
+TEST(ApiBackwardGpu, BlockMaskSkipsStepsAndKeepsTheGradients) {
+  FLASHJIT_REQUIRE_GPU();
+  if (!hopper())
+    GTEST_SKIP() << "the backward walks a block mask on bwd_wgmma (sm_90a) only";
+  const char *kCounting = "atomicAdd((int *)args.tensor[0], 1);\n"
+                          "return q_idx / args.integer[0] == kv_idx / args.integer[0];";
+  auto counter = runtime::DeviceBuffer::allocate(16);
+  ASSERT_TRUE((bool)counter) << llvm::toString(counter.takeError());
+  ApiContext context;
+  ASSERT_NE(context.handle, nullptr);
+  const Case cases[] = {
+      {FJ_DTYPE_BF16, 128, 128, 8, 2, false, false, false, 1000, 1000},
+      {FJ_DTYPE_BF16, 128, 128, 8, 2, true, false, true, 777, 1029},
+      {FJ_DTYPE_FP16, 64, 64, 4, 4, true, true, false, 900, 700},
+  };
+  for (const Case &c : cases) {
+    generator::KernelSpec spec = specOf(c);
+    spec.features.maskMod = kCounting;
+    spec.features.hasTuningArgs = true;
+    spec.features.tuningArgs.tensor[0] = reinterpret_cast<const void *>(counter->ptr());
+    spec.features.tuningArgs.integer[0] = 300;
+    SCOPED_TRACE(spec.key() + (c.varlen ? " varlen" : "") +
+                 (c.deterministic ? " deterministic" : ""));
+    fj_attention_desc desc = descOf(c, true);
+    desc.mask_mod = kCounting;
+    fj_kernel kernel = nullptr;
+    ASSERT_EQ(fj_kernel_get(context.handle, &desc, &kernel), FJ_SUCCESS)
+        << fj_last_error_message();
+    tuner::ForwardShape shape = shapeOf(c);
+    auto checker = tuner::BackwardChecker::create(spec, shape, 91, nullptr, c.deterministic);
+    ASSERT_TRUE((bool)checker) << llvm::toString(checker.takeError());
+    const runtime::DeviceBuffer &workspace = (*checker)->workspace();
+    fj_block_mask mask = nullptr;
+    long long calls[2] = {-1, -1};
+    for (int withMask : {1, 0}) {
+      auto report = (*checker)->checkWith(
+          [&](const FjBackwardParams &p, CUstream stream) -> llvm::Error {
+            fj_backward_args a = argsOf(p, shape, workspace, c.deterministic);
+            static_assert(sizeof(a.mod_args) == sizeof(p.fwd.mod_args), "one layout");
+            std::memcpy(&a.mod_args, &p.fwd.mod_args, sizeof(a.mod_args));
+            const fj_forward_args forward = forwardArgsOf(a);
+            if (withMask && !mask)
+              if (fj_status st = fj_block_mask_create(kernel, &forward, nullptr, stream, &mask))
+                return statusError("fj_block_mask_create", st);
+            a.block_mask = withMask ? mask : nullptr;
+            if (llvm::Error e = runtime::synchronizeStream(stream))
+              return e;
+            if (llvm::Error e = counter->fill(0))
+              return e;
+            if (fj_status st = fj_backward(kernel, &a, stream))
+              return statusError("fj_backward", st);
+            if (llvm::Error e = runtime::synchronizeStream(stream))
+              return e;
+            int value = 0;
+            if (llvm::Error e = counter->download(&value, sizeof value))
+              return e;
+            calls[withMask] = value;
+            return llvm::Error::success();
+          },
+          nullptr);
+      ASSERT_TRUE((bool)report) << llvm::toString(report.takeError());
+      EXPECT_TRUE(report->passed) << (withMask ? "with" : "without") << " the block mask: "
+                                  << report->summary();
+    }
+    EXPECT_GT(calls[1], 0) << "documents split by the blocks call the mask";
+    EXPECT_LT(calls[1], calls[0]) << "the mask's calls with the block mask and without";
+    EXPECT_EQ(fj_block_mask_destroy(mask), FJ_SUCCESS) << fj_last_error_message();
+    EXPECT_EQ(fj_kernel_release(kernel), FJ_SUCCESS) << fj_last_error_message();
+  }
 }
 
 } // namespace

@@ -11,11 +11,16 @@
 namespace flashjit::testing {
 
 // Runs the backward checker in the chosen mode; "" or the failure.
-inline std::string checkBackward(const KernelSpec &spec, const TileConfig &tile,
-                                 const tuner::ForwardShape &shape, uint64_t seed,
-                                 bool deterministic) {
+// `blockSteps`: a mask_mod's bwd_wgmma kernel walks the steps of a block mask built
+// for the shape first (tuner::BackwardChecker::BlockSteps).
+inline std::string
+checkBackward(const KernelSpec &spec, const TileConfig &tile, const tuner::ForwardShape &shape,
+              uint64_t seed, bool deterministic,
+              tuner::BackwardChecker::BlockSteps blockSteps =
+                  tuner::BackwardChecker::BlockSteps::None) {
   return checkWith(spec, tile, [&] {
-    return tuner::BackwardChecker::create(spec, shape, seed, nullptr, deterministic);
+    return tuner::BackwardChecker::create(spec, shape, seed, nullptr, deterministic,
+                                          blockSteps);
   });
 }
 

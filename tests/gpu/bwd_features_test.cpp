@@ -190,4 +190,50 @@ TEST(BwdFeaturesMore, SanitizerShapes) {
       }
 }
 
+// A mask_mod's bwd_wgmma kernel with a block mask's steps (the backward's block sparsity:
+// dropped steps skipped, fully kept ones run without calling mask_mod): the same bar
+// against the reference, per head and shared by the heads (and sequences), on the grid's
+// shapes and one where documents of 300 rows leave whole blocks kept and whole ones dropped.
+TEST(BwdFeaturesMore, BlockMaskSteps) {
+  FLASHJIT_REQUIRE_GPU();
+  if (!onHopper())
+    GTEST_SKIP() << "bwd_wgmma needs an sm_90a device";
+  using Steps = tuner::BackwardChecker::BlockSteps;
+  std::vector<NamedFeatures> cases;
+  for (const NamedFeatures &c : featureCases())
+    if (!c.features.maskMod.empty())
+      cases.push_back(c);
+  cases.push_back(namedFeatures("mask_mod_documents300", [](auto &f) {
+    f.maskMod = "return q_idx / args.integer[0] == kv_idx / args.integer[0];";
+    f.hasTuningArgs = true;
+    f.tuningArgs.integer[0] = 300;
+  }));
+  auto shapes = featureCheckShapes();
+  shapes.push_back({"1500x1500 GQA", shapeOf(2, 4, 2, 1500, 1500)});
+  int checked = 0;
+  for (const NamedFeatures &c : cases)
+    for (int d : {64, 128, 256})
+      for (bool causal : {false, true}) {
+        KernelSpec spec =
+            featureSpec(d, d == 128 && causal ? DType::FP16 : DType::BF16, causal, c.features,
+                        Family::BwdWgmma);
+        ASSERT_TRUE(takes(spec)) << spec.key();
+        for (const auto &[name, shape] : shapes)
+          for (Steps steps : {Steps::PerHead, Steps::Shared}) {
+            if (steps == Steps::Shared && d != 128)
+              continue;
+            EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec), withHeadDim(shape, d),
+                                    500 + checked++, false, steps),
+                      "")
+                << spec.key() << " " << name << (steps == Steps::Shared ? " shared" : "");
+          }
+        // dK and dV from the steps, dQ by the deterministic pass (which walks every block).
+        EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec),
+                                withHeadDim(shapeOf(2, 4, 2, 257, 389), d), 17, true,
+                                Steps::PerHead),
+                  "")
+            << spec.key() << " deterministic";
+      }
+}
+
 } // namespace

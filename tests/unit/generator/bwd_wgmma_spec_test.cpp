@@ -180,3 +180,21 @@ TEST(BwdWgmmaSpec, EmitsABackwardModule) {
     llvm::consumeError(refusedConfig.takeError());
   }
 }
+
+// A mask_mod's module also builds the block mask's step lists at the main kernel's tiles
+// (the API launches kBackwardBlockStepsEntry when a mask is created); other modules do not.
+TEST(BwdWgmmaSpec, MaskModModulesBuildBlockSteps) {
+  KernelSpec spec = bwdWgmmaSpec(128);
+  const TileConfig tile = defaultTile(spec);
+  auto plain = emitKernel(spec, tile);
+  ASSERT_TRUE(bool(plain)) << llvm::toString(plain.takeError());
+  EXPECT_EQ(plain->backward.blockSteps, "");
+  EXPECT_EQ(plain->source.find(kBackwardBlockStepsEntry), std::string::npos);
+  spec.features.maskMod = "return q_idx / 300 == kv_idx / 300;";
+  auto masked = emitKernel(spec, tile);
+  ASSERT_TRUE(bool(masked)) << llvm::toString(masked.takeError());
+  EXPECT_EQ(masked->backward.blockSteps, kBackwardBlockStepsEntry);
+  EXPECT_EQ(masked->backward.queryRowsPerStep, tile.blockM);
+  EXPECT_EQ(masked->backward.keysPerCta, tile.blockN);
+  EXPECT_NE(masked->source.find(std::string(kBackwardBlockStepsEntry) + "("), std::string::npos);
+}
