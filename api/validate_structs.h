@@ -94,6 +94,11 @@ template <> constexpr const char *cutHostPointer<fj_forward_args>(size_t bytes) 
   return bytes > at && bytes < at + sizeof(void *) ? "block_mask" : nullptr;
 }
 
+template <> constexpr const char *cutHostPointer<fj_backward_args>(size_t bytes) {
+  constexpr size_t at = offsetof(fj_backward_args, block_mask);
+  return bytes > at && bytes < at + sizeof(void *) ? "block_mask" : nullptr;
+}
+
 template <typename T>
 llvm::Error checkStructSize(size_t size, const char *name, const char *typeName) {
   if (size < minStructSize<T>())

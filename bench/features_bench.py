@@ -25,11 +25,11 @@ Shapes: bf16, head dims 64 and 128, N = 1k..16k, batch * N = 16384 tokens, heads
               to run packed documents through flashjit; FlexAttention runs its mask
 FLOPs are the pairs each query actually sees (4 * d per pair, as the papers count), so
 a window's TFLOP/s are over the work it must do. With --backward (0.9: the features'
-backward pass, bwd_mma) each call is a training step's attention, forward and backward
+backward pass) each call is a training step's attention, forward and backward
 (torch.autograd.grad of the output against a random dO): 3.5 times the forward's FLOPs
-(the backward's 2.5, as the papers count); the document variants then run their mask_mod
-without a block mask in flashjit (document_nomask; the backward pass evaluates it per
-score) and as varlen. Each system is timed with CUDA events
+(the backward's 2.5, as the papers count); the document variant's block mask serves the
+backward pass too (0.10: bwd_wgmma skips the steps it drops; before, only
+document_nomask and document_varlen ran). Each system is timed with CUDA events
 after a warm-up, median of --iters samples of 8 back-to-back calls (time_ms); every
 input is 64 MiB (over the L2).
 Outputs are compared between flashjit and FlexAttention (max |diff|) as a sanity check.
@@ -235,8 +235,9 @@ def main():
                 flops = 4.0 * d * b * heads * visible_pairs(variant, n, doc)
                 row = {"d": d, "n": n, "batch": b, "heads": heads, "variant": variant}
                 if a.backward:
-                    if variant == "document":
-                        continue  # its block mask serves the forward only: document_nomask
+                    if variant == "document" and not getattr(
+                            flashjit._capi.library(), "has_backward_block_mask", False):
+                        continue  # before 0.10 its mask served the forward only
                     flops *= 3.5
                     row["pass"] = "forward+backward"
                 fj, mask = flashjit_call(variant, q, k, v, slopes, doc)  # gets (tunes)
@@ -251,7 +252,10 @@ def main():
                     if flex_build is not None:
                         row["flex_mask_build_ms"] = flex_build
                     # the same call without the mask: the same output up to rounding
-                    nomask = flashjit.attention(q, k, v, mask_mod=DOC_MASK, mod_tensors=(doc,))
+                    def nomask_call():
+                        return flashjit.attention(q, k, v, mask_mod=DOC_MASK, mod_tensors=(doc,))
+                    nomask = (training_step(nomask_call, (q, k, v), do)() if a.backward
+                              else nomask_call())
                     row["max_diff_vs_nomask"] = float((out_fj.float() - nomask.float())
                                                       .abs().max())
                 fx = flex_call(variant, qh, kh, vh, slopes, doc, n)

@@ -493,7 +493,9 @@ typedef struct fj_block_mask_options {
 /* Zeroes `options` and sets its struct_size: a mask per sequence and per head. */
 FJ_API void fj_block_mask_options_init(fj_block_mask_options *options);
 
-/* Builds a block mask for fj_forward(kernel, args) calls: args as fj_forward takes them
+/* Builds a block mask for fj_forward(kernel, args) calls (and, on a kernel got with
+ * desc.backward, for the fj_backward calls of the same shape: see fj_backward_args.
+ * block_mask, 0.10): args as fj_forward takes them
  * (checked the same way; the tensors' contents are not read, but mod_args, cu_seqlens
  * and, with ALiBi, alibi_slopes are read on the device as the kernel reads them, and
  * must hold what the calls will). Requires desc.mask_mod. options NULL: per sequence and

@@ -189,3 +189,23 @@ TEST(ValidateBackwardFeatures, OlderStructSizeReadsThemAsZero) {
             std::string::npos)
       << fj_last_error_message();
 }
+
+// block_mask (0.10): only with a mask_mod; 0.9's size (ending before it) reads it as NULL
+// whatever follows; a size ending inside it is no version's.
+TEST(ValidateBackwardFeatures, BlockMaskNeedsAMaskModAndAWholeField) {
+  fj_attention_desc desc = validDesc();
+  fj_backward_args args = validBackwardArgs(desc);
+  args.block_mask = reinterpret_cast<fj_block_mask>(fakeDevicePointer(13));
+  EXPECT_EQ(fj_validate_backward_args(&desc, &args), FJ_ERROR_INVALID_VALUE);
+  EXPECT_NE(std::string(fj_last_error_message()).find("no mask_mod"), std::string::npos)
+      << fj_last_error_message();
+  const size_t sizeof09 = offsetof(fj_backward_args, block_mask);
+  static_assert(offsetof(fj_backward_args, block_mask) % alignof(fj_backward_args) == 0,
+                "0.9's sizeof is where block_mask starts");
+  args.struct_size = sizeof09;  // the mask past the caller's struct: never read
+  EXPECT_EQ(fj_validate_backward_args(&desc, &args), FJ_SUCCESS) << fj_last_error_message();
+  args.struct_size = sizeof09 + 4;
+  EXPECT_EQ(fj_validate_backward_args(&desc, &args), FJ_ERROR_INVALID_VALUE);
+  EXPECT_NE(std::string(fj_last_error_message()).find("block_mask"), std::string::npos)
+      << fj_last_error_message();
+}
