@@ -237,3 +237,32 @@ TEST(BwdFeaturesMore, BlockMaskSteps) {
 }
 
 } // namespace
+
+// Small shapes for compute-sanitizer (memcheck, racecheck; docs/GPU-TESTING.md): the
+// step lists' builder and walk, per head and shared, with a variable-length batch.
+TEST(BwdFeaturesMore, BlockMaskStepsSanitizerShapes) {
+  FLASHJIT_REQUIRE_GPU();
+  if (!onHopper())
+    GTEST_SKIP() << "bwd_wgmma needs an sm_90a device";
+  using Steps = tuner::BackwardChecker::BlockSteps;
+  tuner::ForwardShape varlen = shapeOf(3, 4, 2, 0, 0);
+  varlen.seqlensQ = {37, 150, 1};
+  varlen.seqlensK = {100, 150, 129};
+  varlen.seqQ = 150;
+  varlen.seqK = 150;
+  std::vector<NamedFeatures> cases = {prefixLmCase()};
+  for (const NamedFeatures &c : featureCases())
+    if (std::string(c.name) == "mask_mod_documents")
+      cases.push_back(c);
+  ASSERT_EQ(cases.size(), 2u);
+  for (const NamedFeatures &c : cases)
+    for (bool causal : {false, true})
+      for (Steps steps : {Steps::PerHead, Steps::Shared}) {
+        KernelSpec spec = featureSpec(64, DType::BF16, causal, c.features, Family::BwdWgmma);
+        for (const tuner::ForwardShape &shape : {shapeOf(1, 2, 1, 77, 150), varlen})
+          EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec), withHeadDim(shape, 64),
+                                  19, false, steps),
+                    "")
+              << spec.key() << (steps == Steps::Shared ? " shared" : "");
+      }
+}
