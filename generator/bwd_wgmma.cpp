@@ -54,11 +54,15 @@ bool bwdWgmmaSupportsHeadDims(const KernelSpec &spec) {
 
 std::optional<std::string> bwdWgmmaFeatureRefusal(const KernelSpec &spec) {
   const Features &f = spec.features;
-  if (f.softcap > 0)
-    return llvm::formatv("bwd_wgmma does not take softcap ({0}): bwd_mma runs the backward "
-                         "pass with soft-capping",
+  if (f.softcap > 0 && f.alibi)
+    return llvm::formatv("bwd_wgmma does not take softcap with alibi ({0}): it recovers "
+                         "soft-capping's derivative from P, which holds ALiBi's bias too; "
+                         "bwd_mma runs it",
                          f.keySuffix().substr(1))
         .str();
+  if (f.softcap > 0 && spec.headDim == 64 && (spec.causal || f.window))
+    return std::string("bwd_wgmma does not take softcap with causal or a window at head dim "
+                       "64: its one tile spills; bwd_mma runs it");
   if (f.alibi && spec.headDim == 64 && !spec.causal && !f.masks())
     return std::string("bwd_wgmma does not take alibi without a mask (causal, a window or a "
                        "mask_mod) at head dim 64: its one tile spills; bwd_mma runs it");

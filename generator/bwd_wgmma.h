@@ -29,9 +29,10 @@ constexpr int kBwdWgmmaServerRegisters = 24;
 bool bwdWgmmaSupportsHeadDims(const KernelSpec &spec);
 
 // Why the family does not take the spec's attention features, or nothing when it does:
-// soft-capping (its derivative would scale dS from registers the consumers do not
-// have), and ALiBi with no mask at all (neither causal, a window nor a mask_mod) at head
-// dim 64, where the one tile of the space spills 24 bytes (ptxas). bwd_mma runs those.
+// soft-capping with ALiBi (soft-capping's derivative is recovered from P, which then
+// holds the bias too); at head dim 64, where the space has one tile, soft-capping with
+// causal or a window (it spills 4-20 bytes) and ALiBi with no mask at all (neither
+// causal, a window nor a mask_mod; 24 bytes). bwd_mma runs those.
 std::optional<std::string> bwdWgmmaFeatureRefusal(const KernelSpec &spec);
 
 // Keys per CTA (tile.block_n) for the spec's head dim: 128, or 64 where the consumers

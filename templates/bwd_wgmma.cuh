@@ -54,12 +54,15 @@ template <typename Element_, int kHeadDim_, int kBlockM_, int kStages_, bool kCa
           typename Features_ = NoFeatures>
 struct BwdWgmmaConfig {
   typedef Element_ Element;
-  // Attention features: the window, ALiBi and a mask_mod, through the forward's hook in
-  // scores_to_probs. Not soft-capping: its derivative would scale dS, from registers the
-  // consumers do not have to spare (bwd_mma takes it); nor a score_mod (no derivative).
+  // Attention features: the window, ALiBi, soft-capping and a mask_mod, through the
+  // forward's hook in scores_to_probs. Soft-capping's derivative scales dS; it is
+  // recomputed from P where dS is made (probs_to_dscores), as the consumers have no
+  // registers to keep it, and so not with ALiBi (whose bias P also holds). Never a
+  // score_mod (no derivative).
   typedef Features_ Features;
-  static_assert(!(Features::kSoftcap > 0.f) && !Features::kScoreMod,
-                "bwd_wgmma takes the window, ALiBi and mask_mod features");
+  static_assert(!Features::kScoreMod && !(Features::kSoftcap > 0.f && Features::kAlibi),
+                "bwd_wgmma takes the window, ALiBi, soft-capping without ALiBi and mask_mod");
+  static constexpr bool kSoftcap = Features::kSoftcap > 0.f;
   static constexpr int kHeadDim = kHeadDim_;  // = head_dim_v
   static constexpr int kBlockM = kBlockM_;    // query rows per step
   static constexpr int kStages = kStages_;    // Q / dO / lse / D ring depth
@@ -480,16 +483,42 @@ __device__ __forceinline__ void scores_to_probs(float (&acc_s)[Cfg::kScoreCols /
   }
 }
 
-// dS^T = P^T (dP^T - D), in place of dP^T.
+__device__ __forceinline__ float fast_log2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// dS^T = P^T (dP^T - D), in place of dP^T. With soft-capping, times its derivative
+// 1 - t^2, t = tanh(s scale / cap): P = exp2(t cap log2e - lse log2e), so t comes back
+// from P and the row's lse (stored kStatsFloats floats before D) with one lg2 a score,
+// where keeping it from scores_to_probs would take a register a score. P = 0 (dropped,
+// or underflowed) gives dS = 0, as it must.
 template <typename Cfg>
 __device__ __forceinline__ void probs_to_dscores(float (&acc_dp)[Cfg::kScoreCols / 2],
                                                  const float (&acc_s)[Cfg::kScoreCols / 2],
                                                  u32 s_dpsum, int t) {
+  typedef typename Cfg::Features F;
 #pragma unroll
   for (int j = 0; j < Cfg::kScoreCols / 8; ++j) {
     const u32 addr = s_dpsum + (j * 8 + 2 * t) * 4;
     const float d0 = __uint_as_float(ld_shared_u32(addr));
     const float d1 = __uint_as_float(ld_shared_u32(addr + 4));
+    if constexpr (Cfg::kSoftcap) {
+      constexpr float kToT = 1.f / (F::kSoftcap * 1.4426950408889634f);  // log2(e)
+      const u32 lse_addr = addr - Cfg::kStatsFloats * 4;
+      const float l0 = __uint_as_float(ld_shared_u32(lse_addr));
+      const float l1 = __uint_as_float(ld_shared_u32(lse_addr + 4));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float pr = acc_s[4 * j + e];
+        const float tc = (fast_log2(pr) + ((e & 1) ? l1 : l0)) * kToT;
+        // 1 - t^2 >= 0; where P = 0, lg2 gives -inf and the clamp 0 (dS = 0 * finite).
+        acc_dp[4 * j + e] = pr * (acc_dp[4 * j + e] - ((e & 1) ? d1 : d0)) *
+                            fmaxf(fmaf(-tc, tc, 1.f), 0.f);
+      }
+      continue;
+    }
 #pragma unroll
     for (int e = 0; e < 4; ++e)
       acc_dp[4 * j + e] = acc_s[4 * j + e] * (acc_dp[4 * j + e] - ((e & 1) ? d1 : d0));

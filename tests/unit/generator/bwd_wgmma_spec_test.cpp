@@ -108,7 +108,7 @@ TEST(BwdWgmmaSpec, OtherHeadDimsAreBwdMmas) {
 
 // The window, ALiBi and a mask_mod it takes (0.9); soft-capping, and ALiBi with no mask
 // at head dim 64 (its one tile spills), it leaves to bwd_mma.
-TEST(BwdWgmmaSpec, TakesFeaturesButSoftcap) {
+TEST(BwdWgmmaSpec, TakesFeaturesButSoftcapWithAlibi) {
   KernelSpec spec = bwdWgmmaSpec(128);
   spec.features.alibi = true;
   EXPECT_FALSE(bool(validateSpec(spec)));
@@ -116,7 +116,23 @@ TEST(BwdWgmmaSpec, TakesFeaturesButSoftcap) {
   spec.features.softcap = 30;
   ErrorReport report = errorOf(validateSpec(spec));
   EXPECT_EQ(report.code, ErrorCode::NotSupported);
-  EXPECT_NE(report.message.find("bwd_wgmma does not take softcap"), std::string::npos)
+  EXPECT_NE(report.message.find("bwd_wgmma does not take softcap with alibi"),
+            std::string::npos)
+      << report.message;
+  spec.features.alibi = false;  // soft-capping alone: its derivative comes back from P
+  EXPECT_FALSE(bool(validateSpec(spec)));
+  spec.causal = true;
+  EXPECT_FALSE(bool(validateSpec(spec)));
+
+  KernelSpec capped64 = bwdWgmmaSpec(64);
+  capped64.features.softcap = 30;
+  capped64.causal = false;
+  EXPECT_FALSE(bool(validateSpec(capped64)));
+  capped64.causal = true;  // its one tile spills
+  report = errorOf(validateSpec(capped64));
+  EXPECT_EQ(report.code, ErrorCode::NotSupported);
+  EXPECT_NE(report.message.find("softcap with causal or a window at head dim 64"),
+            std::string::npos)
       << report.message;
 
   KernelSpec d64 = bwdWgmmaSpec(64);

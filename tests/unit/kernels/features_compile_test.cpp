@@ -145,11 +145,16 @@ std::vector<FeatureCase> backwardFeatureCases() {
   llvm::erase_if(cases, [](const FeatureCase &c) { return !c.features.scoreMod.empty(); });
   return cases;
 }
-// bwd_wgmma takes them but soft-capping: its default tiles compile without spills or
-// serialized wgmma too.
+// bwd_wgmma takes them but soft-capping with ALiBi (and at head dim 64 soft-capping with
+// causal or a window, bwdWgmmaFeatureRefusal): its default tiles compile without spills
+// or serialized wgmma too.
 std::vector<FeatureCase> wgmmaBackwardFeatureCases() {
   std::vector<FeatureCase> cases = backwardFeatureCases();
-  llvm::erase_if(cases, [](const FeatureCase &c) { return c.features.softcap > 0; });
+  llvm::erase_if(cases, [](const FeatureCase &c) {
+    return generator::bwdWgmmaFeatureRefusal(
+               specOf({Family::BwdWgmma, "sm_90a"}, DType::BF16, 64, c))
+        .has_value();
+  });
   return cases;
 }
 INSTANTIATE_TEST_SUITE_P(
@@ -192,6 +197,15 @@ TEST(FeaturesCompileWgmmaBackward, EveryCombinationItTakesFits) {
     f.alibi = true;
     f.maskMod = "return q_idx / 97 == kv_idx / 97;\n";
   });
+  add("softcap", [](auto &f) { f.softcap = 30; });
+  add("softcap_window", [](auto &f) {
+    f.softcap = 20;
+    f.window = true, f.windowLeft = 100, f.windowRight = 20;
+  });
+  add("softcap_mask_mod", [](auto &f) {
+    f.softcap = 30;
+    f.maskMod = "return q_idx / 97 == kv_idx / 97;\n";
+  });
   int compiled = 0, refused = 0;
   for (const FeatureCase &base : cases)
     for (bool causal : {false, true})
@@ -214,7 +228,9 @@ TEST(FeaturesCompileWgmmaBackward, EveryCombinationItTakesFits) {
             << spec.key() << " " << tile.key();
         ++compiled;
       }
-  EXPECT_EQ(refused, 1) << "ALiBi alone at head dim 64, not causal";
+  // At head dim 64: ALiBi alone, not causal; soft-capping with causal (alone or with the
+  // mask_mod) or with the window (causal or not).
+  EXPECT_EQ(refused, 5);
   std::printf("  %d bwd_wgmma feature kernels compiled, %d left to bwd_mma\n", compiled,
               refused);
 }
