@@ -170,6 +170,20 @@ BackwardEntries bwdMmaSharedEntries(const KernelSpec &spec, const TileConfig &dq
   return e;
 }
 
+std::string bwdBlockStepsEntryPoint(const KernelSpec &spec) {
+  if (spec.features.maskMod.empty())
+    return "";
+  return llvm::formatv("\nextern \"C\" __global__ void __launch_bounds__({1})\n"
+                       "{0}(const FjBackwardParams params, unsigned *steps, int *counts,\n"
+                       "    int shared_heads) {{\n"
+                       "  static_assert(fj::bwd_mma::kBuildThreads == {1}, \"the builder's block\");\n"
+                       "  fj::bwd_mma::build_block_steps<FjConfig>(params, steps, counts,\n"
+                       "                                           shared_heads != 0);\n"
+                       "}\n",
+                       kBackwardBlockStepsEntry, kBackwardBlockStepsThreads)
+      .str();
+}
+
 std::string bwdMmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
   const bool split = bwdMmaSplitPasses(spec, tile);
   std::string out = featuresBlock(spec.features);
@@ -200,7 +214,7 @@ std::string bwdMmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
     out += pass("flashjit_bwd_main_dv", 1) + pass("flashjit_bwd_main_dk", 2);
   else
     out += pass("flashjit_bwd_main", 0);
-  return out;
+  return out + bwdBlockStepsEntryPoint(spec);
 }
 
 llvm::Expected<EmittedKernel> emitBwdMma(const KernelSpec &spec, const TileConfig &tile) {
@@ -220,6 +234,9 @@ llvm::Expected<EmittedKernel> emitBwdMma(const KernelSpec &spec, const TileConfi
   else
     e.passes = {"flashjit_bwd_main"};
   e.keysPerCta = tile.blockN;
+  if (!spec.features.maskMod.empty())
+    e.blockSteps = kBackwardBlockStepsEntry;
+  e.queryRowsPerStep = tile.blockM;
   kernel.entryName = e.passes.front();
   kernel.options = compileOptions();
   kernel.threads = tile.warps * 32;

@@ -29,6 +29,9 @@ TileConfig bwdMmaDefaultTile(const KernelSpec &spec);
 // tile that configuration was made from (passes and keysPerCta are the family's own).
 // `tiledDq`: convert reads, and the launch zeroes, the dQ accumulator in its tiled layout
 // (bwd_wgmma's, fj::bwd_mma::DqTiled) rather than the row-major one.
+// With a mask_mod: the kernel that builds the block mask's step lists
+// (bwd_mma::build_block_steps) at FjConfig's tiles (kBackwardBlockStepsEntry); "" without.
+std::string bwdBlockStepsEntryPoint(const KernelSpec &spec);
 std::string bwdMmaSharedEntryPoints(const KernelSpec &spec, llvm::StringRef dqConfig,
                                     bool tiledDq);
 BackwardEntries bwdMmaSharedEntries(const KernelSpec &spec, const TileConfig &dqTile,

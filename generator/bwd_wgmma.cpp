@@ -135,22 +135,6 @@ TileConfig bwdWgmmaDefaultTile(const KernelSpec &spec) {
   return spec.headDim <= 64 ? TileConfig{128, 128, kWarps, 2} : TileConfig{64, 128, kWarps, 2};
 }
 
-// With a mask_mod, the module also holds the builder of its block mask's step lists
-// (bwd_mma::build_block_steps) at the main kernel's tiles.
-static std::string blockStepsEntryPoint(const KernelSpec &spec) {
-  if (spec.features.maskMod.empty())
-    return "";
-  return llvm::formatv("\nextern \"C\" __global__ void __launch_bounds__({1})\n"
-                       "{0}(const FjBackwardParams params, unsigned *steps, int *counts,\n"
-                       "    int shared_heads) {{\n"
-                       "  static_assert(fj::bwd_mma::kBuildThreads == {1}, \"the builder's block\");\n"
-                       "  fj::bwd_mma::build_block_steps<FjConfig>(params, steps, counts,\n"
-                       "                                           shared_heads != 0);\n"
-                       "}\n",
-                       kBackwardBlockStepsEntry, kBackwardBlockStepsThreads)
-      .str();
-}
-
 std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
   const TileConfig dq = dqTile(spec);
   // The deterministic dq kernel (bwd_mma's) recomputes P too: both configs take the
@@ -180,7 +164,7 @@ std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) 
              dq.stages, bwdWgmmaMainSharedBytes(spec, tile),
              bwdMmaDqSharedBytes(mmaSpec(spec), dq), bwdMmaSharedEntryPoints(spec, "FjDqConfig", true),
              kBwdWgmmaConsumerRegisters, kBwdWgmmaServerRegisters, features,
-             blockStepsEntryPoint(spec))
+             bwdBlockStepsEntryPoint(spec))
              .str();
 }
 

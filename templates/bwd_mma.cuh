@@ -701,7 +701,32 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
   int m_begin, m_end;
   query_blocks<Cfg>(n0, diag, m_blocks, m_begin, m_end);
   const int steps_per_head = m_end - m_begin;
-  const int steps = steps_per_head * group;
+  int steps = steps_per_head * group;
+  // A mask_mod's kernel walks the call's block mask when it has one: the listed steps.
+  const unsigned *list = nullptr;
+  if constexpr (F::kMaskMod) {
+    if (P.block_steps) {
+      const long long wi = (long long)b * P.block_steps_batch_stride +
+                           (long long)h_kv * P.block_steps_head_stride + n_block;
+      list = P.block_steps + wi * P.block_steps_capacity;
+      steps = P.block_step_counts[wi];
+    }
+  }
+  // Step s: query block m_begin + s % steps_per_head of query head h_kv * group +
+  // s / steps_per_head, or the list's entry s; `partial`: the mask may apply (without a
+  // list, the hook decides).
+  auto step_at = [&](int s, int &h, int &m0, bool &partial) {
+    if (F::kMaskMod && list) {
+      const unsigned e = list[s];
+      h = h_kv * group + step_head(e);
+      m0 = step_block(e) * Cfg::kBlockM;
+      partial = step_partial(e);
+      return;
+    }
+    h = h_kv * group + s / steps_per_head;
+    m0 = (m_begin + s % steps_per_head) * Cfg::kBlockM;
+    partial = true;
+  };
 
   const u32 s_k = smem_addr(smem);
   const u32 s_v = s_k + Cfg::KTile::kBytes;
@@ -724,11 +749,10 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
     load_tile_async<typename Cfg::VTile, Cfg::kThreads>(s_v, v, p.v_row_stride, keys_valid, tid);
   }
 
-  // Step s is query block m_begin + s % steps_per_head of query head
-  // h_kv * group + s / steps_per_head.
   auto load_step = [&](int s) {
-    const int h = h_kv * group + s / steps_per_head;
-    const int m0 = (m_begin + s % steps_per_head) * Cfg::kBlockM;
+    int h, m0;
+    bool partial;
+    step_at(s, h, m0, partial);
     const int rows = imin(Cfg::kBlockM, seq.seqlen_q - m0);
     const u32 stage = s_ring + (s % Cfg::kStages) * Cfg::kStageBytes;
     const u16 *q = (const u16 *)p.q +
@@ -773,8 +797,9 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
       load_step(s + Cfg::kStages - 1);
     cp_async_commit();
 
-    const int h = h_kv * group + s / steps_per_head;
-    const int m0 = (m_begin + s % steps_per_head) * Cfg::kBlockM;
+    int h, m0;
+    bool partial;
+    step_at(s, h, m0, partial);
     const u32 s_q = s_ring + (s % Cfg::kStages) * Cfg::kStageBytes;
     const u32 s_do = s_q + Cfg::QTile::kBytes;
     const u32 s_lse = s_do + Cfg::DoTile::kBytes;
@@ -800,7 +825,7 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
     if constexpr (FeatureTraits<F>::kAny) {
       const ScoreHook<F> hook(p, b, h, seq);
       const bool feature_mask =
-          hook.tile_needs_mask(n0, Cfg::kBlockN, m0, m0 + Cfg::kBlockM - 1);
+          hook.tile_needs_mask(n0, Cfg::kBlockN, m0, m0 + Cfg::kBlockM - 1, partial);
 #pragma unroll
       for (int kt = 0; kt < KT; ++kt)
 #pragma unroll

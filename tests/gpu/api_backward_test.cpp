@@ -303,16 +303,19 @@ fj_forward_args forwardArgsOf(const fj_backward_args &b) {
 // Documents of 300 rows (whole blocks kept, whole ones dropped, some split), counting the
 // mask's calls in the int at args.tensor[0]: fj_backward with the forward's block mask
 // passes the bar (per head, and in deterministic mode whose dq pass walks every block)
-// and calls the mask less than without it, on bwd_wgmma; the gradients without the mask
+// and calls the mask less than without it, with the backward family the context picks
+// and, on sm_90a, with $FLASHJIT_BACKWARD_FAMILY=bwd_mma; the gradients without the mask
 // pass too.
 TEST(ApiBackwardGpu, BlockMaskSkipsStepsAndKeepsTheGradients) {
   FLASHJIT_REQUIRE_GPU();
-  if (!hopper())
-    GTEST_SKIP() << "the backward walks a block mask on bwd_wgmma (sm_90a) only";
   const char *kCounting = "atomicAdd((int *)args.tensor[0], 1);\n"
                           "return q_idx / args.integer[0] == kv_idx / args.integer[0];";
   auto counter = runtime::DeviceBuffer::allocate(16);
   ASSERT_TRUE((bool)counter) << llvm::toString(counter.takeError());
+  for (const std::string forced : {"", "bwd_mma"}) {
+  if (!forced.empty() && !hopper())
+    continue;  // bwd_mma is the default off sm_90a
+  ScopedEnv env("FLASHJIT_BACKWARD_FAMILY", forced.empty() ? nullptr : forced.c_str());
   ApiContext context;
   ASSERT_NE(context.handle, nullptr);
   const Case cases[] = {
@@ -321,7 +324,7 @@ TEST(ApiBackwardGpu, BlockMaskSkipsStepsAndKeepsTheGradients) {
       {FJ_DTYPE_FP16, 64, 64, 4, 4, true, true, false, 900, 700},
   };
   for (const Case &c : cases) {
-    generator::KernelSpec spec = specOf(c);
+    generator::KernelSpec spec = specOf(c, forced);
     spec.features.maskMod = kCounting;
     spec.features.hasTuningArgs = true;
     spec.features.tuningArgs.tensor[0] = reinterpret_cast<const void *>(counter->ptr());
@@ -373,6 +376,7 @@ TEST(ApiBackwardGpu, BlockMaskSkipsStepsAndKeepsTheGradients) {
     EXPECT_LT(calls[1], calls[0]) << "the mask's calls with the block mask and without";
     EXPECT_EQ(fj_block_mask_destroy(mask), FJ_SUCCESS) << fj_last_error_message();
     EXPECT_EQ(fj_kernel_release(kernel), FJ_SUCCESS) << fj_last_error_message();
+  }
   }
 }
 

@@ -190,14 +190,13 @@ TEST(BwdFeaturesMore, SanitizerShapes) {
       }
 }
 
-// A mask_mod's bwd_wgmma kernel with a block mask's steps (the backward's block sparsity:
+// A mask_mod's backward kernels with a block mask's steps (the backward's block sparsity:
 // dropped steps skipped, fully kept ones run without calling mask_mod): the same bar
 // against the reference, per head and shared by the heads (and sequences), on the grid's
-// shapes and one where documents of 300 rows leave whole blocks kept and whole ones dropped.
+// shapes and one where documents of 300 rows leave whole blocks kept and whole ones
+// dropped; bwd_wgmma at d 64/128/256 (sm_90a), bwd_mma at 64/128 (any GPU).
 TEST(BwdFeaturesMore, BlockMaskSteps) {
   FLASHJIT_REQUIRE_GPU();
-  if (!onHopper())
-    GTEST_SKIP() << "bwd_wgmma needs an sm_90a device";
   using Steps = tuner::BackwardChecker::BlockSteps;
   std::vector<NamedFeatures> cases;
   for (const NamedFeatures &c : featureCases())
@@ -211,12 +210,15 @@ TEST(BwdFeaturesMore, BlockMaskSteps) {
   auto shapes = featureCheckShapes();
   shapes.push_back({"1500x1500 GQA", shapeOf(2, 4, 2, 1500, 1500)});
   int checked = 0;
+  for (Family family : familiesHere())
   for (const NamedFeatures &c : cases)
     for (int d : {64, 128, 256})
       for (bool causal : {false, true}) {
+        if (family == Family::BwdMma && d == 256)
+          continue;
         KernelSpec spec =
             featureSpec(d, d == 128 && causal ? DType::FP16 : DType::BF16, causal, c.features,
-                        Family::BwdWgmma);
+                        family);
         ASSERT_TRUE(takes(spec)) << spec.key();
         for (const auto &[name, shape] : shapes)
           for (Steps steps : {Steps::PerHead, Steps::Shared}) {
@@ -242,8 +244,6 @@ TEST(BwdFeaturesMore, BlockMaskSteps) {
 // step lists' builder and walk, per head and shared, with a variable-length batch.
 TEST(BwdFeaturesMore, BlockMaskStepsSanitizerShapes) {
   FLASHJIT_REQUIRE_GPU();
-  if (!onHopper())
-    GTEST_SKIP() << "bwd_wgmma needs an sm_90a device";
   using Steps = tuner::BackwardChecker::BlockSteps;
   tuner::ForwardShape varlen = shapeOf(3, 4, 2, 0, 0);
   varlen.seqlensQ = {37, 150, 1};
@@ -255,10 +255,11 @@ TEST(BwdFeaturesMore, BlockMaskStepsSanitizerShapes) {
     if (std::string(c.name) == "mask_mod_documents")
       cases.push_back(c);
   ASSERT_EQ(cases.size(), 2u);
+  for (Family family : familiesHere())
   for (const NamedFeatures &c : cases)
     for (bool causal : {false, true})
       for (Steps steps : {Steps::PerHead, Steps::Shared}) {
-        KernelSpec spec = featureSpec(64, DType::BF16, causal, c.features, Family::BwdWgmma);
+        KernelSpec spec = featureSpec(64, DType::BF16, causal, c.features, family);
         for (const tuner::ForwardShape &shape : {shapeOf(1, 2, 1, 77, 150), varlen})
           EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec), withHeadDim(shape, 64),
                                   19, false, steps),

@@ -213,4 +213,13 @@ TEST(BwdWgmmaSpec, MaskModModulesBuildBlockSteps) {
   EXPECT_EQ(masked->backward.queryRowsPerStep, tile.blockM);
   EXPECT_EQ(masked->backward.keysPerCta, tile.blockN);
   EXPECT_NE(masked->source.find(std::string(kBackwardBlockStepsEntry) + "("), std::string::npos);
+  // bwd_mma's modules too (its main kernel walks the same lists), at its own tiles.
+  KernelSpec mma = spec;
+  mma.family = Family::BwdMma;
+  const TileConfig mmaTile = defaultTile(mma);
+  auto mmaMasked = emitKernel(mma, mmaTile);
+  ASSERT_TRUE(bool(mmaMasked)) << llvm::toString(mmaMasked.takeError());
+  EXPECT_EQ(mmaMasked->backward.blockSteps, kBackwardBlockStepsEntry);
+  EXPECT_EQ(mmaMasked->backward.queryRowsPerStep, mmaTile.blockM);
+  EXPECT_EQ(mmaMasked->backward.keysPerCta, mmaTile.blockN);
 }
