@@ -586,8 +586,8 @@ typedef struct fj_backward_args {
    * these arguments' shape). On a kernel got with desc.backward the mask also holds the
    * backward pass's block sparsity, at its own tiles: key blocks skip the query blocks
    * mask_mod drops everywhere and run those it keeps everywhere without calling it. The
-   * gradients are the same with or without it. The bwd_mma family (targets before sm_90a,
-   * head dims bwd_wgmma does not take) and the deterministic dq pass do not read it. */
+   * gradients are the same with or without it. The deterministic mode's dq pass does not
+   * read it (every key block of a query block, as without a mask). */
   fj_block_mask block_mask;
 } fj_backward_args;
 
