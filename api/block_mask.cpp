@@ -231,8 +231,12 @@ llvm::Error destroyBlockMask(fj_block_mask_s *mask) {
   return current;
 }
 
-llvm::Error useBlockMask(const fj_kernel_s &kernel, const fj_block_mask_s *mask, int index,
-                         FjForwardParams &params) {
+namespace {
+
+// The launch path's checks both passes share: `mask` is live, of `kernel`, and of the
+// call's shape.
+llvm::Error checkMaskServes(const fj_kernel_s &kernel, const fj_block_mask_s *mask,
+                            const FjForwardParams &params) {
   if (mask->magic != kBlockMaskMagic)
     return makeError(ErrorCode::InvalidValue,
                      "args->block_mask {0} is not a live block mask (destroyed already, or "
@@ -242,7 +246,14 @@ llvm::Error useBlockMask(const fj_kernel_s &kernel, const fj_block_mask_s *mask,
     return makeError(ErrorCode::InvalidValue,
                      "args->block_mask was built for kernel {0} ({1}), not this one ({2})",
                      (const void *)mask->kernel, mask->kernel->specKey, kernel.specKey);
-  if (llvm::Error error = checkSameShape(*mask, params))
+  return checkSameShape(*mask, params);
+}
+
+} // namespace
+
+llvm::Error useBlockMask(const fj_kernel_s &kernel, const fj_block_mask_s *mask, int index,
+                         FjForwardParams &params) {
+  if (llvm::Error error = checkMaskServes(kernel, mask, params))
     return error;
   if (mask->variant != index)
     return makeError(ErrorCode::InvalidValue,
@@ -256,16 +267,7 @@ llvm::Error useBlockMask(const fj_kernel_s &kernel, const fj_block_mask_s *mask,
 
 llvm::Error useBackwardBlockMask(const fj_kernel_s &kernel, const fj_block_mask_s *mask,
                                  int index, FjBackwardParams &params) {
-  if (mask->magic != kBlockMaskMagic)
-    return makeError(ErrorCode::InvalidValue,
-                     "args->block_mask {0} is not a live block mask (destroyed already, or "
-                     "not one)",
-                     (const void *)mask);
-  if (mask->kernel != &kernel)
-    return makeError(ErrorCode::InvalidValue,
-                     "args->block_mask was built for kernel {0} ({1}), not this one ({2})",
-                     (const void *)mask->kernel, mask->kernel->specKey, kernel.specKey);
-  if (llvm::Error error = checkSameShape(*mask, params.fwd))
+  if (llvm::Error error = checkMaskServes(kernel, mask, params.fwd))
     return error;
   // A mask built for a call with no queries has no backward part: nor does the call.
   if (mask->backwardVariant >= 0 && mask->backwardVariant != index)

@@ -39,8 +39,10 @@
 // Causal attention is aligned bottom-right as in the forward; a key block skips the
 // query blocks that see none of it, and only blocks that cross the diagonal or a
 // sequence end are masked. A sliding window skips query blocks the same way
-// (bwd_mma::query_blocks); the window's edges, a mask_mod and ALiBi's bias go through the
-// forward's hook as bwd_mma's do (bwd_mma::feature_prob).
+// (bwd_mma::query_blocks); the window's edges, a mask_mod, soft-capping and ALiBi's bias
+// go through the forward's hook as bwd_mma's do (bwd_mma::feature_prob), soft-capping's
+// derivative recovered from P (probs_to_dscores). With a block mask a key block walks
+// only the steps its list names (Block::step).
 #pragma once
 
 #include "bwd_mma.cuh"
@@ -455,7 +457,7 @@ __device__ __forceinline__ void scores_to_probs(float (&acc_s)[Cfg::kScoreCols /
         const int query = q0 + (i >> 2) * 8 + 2 * t + (i & 1);
         const bool dropped = crosses && (key >= w.seq.seqlen_k || query >= w.seq.seqlen_q ||
                                          (Cfg::kCausal && key > query + w.diag));
-        float unused_dl;  // 1: no soft-capping here
+        float unused_dl;  // soft-capping's: probs_to_dscores recovers it from P
         acc_s[i] = bwd_mma::feature_prob(hook, acc_s[i], p.scale_log2, query, key, dropped,
                                          feature_mask, (e & 1) ? l1 : l0, unused_dl);
       }
