@@ -111,12 +111,13 @@ llvm::Error buildBackward(fj_block_mask_s &mask, const FjForwardParams &params, 
         backward->entries(), mask.shape.batches == 1 ? 1 : params.batch, params.heads_kv,
         group, params.seqlen_q, params.seqlen_k, mask.shape.batches == 1 && params.batch > 1,
         mask.shape.heads == 1 && params.heads_q > 1);
-    // An entry packs the query head within the group in 8 bits and the query block in 23.
-    if (group > 255 || mask.stepsShape.capacity / group >= (1 << 23))
-      return makeError(ErrorCode::NotSupported,
-                       "a block mask for the backward pass takes at most 255 query heads per "
-                       "kv head and 2^23 query blocks; this call has {0} and {1}",
-                       group, mask.stepsShape.capacity / group);
+    // An entry packs the query head within the group in 8 bits and the query block in 23:
+    // past that the backward walks every step (as without a mask), the forward's part
+    // still serves.
+    if (group > 255 || mask.stepsShape.capacity / group >= (1 << 23)) {
+      mask.stepsShape = {};
+      return llvm::Error::success();
+    }
     auto buffer = runtime::DeviceBuffer::allocate((size_t)mask.stepsShape.bytes());
     if (!buffer)
       return buffer.takeError();
