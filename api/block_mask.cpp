@@ -105,12 +105,12 @@ llvm::Error buildBackward(fj_block_mask_s &mask, const FjForwardParams &params, 
   if (allocate) {
     mask.backwardVariant = index;
     if (!backward || !backward->hasBlockSteps())
-      return llvm::Error::success();  // bwd_mma: every step, mask_mod per score
+      return llvm::Error::success();  // a module without the builder: every step
     const int group = params.heads_q / params.heads_kv;
-    mask.stepsShape = tuner::BlockStepsShape::of(
-        backward->entries(), mask.shape.batches == 1 ? 1 : params.batch, params.heads_kv,
-        group, params.seqlen_q, params.seqlen_k, mask.shape.batches == 1 && params.batch > 1,
-        mask.shape.heads == 1 && params.heads_q > 1);
+    mask.stepsShape = tuner::BlockStepsShape::of(backward->entries(), params.batch,
+                                                 params.heads_kv, group, params.seqlen_q,
+                                                 params.seqlen_k, mask.sharedBatch,
+                                                 mask.sharedHeads);
     // An entry packs the query head within the group in 8 bits and the query block in 23:
     // past that the backward walks every step (as without a mask), the forward's part
     // still serves.
@@ -170,6 +170,8 @@ llvm::Expected<fj_block_mask_s *> createBlockMask(const fj_kernel_s *kernel,
   mask->seqlenQ = params.seqlen_q;
   mask->seqlenK = params.seqlen_k;
   mask->varlen = varlen;
+  mask->sharedBatch = opts.shared_across_batch != 0;
+  mask->sharedHeads = opts.shared_across_heads != 0;
   if (!noWork) {
     llvm::Expected<int> index = dispatchForward(*kernel, params, /*count=*/false);
     if (!index)

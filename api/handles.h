@@ -106,8 +106,10 @@ struct fj_block_mask_s {
   bool varlen = false;
   flashjit::tuner::BlockMaskShape shape;
   flashjit::runtime::DeviceBuffer buffer;  // counts, then lists (BlockMaskShape::bytes)
-  // The backward pass's step lists (a kernel got with desc.backward whose backward variant
-  // for the shape walks them: bwd_wgmma), at that variant's tiles; -1 / empty otherwise.
+  // The options it was created with (what its lists share too).
+  bool sharedBatch = false, sharedHeads = false;
+  // The backward pass's step lists (a kernel got with desc.backward), at the tiles of the
+  // backward variant for the shape; -1 / empty otherwise.
   int backwardVariant = -1;  // index into kernel->variants
   flashjit::tuner::BlockStepsShape stepsShape;
   flashjit::runtime::DeviceBuffer stepsBuffer;

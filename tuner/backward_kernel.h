@@ -57,7 +57,7 @@ public:
   // caller validated params and bound the workspace).
   llvm::Error launch(const FjBackwardParams &params, CUstream stream) const;
 
-  // Whether the main pass walks a block mask's step lists (a mask_mod's bwd_wgmma), and
+  // Whether the main pass walks a block mask's step lists (a mask_mod's module), and
   // builds them: from `params` (the call's, described by shape.describe), writing the
   // lists at params.block_steps, asynchronously.
   bool hasBlockSteps() const { return blockSteps_.has_value(); }

@@ -135,7 +135,7 @@ llvm::Expected<generator::Family> backwardFamilyFor(const FamilyPlan &plan,
     return plan.backward;
   generator::KernelSpec probe = spec;
   probe.family = generator::Family::BwdWgmma;
-  // Features bwd_wgmma does not take (soft-capping, ...): bwd_mma runs those specs.
+  // Features bwd_wgmma does not take (soft-capping with ALiBi, ...): bwd_mma runs those.
   if (std::optional<std::string> why = generator::bwdWgmmaFeatureRefusal(probe)) {
     if (!plan.backwardForced)
       return generator::Family::BwdMma;
