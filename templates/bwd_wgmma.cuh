@@ -429,6 +429,34 @@ __device__ __forceinline__ void send_dq(const FjBackwardParams &P, const Block<C
 
 // ---- a consumer's step, in pieces that both step orders use ----
 
+// scores_to_probs with features, masked or not (bwd_mma::feature_prob): this thread's
+// scores of keys w.n0 + key_row (+ 8) and the warpgroup's queries from q0.
+template <typename Cfg, bool kMasked>
+__device__ __forceinline__ void feature_probs(float (&acc_s)[Cfg::kScoreCols / 2],
+                                              const FjForwardParams &p, const Block<Cfg> &w,
+                                              const ScoreHook<typename Cfg::Features> &hook,
+                                              int q0, int key_row, u32 s_lse, int t,
+                                              bool crosses, bool feature_mask) {
+#pragma unroll
+  for (int j = 0; j < Cfg::kScoreCols / 8; ++j) {
+    const u32 addr = s_lse + (j * 8 + 2 * t) * 4;
+    const float l0 = __uint_as_float(ld_shared_u32(addr));
+    const float l1 = __uint_as_float(ld_shared_u32(addr + 4));
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = 4 * j + e;
+      const int key = w.n0 + key_row + 8 * ((i >> 1) & 1);
+      const int query = q0 + (i >> 2) * 8 + 2 * t + (i & 1);
+      const bool dropped = crosses && (key >= w.seq.seqlen_k || query >= w.seq.seqlen_q ||
+                                       (Cfg::kCausal && key > query + w.diag));
+      float unused_dl;  // soft-capping's: probs_to_dscores recovers it from P
+      acc_s[i] = bwd_mma::feature_prob<kMasked>(hook, acc_s[i], p.scale_log2, query, key,
+                                                dropped, feature_mask, (e & 1) ? l1 : l0,
+                                                unused_dl);
+    }
+  }
+}
+
 // P^T = exp2(S^T scale log2e - lse) in place, masked where the block crosses a sequence
 // end or the diagonal. This warpgroup's kScoreCols queries of the step begin at q0 (its
 // lse at s_lse); key_row: this thread's first key row within the block. With features,
@@ -445,23 +473,10 @@ __device__ __forceinline__ void scores_to_probs(float (&acc_s)[Cfg::kScoreCols /
   if constexpr (FeatureTraits<F>::kAny) {
     const ScoreHook<F> hook(p, w.b, q_head, w.seq);
     const bool feature_mask = hook.tile_needs_mask(w.n0, BN, m0, m0 + BM - 1, partial);
-#pragma unroll
-    for (int j = 0; j < NC / 8; ++j) {
-      const u32 addr = s_lse + (j * 8 + 2 * t) * 4;
-      const float l0 = __uint_as_float(ld_shared_u32(addr));
-      const float l1 = __uint_as_float(ld_shared_u32(addr + 4));
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = 4 * j + e;
-        const int key = w.n0 + key_row + 8 * ((i >> 1) & 1);
-        const int query = q0 + (i >> 2) * 8 + 2 * t + (i & 1);
-        const bool dropped = crosses && (key >= w.seq.seqlen_k || query >= w.seq.seqlen_q ||
-                                         (Cfg::kCausal && key > query + w.diag));
-        float unused_dl;  // soft-capping's: probs_to_dscores recovers it from P
-        acc_s[i] = bwd_mma::feature_prob(hook, acc_s[i], p.scale_log2, query, key, dropped,
-                                         feature_mask, (e & 1) ? l1 : l0, unused_dl);
-      }
-    }
+    if (crosses || feature_mask)  // the per-score tests only where a pair may drop
+      feature_probs<Cfg, true>(acc_s, p, w, hook, q0, key_row, s_lse, t, crosses, feature_mask);
+    else
+      feature_probs<Cfg, false>(acc_s, p, w, hook, q0, key_row, s_lse, t, crosses, false);
     return;
   }
   if (crosses) {
