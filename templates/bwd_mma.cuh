@@ -216,9 +216,10 @@ __device__ __forceinline__ float feature_dlogit(const ScoreHook<F> &hook, float 
 // needs it (`feature_mask`), the features' masks are tested too. `dl` gets what dS is
 // scaled by (feature_dlogit). kMasked = false, for a step that drops no pair: no test.
 //
-// Callers compile their step's loop twice, masked where the step crosses a sequence end,
-// the diagonal or a feature's bound and unmasked elsewhere: with the tests predicated in
-// every step, a sliding window's steps issued 1.6x the instructions of causal's (PERF f7).
+// Callers compile their step's loop twice for the masks alone (the window, mask_mod;
+// not_masked), masked where the step crosses a sequence end, the diagonal or a
+// feature's bound and unmasked elsewhere: with the tests predicated in every step, a
+// sliding window's steps issued 1.6x the instructions of causal's (PERF f7).
 template <bool kMasked, typename F>
 __device__ __forceinline__ float feature_prob(const ScoreHook<F> &hook, float s,
                                               float scale_log2, int query, int key,
@@ -226,13 +227,28 @@ __device__ __forceinline__ float feature_prob(const ScoreHook<F> &hook, float s,
                                               float &dl) {
   const float x = FeatureTraits<F>::kTransforms ? hook.apply(s, query, key, 0) : s * scale_log2;
   dl = feature_dlogit(hook, s);
-  if constexpr (kMasked) {
+  if constexpr (!kMasked) {
+    return fast_exp2(x - lse2);
+  } else {
     if (FeatureTraits<F>::kMasks && feature_mask && !dropped)
       dropped = !hook.keeps(query, key);
-    return fast_exp2((dropped ? neg_inf() : x) - lse2);
-  } else {
-    return fast_exp2(x - lse2);
+    if constexpr (FeatureTraits<F>::kTransforms)  // never unmasked (not_masked)
+      return fast_exp2((dropped ? neg_inf() : x) - lse2);
+    // Selected after the exponential, so that a kept score's P is the same bits in a
+    // masked step and an unmasked one (one FFMA either way): a block mask's
+    // deterministic gradients equal those without it.
+    const float pr = fast_exp2(x - lse2);
+    return dropped ? 0.f : pr;
   }
+}
+
+// Whether a step may take feature_prob<false>: it crosses no sequence end, diagonal or
+// feature bound, and the features transform no score. With a transform (ALiBi,
+// soft-capping) a step's scores cost the same either way, and one loop rather than two
+// keeps bwd_wgmma's d 64 ALiBi tile from spilling.
+template <typename F>
+__device__ __forceinline__ bool not_masked(bool crosses, bool feature_mask) {
+  return !FeatureTraits<F>::kTransforms && !crosses && !feature_mask;
 }
 
 // feature_prob over an array of mma.sync accumulator fragments [kA][kB][4], in place:
@@ -864,12 +880,12 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
       const ScoreHook<F> hook(p, b, h, seq);
       const bool feature_mask =
           hook.tile_needs_mask(n0, Cfg::kBlockN, m0, m0 + Cfg::kBlockM - 1, partial);
-      if (crosses || feature_mask)
-        fragment_probs<true, true, Cfg::kCausal>(pt, dl, hook, p.scale_log2, lse2, n0 + row0,
-                                                 m0, g, t, seq, diag, crosses, feature_mask);
-      else
+      if (not_masked<F>(crosses, feature_mask))
         fragment_probs<false, true, Cfg::kCausal>(pt, dl, hook, p.scale_log2, lse2, n0 + row0,
                                                   m0, g, t, seq, diag, crosses, feature_mask);
+      else
+        fragment_probs<true, true, Cfg::kCausal>(pt, dl, hook, p.scale_log2, lse2, n0 + row0,
+                                                 m0, g, t, seq, diag, crosses, feature_mask);
     } else {
       if (crosses) {
 #pragma unroll
@@ -1063,12 +1079,12 @@ __device__ __forceinline__ void run_dq(const FjBackwardParams &P, unsigned char 
     if constexpr (FeatureTraits<F>::kAny) {
       const ScoreHook<F> hook(p, b, h, seq);
       const bool feature_mask = hook.tile_needs_mask(key0, kKeys, q0, q0 + kRows - 1);
-      if (crosses || feature_mask)
-        fragment_probs<true, false, Cfg::kCausal>(pr, dl, hook, p.scale_log2, lse2, q0 + row0,
-                                                  key0, g, t, seq, diag, crosses, feature_mask);
-      else
+      if (not_masked<F>(crosses, feature_mask))
         fragment_probs<false, false, Cfg::kCausal>(pr, dl, hook, p.scale_log2, lse2, q0 + row0,
                                                    key0, g, t, seq, diag, crosses, feature_mask);
+      else
+        fragment_probs<true, false, Cfg::kCausal>(pr, dl, hook, p.scale_log2, lse2, q0 + row0,
+                                                  key0, g, t, seq, diag, crosses, feature_mask);
     } else {
       if (crosses) {
 #pragma unroll
