@@ -279,7 +279,9 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", cu_seqlens_q=
         q.requires_grad or k.requires_grad or v.requires_grad) and \
         features.score_mod is None and not fp8 and \
         (features == PLAIN or _fast_ops.HAS_FEATURE_BACKWARD)
-    o, lse = torch.ops.flashjit.attention_fwd(
+    # Eager calls skip the dispatcher (autograd by a torch.autograd.Function over the same
+    # implementations); torch.compile traces the operator (_ops.attention_eager_or_op).
+    o, lse = _fast_ops.attention_eager_or_op(
         q, k, v, bool(causal), float(scale), layout.lower(), cu_seqlens_q, cu_seqlens_k,
         int(max_seqlen_q or 0), int(max_seqlen_k or 0), bool(need_grad), bool(deterministic),
         None if features.window is None else list(features.window), features.softcap,

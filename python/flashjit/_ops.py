@@ -166,8 +166,7 @@ def _set_fp8(args, handle, descales, strides, device):
     return workspace
 
 
-@torch.library.custom_op("flashjit::attention_fwd", mutates_args=(), device_types="cuda")
-def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, layout: str,
+def _attention_fwd_impl(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, layout: str,
                   cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
                   max_seqlen_q: int, max_seqlen_k: int, with_backward: bool,
                   deterministic: bool, window: Optional[List[int]], softcap: float,
@@ -216,6 +215,10 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, l
     return o, lse
 
 
+attention_fwd = torch.library.custom_op("flashjit::attention_fwd", mutates_args=(),
+                                        device_types="cuda")(_attention_fwd_impl)
+
+
 @attention_fwd.register_fake
 def _attention_fwd_fake(q, k, v, causal, scale, layout, cu_seqlens_q, cu_seqlens_k,
                         max_seqlen_q, max_seqlen_k, with_backward, deterministic, window,
@@ -226,8 +229,7 @@ def _attention_fwd_fake(q, k, v, causal, scale, layout, cu_seqlens_q, cu_seqlens
             q.new_empty(lse_shape, dtype=torch.float32))
 
 
-@torch.library.custom_op("flashjit::attention_bwd", mutates_args=(), device_types="cuda")
-def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor,
+def _attention_bwd_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor,
                   causal: bool, scale: float, layout: str, cu_seqlens_q: Optional[Tensor],
                   cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
                   deterministic: bool, window: Optional[List[int]], softcap: float,
@@ -284,6 +286,10 @@ def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse:
     return dq, dk, dv
 
 
+attention_bwd = torch.library.custom_op("flashjit::attention_bwd", mutates_args=(),
+                                        device_types="cuda")(_attention_bwd_impl)
+
+
 @attention_bwd.register_fake
 def _attention_bwd_fake(dout, q, k, v, o, lse, causal, scale, layout, cu_seqlens_q,
                         cu_seqlens_k, max_seqlen_q, max_seqlen_k, deterministic, window,
@@ -320,6 +326,13 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, dout, dlse):
+    dq, dk, dv = _gradients(ctx, dout, torch.ops.flashjit.attention_bwd)
+    return (dq, dk, dv) + ctx.no_grads[3:]
+
+
+def _gradients(ctx, dout, attention_bwd_fn):
+    """(dq, dk, dv) of the call ctx saved (_setup_context), by attention_bwd_fn: the
+    operator, or its implementation on the eager path."""
     q, k, v, o, lse, cu_q, cu_k, alibi_slopes, *mod_tensors = ctx.saved_tensors
     causal, scale, layout, max_q, max_k, with_backward, deterministic = ctx.args
     if ctx.fp8:  # no FP8 backward pass: a gradient is never made up
@@ -341,15 +354,47 @@ def _backward(ctx, dout, dlse):
                            "requires_grad inputs and grad mode on")
     # lse is returned detached by flashjit.attention: dlse carries nothing.
     window, softcap, mask_mod, mod_scalars, mod_ints = ctx.feature_args
-    dq, dk, dv = torch.ops.flashjit.attention_bwd(dout, q, k, v, o, lse, causal, scale, layout,
-                                                  cu_q, cu_k, max_q, max_k, deterministic,
-                                                  window, softcap, alibi_slopes, mask_mod,
-                                                  list(mod_tensors), mod_scalars, mod_ints,
-                                                  ctx.block_mask)
-    return (dq, dk, dv) + ctx.no_grads[3:]
+    return attention_bwd_fn(dout, q, k, v, o, lse, causal, scale, layout, cu_q, cu_k, max_q,
+                            max_k, deterministic, window, softcap, alibi_slopes, mask_mod,
+                            list(mod_tensors), mod_scalars, mod_ints, ctx.block_mask)
 
 
 attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """attention_fwd with its gradient, for eager calls: the same implementations as the
+    operators, without torch.library's dispatch, which for operators of 25 arguments
+    costs ~0.5 ms of host time a call in torch 2.11 (argument defaults, pytree
+    flattening, its autograd wrapper): a training step's two calls took 1.2 ms of host
+    time, more than the kernels of a 16k-token step at N 2k (docs/PYTHON.md,
+    "Overhead"). torch.compile still traces the operators."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        o, lse = _attention_fwd_impl(*inputs)
+        _setup_context(ctx, inputs, (o, lse))
+        ctx.mark_non_differentiable(lse)
+        ctx.inputs = len(inputs)
+        return o, lse
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout, dlse):
+        return _gradients(ctx, dout, _attention_bwd_impl) + (None,) * (ctx.inputs - 3)
+
+
+def attention_eager_or_op(*inputs):
+    """(o, lse) of attention_fwd's inputs: in eager mode without the dispatcher (with
+    autograd where grad mode is on and an input requires grad, so that a backward()
+    still raises where the operator's would), else through the operator (torch.compile,
+    torch.func's transforms)."""
+    if _is_compiling() or torch._C._are_functorch_transforms_active():
+        return torch.ops.flashjit.attention_fwd(*inputs)
+    q, k, v = inputs[:3]
+    if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _EagerAttention.apply(*inputs)
+    return _attention_fwd_impl(*inputs)
 
 
 # ---- block masks (0.6) ---------------------------------------------------------------

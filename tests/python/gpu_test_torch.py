@@ -317,6 +317,27 @@ def compiled():
         assert torch.equal(a, b), (a.float() - b.float()).abs().max().item()
 
 
+@case("eager autograd: no dispatcher, no double backward")
+def eager_autograd():
+    # Eager training calls skip torch.library's dispatch (_ops._EagerAttention: ~1 ms of
+    # host time a step through the operators); compiled() checks that both give the same
+    # bits. Its backward is once_differentiable: a second-order gradient raises rather
+    # than coming back silently zero.
+    need_backward()
+    q, k, v = (rand(1, 100, 2, 64, grad=True) for _ in range(3))
+    o = flashjit.attention(q, k, v, causal=True)
+    assert "EagerAttention" in type(o.grad_fn).__name__, type(o.grad_fn).__name__
+    dq, = torch.autograd.grad(o.sum(), (q,), create_graph=True)
+    try:
+        torch.autograd.grad(dq.sum(), (q,))
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("a second-order gradient came back")
+    with torch.no_grad():  # no autograd node without grad mode
+        assert flashjit.attention(q, k, v, causal=True).grad_fn is None
+
+
 @case("torch.compile(fullgraph=True, dynamic=True), inference, two shapes")
 def compiled_dynamic():
     def f(q, k, v):
@@ -1400,6 +1421,7 @@ def main():
     varlen(True, [64], [64])
     backward_raises_without_library_support()
     compiled()
+    eager_autograd()
     compiled_dynamic()
     compiled_reduce_overhead()
     cuda_graph()
