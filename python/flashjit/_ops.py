@@ -166,15 +166,17 @@ def _set_fp8(args, handle, descales, strides, device):
     return workspace
 
 
-def _attention_fwd_impl(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, layout: str,
-                  cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
-                  max_seqlen_q: int, max_seqlen_k: int, with_backward: bool,
-                  deterministic: bool, window: Optional[List[int]], softcap: float,
-                  alibi_slopes: Optional[Tensor], score_mod: Optional[str],
-                  mask_mod: Optional[str], mod_tensors: List[Tensor], mod_scalars: List[float],
-                  mod_ints: List[int], block_mask: int, q_descale: Optional[Tensor],
-                  k_descale: Optional[Tensor], v_descale: Optional[Tensor],
-                  out_dtype: int) -> Tuple[Tensor, Tensor]:
+def _attention_fwd_impl(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float,
+                        layout: str, cu_seqlens_q: Optional[Tensor],
+                        cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
+                        with_backward: bool, deterministic: bool,
+                        window: Optional[List[int]], softcap: float,
+                        alibi_slopes: Optional[Tensor], score_mod: Optional[str],
+                        mask_mod: Optional[str], mod_tensors: List[Tensor],
+                        mod_scalars: List[float], mod_ints: List[int], block_mask: int,
+                        q_descale: Optional[Tensor],
+                        k_descale: Optional[Tensor], v_descale: Optional[Tensor],
+                        out_dtype: int) -> Tuple[Tensor, Tensor]:
     # block_mask: the address of an open flashjit.BlockMask's fj_block_mask, 0 for none.
     # q/k/v_descale and out_dtype (an fj_dtype, 0 for 16-bit inputs): FP8 inputs' (0.7).
     varlen = cu_seqlens_q is not None
@@ -230,12 +232,12 @@ def _attention_fwd_fake(q, k, v, causal, scale, layout, cu_seqlens_q, cu_seqlens
 
 
 def _attention_bwd_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor,
-                  causal: bool, scale: float, layout: str, cu_seqlens_q: Optional[Tensor],
-                  cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
-                  deterministic: bool, window: Optional[List[int]], softcap: float,
-                  alibi_slopes: Optional[Tensor], mask_mod: Optional[str],
-                  mod_tensors: List[Tensor], mod_scalars: List[float],
-                  mod_ints: List[int], block_mask: int) -> Tuple[Tensor, Tensor, Tensor]:
+                        causal: bool, scale: float, layout: str, cu_seqlens_q: Optional[Tensor],
+                        cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
+                        deterministic: bool, window: Optional[List[int]], softcap: float,
+                        alibi_slopes: Optional[Tensor], mask_mod: Optional[str],
+                        mod_tensors: List[Tensor], mod_scalars: List[float],
+                        mod_ints: List[int], block_mask: int) -> Tuple[Tensor, Tensor, Tensor]:
     # The features (0.9) are the forward call's, but a score_mod (no backward pass).
     # block_mask: the forward call's (its address, 0 for none); used when its kernel has
     # the backward pass (BlockMask.backward), whose block sparsity it then holds (0.10).
@@ -389,7 +391,7 @@ def attention_eager_or_op(*inputs):
     autograd where grad mode is on and an input requires grad, so that a backward()
     still raises where the operator's would), else through the operator (torch.compile,
     torch.func's transforms)."""
-    if _is_compiling() or torch._C._are_functorch_transforms_active():
+    if _is_compiling() or _functorch_active():
         return torch.ops.flashjit.attention_fwd(*inputs)
     q, k, v = inputs[:3]
     if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
@@ -550,6 +552,7 @@ def _contiguous_strides(shape):
 
 _grad_enabled = torch.is_grad_enabled
 _is_compiling = torch.compiler.is_compiling
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 
 
 def _tensor_key(t):
