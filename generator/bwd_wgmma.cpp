@@ -63,9 +63,6 @@ std::optional<std::string> bwdWgmmaFeatureRefusal(const KernelSpec &spec) {
   if (f.softcap > 0 && spec.headDim == 64 && (spec.causal || f.window))
     return std::string("bwd_wgmma does not take softcap with causal or a window at head dim "
                        "64: its one tile spills; bwd_mma runs it");
-  if (f.alibi && spec.headDim == 64 && !spec.causal && !f.masks())
-    return std::string("bwd_wgmma does not take alibi without a mask (causal, a window or a "
-                       "mask_mod) at head dim 64: its one tile spills; bwd_mma runs it");
   return std::nullopt;
 }
 

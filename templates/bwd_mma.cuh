@@ -216,10 +216,10 @@ __device__ __forceinline__ float feature_dlogit(const ScoreHook<F> &hook, float 
 // needs it (`feature_mask`), the features' masks are tested too. `dl` gets what dS is
 // scaled by (feature_dlogit). kMasked = false, for a step that drops no pair: no test.
 //
-// Callers compile their step's loop twice for the masks alone (the window, mask_mod;
-// not_masked), masked where the step crosses a sequence end, the diagonal or a
-// feature's bound and unmasked elsewhere: with the tests predicated in every step, a
-// sliding window's steps issued 1.6x the instructions of causal's (PERF f7).
+// Callers compile their step's loop twice (not_masked), masked where the step crosses a
+// sequence end, the diagonal or a feature's bound and unmasked elsewhere: with the tests
+// predicated in every step, a sliding window's steps issued 1.6x the instructions of
+// causal's (PERF f7).
 template <bool kMasked, typename F>
 __device__ __forceinline__ float feature_prob(const ScoreHook<F> &hook, float s,
                                               float scale_log2, int query, int key,
@@ -232,7 +232,7 @@ __device__ __forceinline__ float feature_prob(const ScoreHook<F> &hook, float s,
   } else {
     if (FeatureTraits<F>::kMasks && feature_mask && !dropped)
       dropped = !hook.keeps(query, key);
-    if constexpr (FeatureTraits<F>::kTransforms)  // never unmasked (not_masked)
+    if constexpr (FeatureTraits<F>::kTransforms)  // unmasked only without masks (not_masked)
       return fast_exp2((dropped ? neg_inf() : x) - lse2);
     // Selected after the exponential, so that a kept score's P is the same bits in a
     // masked step and an unmasked one (one FFMA either way): a block mask's
@@ -243,12 +243,18 @@ __device__ __forceinline__ float feature_prob(const ScoreHook<F> &hook, float s,
 }
 
 // Whether a step may take feature_prob<false>: it crosses no sequence end, diagonal or
-// feature bound, and the features transform no score. With a transform (ALiBi,
-// soft-capping) a step's scores cost the same either way, and one loop rather than two
-// keeps bwd_wgmma's d 64 ALiBi tile from spilling.
-template <typename F>
+// feature bound. Features that transform scores (ALiBi, soft-capping) take it only
+// without a mask (no causal, window or mask_mod): with one, the second loop made
+// bwd_wgmma's d 64 causal ALiBi tile spill, and a block mask's deterministic gradients
+// could differ in the last bit from those without it (the masked loop's select sits
+// before the subtraction there, keeping that tile's registers). Without a mask, only
+// the steps at a sequence end are masked, and the unmasked loop is what lets d 64 ALiBi
+// fit (PERF f7).
+template <typename F, bool kCausal>
 __device__ __forceinline__ bool not_masked(bool crosses, bool feature_mask) {
-  return !FeatureTraits<F>::kTransforms && !crosses && !feature_mask;
+  constexpr bool kSplit =
+      !FeatureTraits<F>::kTransforms || (!kCausal && !FeatureTraits<F>::kMasks);
+  return kSplit && !crosses && !feature_mask;
 }
 
 // feature_prob over an array of mma.sync accumulator fragments [kA][kB][4], in place:
@@ -880,7 +886,7 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, unsigned cha
       const ScoreHook<F> hook(p, b, h, seq);
       const bool feature_mask =
           hook.tile_needs_mask(n0, Cfg::kBlockN, m0, m0 + Cfg::kBlockM - 1, partial);
-      if (not_masked<F>(crosses, feature_mask))
+      if (not_masked<F, Cfg::kCausal>(crosses, feature_mask))
         fragment_probs<false, true, Cfg::kCausal>(pt, dl, hook, p.scale_log2, lse2, n0 + row0,
                                                   m0, g, t, seq, diag, crosses, feature_mask);
       else
@@ -1079,7 +1085,7 @@ __device__ __forceinline__ void run_dq(const FjBackwardParams &P, unsigned char 
     if constexpr (FeatureTraits<F>::kAny) {
       const ScoreHook<F> hook(p, b, h, seq);
       const bool feature_mask = hook.tile_needs_mask(key0, kKeys, q0, q0 + kRows - 1);
-      if (not_masked<F>(crosses, feature_mask))
+      if (not_masked<F, Cfg::kCausal>(crosses, feature_mask))
         fragment_probs<false, false, Cfg::kCausal>(pr, dl, hook, p.scale_log2, lse2, q0 + row0,
                                                    key0, g, t, seq, diag, crosses, feature_mask);
       else

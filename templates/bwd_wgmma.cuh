@@ -473,7 +473,7 @@ __device__ __forceinline__ void scores_to_probs(float (&acc_s)[Cfg::kScoreCols /
   if constexpr (FeatureTraits<F>::kAny) {
     const ScoreHook<F> hook(p, w.b, q_head, w.seq);
     const bool feature_mask = hook.tile_needs_mask(w.n0, BN, m0, m0 + BM - 1, partial);
-    if (bwd_mma::not_masked<F>(crosses, feature_mask))  // per-score tests only where needed
+    if (bwd_mma::not_masked<F, Cfg::kCausal>(crosses, feature_mask))  // tests where needed
       feature_probs<Cfg, false>(acc_s, p, w, hook, q0, key_row, s_lse, t, crosses, false);
     else
       feature_probs<Cfg, true>(acc_s, p, w, hook, q0, key_row, s_lse, t, crosses, feature_mask);
