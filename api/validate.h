@@ -107,6 +107,10 @@ llvm::Error checkForwardArgs(const AttentionDesc &desc, const fj_forward_args *a
 // the message ("desc->backward is set").
 llvm::Error checkBackwardFeatures(const generator::Features &features, const char *what);
 
+// The forward arguments that a backward call carries (lse required by the caller): what
+// checkBackwardArgs checks them as, and what fj_block_mask_create takes for them.
+fj_forward_args forwardPart(const fj_backward_args &a);
+
 // Checks backward arguments for a kernel of `desc` and fills the kernels' parameters
 // (the workspace pointers are left null: the caller binds them). `noWork` as above.
 // `blockMask`, when given, receives args->block_mask as checkForwardArgs's does.

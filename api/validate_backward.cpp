@@ -6,9 +6,7 @@
 #include "support/error.h"
 
 namespace flashjit::api {
-namespace {
 
-// The forward arguments that the backward pass reads (lse is required).
 fj_forward_args forwardPart(const fj_backward_args &a) {
   fj_forward_args f;
   std::memset(&f, 0, sizeof(f));
@@ -31,8 +29,6 @@ fj_forward_args forwardPart(const fj_backward_args &a) {
   f.block_mask = a.block_mask;
   return f;
 }
-
-} // namespace
 
 llvm::Error checkBackwardArgs(const AttentionDesc &desc, const fj_backward_args *in,
                               FjBackwardParams &params, bool &noWork,

@@ -6,6 +6,7 @@
 // the calls it must refuse without writing anything (no backward pass in the handle, no
 // or too small a workspace, no lse); and a mask_mod's backward with the forward's block
 // mask (bwd_wgmma walks its steps): the same bar, and fewer calls of the mask.
+#include "api/validate.h"
 #include "api_context.h"
 #include "gpu_skip.h"
 
@@ -279,27 +280,6 @@ TEST(ApiBackwardGpu, RefusedCallsWriteNothing) {
   EXPECT_EQ(fj_kernel_release(both), FJ_SUCCESS);
 }
 
-// The forward's arguments of a backward call (what fj_block_mask_create takes).
-fj_forward_args forwardArgsOf(const fj_backward_args &b) {
-  fj_forward_args a;
-  fj_forward_args_init(&a);
-  a.q = b.q, a.k = b.k, a.v = b.v, a.o = const_cast<void *>(b.o);
-  a.lse = const_cast<float *>(b.lse);
-  a.batch = b.batch, a.seqlen_q = b.seqlen_q, a.seqlen_k = b.seqlen_k;
-  a.q_batch_stride = b.q_batch_stride, a.q_seq_stride = b.q_seq_stride;
-  a.q_head_stride = b.q_head_stride;
-  a.k_batch_stride = b.k_batch_stride, a.k_seq_stride = b.k_seq_stride;
-  a.k_head_stride = b.k_head_stride;
-  a.v_batch_stride = b.v_batch_stride, a.v_seq_stride = b.v_seq_stride;
-  a.v_head_stride = b.v_head_stride;
-  a.o_batch_stride = b.o_batch_stride, a.o_seq_stride = b.o_seq_stride;
-  a.o_head_stride = b.o_head_stride;
-  a.cu_seqlens_q = b.cu_seqlens_q, a.cu_seqlens_k = b.cu_seqlens_k;
-  a.total_q = b.total_q, a.total_k = b.total_k;
-  a.mod_args = b.mod_args;
-  return a;
-}
-
 // Documents of 300 rows (whole blocks kept, whole ones dropped, some split), counting the
 // mask's calls in the int at args.tensor[0]: fj_backward with the forward's block mask
 // passes the bar (per head, and in deterministic mode whose dq pass walks every block)
@@ -348,7 +328,7 @@ TEST(ApiBackwardGpu, BlockMaskSkipsStepsAndKeepsTheGradients) {
             fj_backward_args a = argsOf(p, shape, workspace, c.deterministic);
             static_assert(sizeof(a.mod_args) == sizeof(p.fwd.mod_args), "one layout");
             std::memcpy(&a.mod_args, &p.fwd.mod_args, sizeof(a.mod_args));
-            const fj_forward_args forward = forwardArgsOf(a);
+            const fj_forward_args forward = api::forwardPart(a);
             if (withMask && !mask)
               if (fj_status st = fj_block_mask_create(kernel, &forward, nullptr, stream, &mask))
                 return statusError("fj_block_mask_create", st);
