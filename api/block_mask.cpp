@@ -54,8 +54,9 @@ llvm::Error build(fj_block_mask_s &mask, const FjForwardParams &params, void *st
       .buildBlockMask(params, mask.shape, mask.buffer, static_cast<CUstream>(stream));
 }
 
-// At most this much memory goes to the keep bits of partly masked tiles; a mask whose
-// tiles need more calls mask_mod in the rest.
+// At most this much memory goes to the keep bits of partly masked tiles (and as much
+// again to those of the backward's steps); a mask whose tiles need more calls mask_mod
+// in the rest.
 constexpr int64_t kMaxBitBytes = 256ll << 20;
 
 // Allocates `mask`'s buffer for its shape and builds it; then, once the build has counted
@@ -94,7 +95,10 @@ llvm::Error allocateAndBuild(fj_block_mask_s &mask, const FjForwardParams &param
 
 // The backward pass's step lists of `mask` for `params` (checked, with work), when the
 // kernel has a backward pass whose variant for these sizes walks them: the variant is
-// recorded either way, the lists allocated (`allocate`) and built on `stream`.
+// recorded either way, the lists allocated (`allocate`) and built on `stream`. A kernel
+// that reads keep bits gets them as the forward's tiles do (allocateAndBuild): a first
+// build counts the partly masked steps (read back: this synchronises `stream`), a second
+// one, with a quarter more slots for updates, writes their bits.
 llvm::Error buildBackward(fj_block_mask_s &mask, const FjForwardParams &params, bool allocate,
                           void *stream) {
   const fj_kernel_s &kernel = *mask.kernel;
@@ -102,34 +106,59 @@ llvm::Error buildBackward(fj_block_mask_s &mask, const FjForwardParams &params, 
   if (index < 0)
     return llvm::Error::success();
   const auto *backward = tuner::BackwardKernel::of(*kernel.variants[index].kernel);
-  if (allocate) {
-    mask.backwardVariant = index;
-    if (!backward || !backward->hasBlockSteps())
-      return llvm::Error::success();  // a module without the builder: every step
-    const int group = params.heads_q / params.heads_kv;
-    mask.stepsShape = tuner::BlockStepsShape::of(backward->entries(), params.batch,
-                                                 params.heads_kv, group, params.seqlen_q,
-                                                 params.seqlen_k, mask.sharedBatch,
-                                                 mask.sharedHeads);
-    // An entry packs the query head within the group in 8 bits and the query block in 23:
-    // past that the backward walks every step (as without a mask), the forward's part
-    // still serves.
-    if (group > 255 || mask.stepsShape.capacity / group >= (1 << 23)) {
-      mask.stepsShape = {};
-      return llvm::Error::success();
-    }
+  FjBackwardParams backwardParams{};
+  backwardParams.fwd = params;
+  auto build = [&]() -> llvm::Error {
+    return backward->buildBlockSteps(backwardParams, mask.stepsShape, mask.stepsBuffer,
+                                     static_cast<CUstream>(stream));
+  };
+  if (!allocate)
+    return mask.stepsShape.lists() == 0 ? llvm::Error::success() : build();
+  mask.backwardVariant = index;
+  if (!backward || !backward->hasBlockSteps())
+    return llvm::Error::success();  // a module without the builder: every step
+  const int group = params.heads_q / params.heads_kv;
+  mask.stepsShape = tuner::BlockStepsShape::of(backward->entries(), params.batch,
+                                               params.heads_kv, group, params.seqlen_q,
+                                               params.seqlen_k, mask.sharedBatch,
+                                               mask.sharedHeads);
+  // An entry packs the query head within the group in 8 bits and the query block in 23:
+  // past that the backward walks every step (as without a mask), the forward's part
+  // still serves.
+  if (group > 255 || mask.stepsShape.capacity / group >= (1 << 23)) {
+    mask.stepsShape = {};
+    return llvm::Error::success();
+  }
+  if (mask.stepsShape.lists() == 0)
+    return llvm::Error::success();
+  auto allocateSteps = [&]() -> llvm::Error {
+    mask.stepsBuffer = runtime::DeviceBuffer();  // the old one first
     auto buffer = runtime::DeviceBuffer::allocate((size_t)mask.stepsShape.bytes());
     if (!buffer)
       return buffer.takeError();
     mask.stepsBuffer = std::move(*buffer);
-  }
-  if (mask.stepsShape.lists() == 0)
     return llvm::Error::success();
-  FjBackwardParams backwardParams{};
-  backwardParams.fwd = params;
-  mask.stepsShape.describe(backwardParams, mask.stepsBuffer.ptr());
-  return backward->buildBlockSteps(backwardParams, mask.stepsShape,
-                                   static_cast<CUstream>(stream));
+  };
+  if (llvm::Error error = allocateSteps())
+    return error;
+  if (llvm::Error error = build())
+    return error;
+  if (!backward->entries().stepBits)
+    return llvm::Error::success();
+  if (llvm::Error error = runtime::synchronizeStream(static_cast<CUstream>(stream)))
+    return error;
+  int32_t partial = 0;
+  if (llvm::Error error = mask.stepsBuffer.download(&partial, sizeof partial,
+                                                    (size_t)mask.stepsShape.usedOffset()))
+    return error;
+  if (partial <= 0)
+    return llvm::Error::success();
+  mask.stepsShape.bitCapacity =
+      std::min({(int64_t)partial + partial / 4 + 16, mask.stepsShape.entries(),
+                std::max<int64_t>(kMaxBitBytes / mask.stepsShape.bytesPerSlot(), 1)});
+  if (llvm::Error error = allocateSteps())
+    return error;
+  return build();
 }
 
 } // namespace

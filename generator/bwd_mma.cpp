@@ -170,15 +170,18 @@ BackwardEntries bwdMmaSharedEntries(const KernelSpec &spec, const TileConfig &dq
   return e;
 }
 
+// One block per multiprocessor is enough (the build runs once per mask): without the
+// minimum, ptxas held the builder to 40 registers and it spilled, which the tuner
+// rejects for the whole module.
 std::string bwdBlockStepsEntryPoint(const KernelSpec &spec) {
   if (spec.features.maskMod.empty())
     return "";
-  return llvm::formatv("\nextern \"C\" __global__ void __launch_bounds__({1})\n"
+  return llvm::formatv("\nextern \"C\" __global__ void __launch_bounds__({1}, 1)\n"
                        "{0}(const FjBackwardParams params, unsigned *steps, int *counts,\n"
-                       "    int shared_heads) {{\n"
+                       "    int *slots, unsigned *bits, int *used, int shared_heads) {{\n"
                        "  static_assert(fj::bwd_mma::kBuildThreads == {1}, \"the builder's block\");\n"
-                       "  fj::bwd_mma::build_block_steps<FjConfig>(params, steps, counts,\n"
-                       "                                           shared_heads != 0);\n"
+                       "  fj::bwd_mma::build_block_steps<FjConfig>(params, steps, counts, slots,\n"
+                       "                                           bits, used, shared_heads != 0);\n"
                        "}\n",
                        kBackwardBlockStepsEntry, kBackwardBlockStepsThreads)
       .str();

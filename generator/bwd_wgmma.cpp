@@ -205,8 +205,12 @@ llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileCon
   e.tma.headDim = e.tma.headDimV = spec.headDim;
   e.tma.panelD = e.tma.panelDv = 64;
   e.tma.qRows = tile.blockM;
-  if (!spec.features.maskMod.empty())
+  if (!spec.features.maskMod.empty()) {
     e.blockSteps = kBackwardBlockStepsEntry;
+    // Partly masked steps test keep bits (BwdWgmmaConfig::kStepBits), unless the
+    // features also transform the scores.
+    e.stepBits = !spec.features.transformsScores();
+  }
   e.queryRowsPerStep = tile.blockM;
   kernel.entryName = e.passes.front();
   kernel.options = compileOptions();

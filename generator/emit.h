@@ -54,9 +54,13 @@ struct BackwardEntries {
   // A mask_mod's module whose main pass walks a block mask: the builder of its step lists
   // (bwd_mma::build_block_steps; grid (key blocks, heads_kv, batch) of
   // kBackwardBlockStepsThreads, parameters (FjBackwardParams, unsigned *steps, int *counts,
-  // int shared_heads)) and the main pass's query rows per step. "" when none.
+  // int *slots, unsigned *bits, int *used, int shared_heads)) and the main pass's query
+  // rows per step. "" when none.
   std::string blockSteps;
   int queryRowsPerStep = 0;
+  // Whether the main pass reads the keep bits of partly masked steps (bwd_wgmma): the
+  // host then gives the lists bit slots (FjBackwardParams::block_step_bits).
+  bool stepBits = false;
 };
 
 // The backward block-mask builder's entry name and block size (bwd_mma::kBuildThreads).

@@ -137,21 +137,37 @@ __device__ __forceinline__ void query_blocks(int n0, int diag, int m_blocks, int
 // the (query head, query block) steps some pair keeps, marking those where some pair is
 // dropped. A pair is kept when it exists (both inside their sequences), causal keeps it
 // and the hook keeps it (the window, mask_mod): so an unmarked step needs no mask at all,
-// and an omitted one would contribute nothing to dK, dV or dQ. With shared_heads the
-// mask is scored for head 0 and the list repeated for each query head of the group.
+// and an omitted one would contribute nothing to dK, dV or dQ. A marked step also takes
+// a slot of keep bits (StepBits) through `used` (zeroed before the launch; it ends as the
+// count of marked steps), while there are slots left, else -1. With shared_heads the mask
+// is scored for head 0 and the list (with its slots) repeated for each query head of the
+// group.
 constexpr int kBuildThreads = 256;
+
+// The keep bits of a partly masked step: key row r (0 .. kBlockN - 1) is kWords 32-bit
+// words, bit q % 32 of word q / 32 for query q (0 .. kBlockM - 1) of the step.
+template <int kBlockM, int kBlockN> struct StepBits {
+  static constexpr int kWords = (kBlockM + 31) / 32;  // a key row's
+  static constexpr int kSlotWords = kBlockN * kWords;
+};
 
 template <typename Cfg>
 __device__ __forceinline__ void build_block_steps(const FjBackwardParams &P, unsigned *steps,
-                                                  int *counts, bool shared_heads) {
+                                                  int *counts, int *slots, unsigned *bits,
+                                                  int *used, bool shared_heads) {
   typedef typename Cfg::Features F;
-  constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN;
+  typedef StepBits<Cfg::kBlockM, Cfg::kBlockN> Bits;
+  constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN, kWarps = kBuildThreads / 32;
+  __shared__ unsigned step_bits[Bits::kSlotWords];
+  __shared__ int slot_taken;
   const FjForwardParams &p = P.fwd;
   const int n = blockIdx.x, h_kv = blockIdx.y, b = blockIdx.z;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const SeqExtent seq = seq_extent(p, b);
   const long long w = (long long)b * P.block_steps_batch_stride +
                       (long long)h_kv * P.block_steps_head_stride + n;
   unsigned *list = steps + w * P.block_steps_capacity;
+  int *list_slots = slots + w * P.block_steps_capacity;
   const int n0 = n * BN, group = p.heads_q / p.heads_kv;
   int count = 0;
   if (n0 < seq.seqlen_k) {
@@ -161,27 +177,49 @@ __device__ __forceinline__ void build_block_steps(const FjBackwardParams &P, uns
     for (int hi = 0; hi < (shared_heads ? 1 : group); ++hi) {
       const ScoreHook<F> hook(p, b, shared_heads ? 0 : h_kv * group + hi, seq);
       for (int m = m_begin; m < m_end; ++m) {
+        // A warp scores 32 queries of one key row: one ballot makes their word of bits.
         bool any = false, all = true;
-        for (int e = threadIdx.x; e < BM * BN; e += kBuildThreads) {
-          const int i = m * BM + e / BN, j = n0 + e % BN;
-          const bool keep = i < seq.seqlen_q && j < seq.seqlen_k &&
+        for (int rw = warp; rw < Bits::kSlotWords; rw += kWarps) {
+          const int r = rw / Bits::kWords, q = (rw % Bits::kWords) * 32 + lane;
+          const int i = m * BM + q, j = n0 + r;
+          const bool keep = q < BM && i < seq.seqlen_q && j < seq.seqlen_k &&
                             (!Cfg::kCausal || j <= i + diag) && hook.keeps(i, j);
+          const unsigned word = __ballot_sync(0xffffffffu, keep);
+          if (lane == 0)
+            step_bits[rw] = word;
           any |= keep;
-          all &= keep;
+          all &= keep || q >= BM;
         }
         any = __syncthreads_or(any) != 0;
         all = __syncthreads_and(all) != 0;
         if (any) {
-          if (threadIdx.x == 0)
+          int slot = -1;
+          if (!all) {
+            if (threadIdx.x == 0)
+              slot_taken = atomicAdd(used, 1);
+            __syncthreads();
+            slot = slot_taken < P.block_step_bits_capacity ? slot_taken : -1;
+            if (slot >= 0) {
+              unsigned *dst = bits + (long long)slot * Bits::kSlotWords;
+#pragma unroll 1
+              for (int e = threadIdx.x; e < Bits::kSlotWords; e += kBuildThreads)
+                dst[e] = step_bits[e];
+            }
+          }
+          if (threadIdx.x == 0) {
             list[count] = ((unsigned)hi << 24) | ((unsigned)m << 1) | (all ? 0u : 1u);
+            list_slots[count] = slot;
+          }
           ++count;
         }
+        __syncthreads();  // step_bits and slot_taken are the next step's
       }
     }
     if (shared_heads && group > 1) {
-      __syncthreads();  // thread 0's entries, read back by the block
-      for (int e = threadIdx.x; e < (group - 1) * count; e += kBuildThreads)
+      for (int e = threadIdx.x; e < (group - 1) * count; e += kBuildThreads) {
         list[count + e] = list[e % count] | ((unsigned)(1 + e / count) << 24);
+        list_slots[count + e] = list_slots[e % count];
+      }
       count *= group;
     }
   }

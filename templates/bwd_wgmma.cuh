@@ -72,6 +72,11 @@ struct BwdWgmmaConfig {
   // A mask_mod's kernel walks the steps of the call's block mask when it has one
   // (FjBackwardParams::block_steps), else every step as other kernels do.
   static constexpr bool kBlockSteps = Features::kMaskMod;
+  // Its partly masked steps test the block mask's keep bits where it has them, unless
+  // the features also transform the scores: a third score loop beside those made d 128
+  // causal ALiBi spill (their partly masked steps call mask_mod). generator::
+  // BackwardEntries::stepBits says the same to the host.
+  static constexpr bool kStepBits = kBlockSteps && !FeatureTraits<Features>::kTransforms;
   static constexpr int kConsumers = 2;        // warpgroups
   // Above head dim 128, dK and dV of 64 keys x the head dim would take 256 registers a
   // thread: the block is then 64 keys, and the two consumers split the head dim for dK,
@@ -243,12 +248,13 @@ template <typename Cfg> struct Block {
   int n0, keys_valid, group, diag, m_begin, m_end, steps_per_head, steps, h_kv, b;
   u32 base;  // 1024-byte aligned start of the shared-memory carve-up
   const unsigned *list;  // the block mask's steps of this block (Cfg::kBlockSteps), or null
+  const int *slots;      // their keep-bit slots (with list)
 
   // Step s: query block m_begin + s % steps_per_head (< m_end) of query head
   // h_kv * group + s / steps_per_head, or with a block mask its list's entry s. step()
-  // gives its first row, query head and whether it may be partly masked;
-  // first_step / next_step walk the same order by counters (h within the group, query
-  // block mb), without divisions.
+  // gives its first row, query head and whether it may be partly masked, bit_slot its
+  // keep-bit slot (-1: none); first_step / next_step walk the same order by counters (h
+  // within the group, query block mb), without divisions.
   __device__ __forceinline__ void step(int s, int &m0, int &q_head, bool &partial) const {
     if (Cfg::kBlockSteps && list) {
       const unsigned e = list[s];
@@ -260,6 +266,11 @@ template <typename Cfg> struct Block {
     m0 = (m_begin + s % steps_per_head) * Cfg::kBlockM;
     q_head = h_kv * group + s / steps_per_head;
     partial = true;  // the hook decides
+  }
+  // Read where it is used rather than kept from step(): one more live register made the
+  // causal tiles at d 128 and 256 spill.
+  __device__ __forceinline__ int bit_slot(int s, bool partial) const {
+    return Cfg::kStepBits && list && partial ? slots[s] : -1;
   }
   __device__ __forceinline__ void first_step(int &h, int &mb) const {
     h = 0;
@@ -457,21 +468,95 @@ __device__ __forceinline__ void feature_probs(float (&acc_s)[Cfg::kScoreCols / 2
   }
 }
 
+// The keep bits of a partly masked step with a slot (bwd_mma::StepBits, written by the
+// block mask's builder), for this thread's key rows key_row and key_row + 8 and its
+// warpgroup's kScoreCols queries from `query0` (within the step), each word shifted right
+// by 2 t: bit 8 (j % 4) + (e & 1) of word j / 4 of row (e >> 1) & 1 is then the pair of
+// acc_s[4 j + e]. They hold every mask (sequence ends, causal, the window, mask_mod), so
+// such a step calls no mask_mod. Asked into L1 as the step begins (prefetch), under its
+// first products, and loaded after them: held in registers from the start, they made the
+// causal tiles at d 128 and 256 spill.
+template <typename Cfg> struct KeepBits {
+  typedef bwd_mma::StepBits<Cfg::kBlockM, Cfg::kBlockN> Bits;
+  static constexpr int kWords = Cfg::kScoreCols / 32;
+  static_assert(Cfg::kScoreCols % 32 == 0, "whole words of queries a warpgroup");
+  unsigned row[2][kWords];
+  __device__ static __forceinline__ const unsigned *at(const FjBackwardParams &P, int slot,
+                                                        int key_row, int query0) {
+    return P.block_step_bits + (long long)slot * Bits::kSlotWords + key_row * Bits::kWords +
+           query0 / 32;
+  }
+  __device__ static __forceinline__ void prefetch(const FjBackwardParams &P, int slot,
+                                                  int key_row, int query0) {
+    if (slot < 0)
+      return;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf)
+      asm volatile("prefetch.global.L1 [%0];" ::"l"(at(P, slot, key_row + 8 * hf, query0)));
+  }
+  __device__ __forceinline__ void load(const FjBackwardParams &P, int slot, int key_row,
+                                       int query0, int t) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+      for (int k = 0; k < kWords; ++k)
+        row[hf][k] = __ldg(at(P, slot, key_row + 8 * hf, query0) + k) >> (2 * t);
+  }
+  __device__ __forceinline__ bool keeps(int j, int e) const {
+    return (row[(e >> 1) & 1][j / 4] >> (8 * (j % 4) + (e & 1))) & 1u;
+  }
+};
+
+// feature_probs for a step with keep bits: the bits say which pairs are dropped.
+template <typename Cfg>
+__device__ __forceinline__ void keep_bit_probs(float (&acc_s)[Cfg::kScoreCols / 2],
+                                               const FjForwardParams &p, const Block<Cfg> &w,
+                                               const ScoreHook<typename Cfg::Features> &hook,
+                                               int q0, int key_row, u32 s_lse, int t,
+                                               const KeepBits<Cfg> &bits) {
+#pragma unroll
+  for (int j = 0; j < Cfg::kScoreCols / 8; ++j) {
+    const u32 addr = s_lse + (j * 8 + 2 * t) * 4;
+    const float l0 = __uint_as_float(ld_shared_u32(addr));
+    const float l1 = __uint_as_float(ld_shared_u32(addr + 4));
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = w.n0 + key_row + 8 * ((e >> 1) & 1);
+      const int query = q0 + j * 8 + 2 * t + (e & 1);
+      float unused_dl;
+      acc_s[4 * j + e] = bwd_mma::feature_prob<true>(
+          hook, acc_s[4 * j + e], p.scale_log2, query, key, !bits.keeps(j, e), false,
+          (e & 1) ? l1 : l0, unused_dl);
+    }
+  }
+}
+
 // P^T = exp2(S^T scale log2e - lse) in place, masked where the block crosses a sequence
 // end or the diagonal. This warpgroup's kScoreCols queries of the step begin at q0 (its
 // lse at s_lse); key_row: this thread's first key row within the block. With features,
-// the scores of query head q_head go through the forward's hook (bwd_mma::feature_prob).
+// the scores of query head q_head go through the forward's hook (bwd_mma::feature_prob);
+// a block mask's partly masked step s with keep bits (Block::bit_slot) is masked by them.
 template <typename Cfg>
 __device__ __forceinline__ void scores_to_probs(float (&acc_s)[Cfg::kScoreCols / 2],
-                                                const FjForwardParams &p, const Block<Cfg> &w,
+                                                const FjBackwardParams &P, const Block<Cfg> &w,
                                                 int m0, int q0, int key_row, u32 s_lse, int t,
-                                                int q_head, bool partial) {
+                                                int q_head, bool partial, int s) {
   typedef typename Cfg::Features F;
+  const FjForwardParams &p = P.fwd;
   constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN, NC = Cfg::kScoreCols;
   const bool crosses = m0 + BM > w.seq.seqlen_q || w.n0 + BN > w.seq.seqlen_k ||
                        (Cfg::kCausal && w.n0 + BN - 1 > m0 + w.diag);
   if constexpr (FeatureTraits<F>::kAny) {
     const ScoreHook<F> hook(p, w.b, q_head, w.seq);
+    if constexpr (Cfg::kStepBits) {
+      const int slot = w.bit_slot(s, partial);
+      if (slot >= 0) {
+        KeepBits<Cfg> bits;
+        bits.load(P, slot, key_row, q0 - m0, t);
+        keep_bit_probs<Cfg>(acc_s, p, w, hook, q0, key_row, s_lse, t, bits);
+        return;
+      }
+    }
     const bool feature_mask = hook.tile_needs_mask(w.n0, BN, m0, m0 + BM - 1, partial);
     if (bwd_mma::not_masked<F, Cfg::kCausal>(crosses, feature_mask))  // tests where needed
       feature_probs<Cfg, false>(acc_s, p, w, hook, q0, key_row, s_lse, t, crosses, false);
@@ -701,6 +786,8 @@ __device__ __forceinline__ void consume_whole(const FjBackwardParams &P, const B
     int m0, q_head;
     bool partial;
     w.step(s, m0, q_head, partial);
+    if constexpr (Cfg::kStepBits)
+      KeepBits<Cfg>::prefetch(P, w.bit_slot(s, partial), key_row, 0);
     const u32 s_q = w.s_q(stage);
     const u32 s_do = w.s_do(stage);
     // lse and D of row m0: the copies began at the 16-byte boundary before it.
@@ -719,7 +806,7 @@ __device__ __forceinline__ void consume_whole(const FjBackwardParams &P, const B
       publish_dq<Cfg>(w, c);  // the last step's slice
     wgmma_wait<1>();
     pin_registers(acc_s);
-    scores_to_probs<Cfg>(acc_s, p, w, m0, m0, key_row, s_lse, t, q_head, partial);
+    scores_to_probs<Cfg>(acc_s, P, w, m0, m0, key_row, s_lse, t, q_head, partial, s);
     u32 p_frag[BM / 16][4], ds_frag[BM / 16][4];
     pack_fragments<Cfg>(p_frag, acc_s);
 
@@ -834,6 +921,8 @@ __device__ __forceinline__ void consume_split(const FjBackwardParams &P, const B
     int m0, q_head;
     bool partial;
     w.step(s, m0, q_head, partial);
+    if constexpr (Cfg::kStepBits)
+      KeepBits<Cfg>::prefetch(P, w.bit_slot(s, partial), key_row, c * NC);
     const u32 s_q = w.s_q(stage);
     const u32 s_do = w.s_do(stage);
     // lse and D of this warpgroup's first query (the copies began at the 16-byte
@@ -854,7 +943,8 @@ __device__ __forceinline__ void consume_split(const FjBackwardParams &P, const B
       reduce_dq<kEarly, kLate, kEarly>(late_slices, dq_late, ct);
     wgmma_wait<1>();
     pin_registers(acc_s);
-    scores_to_probs<Cfg>(acc_s, p, w, m0, m0 + c * NC, key_row, s_lse, t, q_head, partial);
+    scores_to_probs<Cfg>(acc_s, P, w, m0, m0 + c * NC, key_row, s_lse, t, q_head, partial,
+                         s);
     store_scores<Cfg>(s_ps, acc_s, key_row, c * NC / 8, t);
     wgmma_wait<0>();
     pin_registers(acc_dp);
@@ -921,11 +1011,13 @@ __device__ __forceinline__ Block<Cfg> make_block(const FjBackwardParams &P, unsi
   w.steps_per_head = w.m_end - w.m_begin;
   w.steps = w.steps_per_head * w.group;  // 0: the block only writes zero dK and dV
   w.list = nullptr;
+  w.slots = nullptr;
   if constexpr (Cfg::kBlockSteps) {
     if (P.block_steps) {
       const long long wi = (long long)w.b * P.block_steps_batch_stride +
                            (long long)w.h_kv * P.block_steps_head_stride + tile.key_block;
       w.list = P.block_steps + wi * P.block_steps_capacity;
+      w.slots = P.block_step_slots + wi * P.block_steps_capacity;
       w.steps = P.block_step_counts[wi];
     }
   }

@@ -42,4 +42,12 @@ struct FjBackwardParams {
   const int *block_step_counts;
   long long block_steps_batch_stride, block_steps_head_stride;
   int block_steps_capacity;
+  // The keep bits of partly masked steps, so that those need not call mask_mod (read by
+  // bwd_wgmma): the entry at a list index has slot block_step_slots[same index] of
+  // block_step_bits, or -1 (no slot: mask_mod is called). A slot is block_n key rows of
+  // ceil(block_m / 32) words, bit q % 32 of word q / 32 for query q of the step
+  // (bwd_mma::StepBits); block_step_bits_capacity slots in all, read by the builder.
+  const int *block_step_slots;
+  const unsigned *block_step_bits;
+  int block_step_bits_capacity;
 };

@@ -147,9 +147,12 @@ BackwardChecker::Launch BackwardChecker::launcherFor(const BackwardKernel &kerne
   return [this, &kernel](const FjBackwardParams &params, CUstream s) -> llvm::Error {
     const FjForwardParams &f = params.fwd;
     const bool shared = blockSteps_ == BlockSteps::Shared;
-    const BlockStepsShape shape = BlockStepsShape::of(
+    BlockStepsShape shape = BlockStepsShape::of(
         kernel.entries(), f.batch, f.heads_kv, f.heads_q / f.heads_kv, f.seqlen_q, f.seqlen_k,
         shared && !f.cu_seqlens_q, shared);
+    if (kernel.entries().stepBits)
+      shape.bitCapacity =
+          blockSteps_ == BlockSteps::PerHeadFewBits ? 3 : shape.entries();
     if (stepsBuffer_.size() < (size_t)shape.bytes()) {
       auto buffer = runtime::DeviceBuffer::allocate((size_t)shape.bytes());
       if (!buffer)
@@ -158,10 +161,10 @@ BackwardChecker::Launch BackwardChecker::launcherFor(const BackwardKernel &kerne
     }
     if (llvm::Error err = stepsBuffer_.fill(0xFF))  // the builder writes every count
       return err;
+    if (llvm::Error err = kernel.buildBlockSteps(params, shape, stepsBuffer_, s))
+      return err;
     FjBackwardParams p = params;
     shape.describe(p, stepsBuffer_.ptr());
-    if (llvm::Error err = kernel.buildBlockSteps(p, shape, s))
-      return err;
     return kernel.launch(p, s);
   };
 }

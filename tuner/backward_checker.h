@@ -25,8 +25,10 @@ public:
   // Whether a kernel that walks a block mask's steps (BackwardKernel::hasBlockSteps) is
   // given them, built for the problem first: per sequence and head, or shared by the
   // heads (and by the sequences, without cu_seqlens), as fj_block_mask_options allow for
-  // a mask_mod that reads neither.
-  enum class BlockSteps { None, PerHead, Shared };
+  // a mask_mod that reads neither. A kernel that reads keep bits
+  // (BackwardEntries::stepBits) gets them for every partly masked step, or with
+  // PerHeadFewBits for the first 3 built (the rest call mask_mod: both ways in one run).
+  enum class BlockSteps { None, PerHead, Shared, PerHeadFewBits };
   // `deterministic`: the kernels run in deterministic mode (dQ by its own kernel).
   static llvm::Expected<std::unique_ptr<BackwardChecker>>
   create(const generator::KernelSpec &spec, const ForwardShape &shape, uint64_t seed,

@@ -132,17 +132,28 @@ llvm::Error BackwardKernel::launch(const FjBackwardParams &params, CUstream stre
                     stream, args);
 }
 
-llvm::Error BackwardKernel::buildBlockSteps(const FjBackwardParams &params,
+llvm::Error BackwardKernel::buildBlockSteps(FjBackwardParams params,
                                             const BlockStepsShape &shape,
+                                            runtime::DeviceBuffer &buffer,
                                             CUstream stream) const {
   if (!blockSteps_)
     return makeError(ErrorCode::Internal, "{0} builds no block mask", entries_.passes.front());
   if (shape.lists() == 0)
     return llvm::Error::success();
-  unsigned *steps = const_cast<unsigned *>(params.block_steps);
-  int *counts = const_cast<int *>(params.block_step_counts);
+  if ((int64_t)buffer.size() < shape.bytes())
+    return makeError(ErrorCode::Internal, "block steps buffer of {0} bytes, {1} needed",
+                     buffer.size(), shape.bytes());
+  const uint64_t base = buffer.ptr();
+  shape.describe(params, base);
+  if (auto err = buffer.fillWordsAsync(0, (size_t)shape.usedOffset(), 1, stream))
+    return err;
+  unsigned *steps = reinterpret_cast<unsigned *>(base);
+  int *counts = reinterpret_cast<int *>(base + shape.countsOffset());
+  int *slots = reinterpret_cast<int *>(base + shape.slotsOffset());
+  unsigned *bits = reinterpret_cast<unsigned *>(base + shape.bitsOffset());
+  int *used = reinterpret_cast<int *>(base + shape.usedOffset());
   int shared = shape.sharedHeads ? 1 : 0;
-  void *args[] = {const_cast<FjBackwardParams *>(&params), &steps, &counts, &shared};
+  void *args[] = {&params, &steps, &counts, &slots, &bits, &used, &shared};
   return blockSteps_->launch((unsigned)shape.keyBlocks, (unsigned)shape.heads,
                              (unsigned)shape.batches,
                              (unsigned)generator::kBackwardBlockStepsThreads, 0, stream, args);

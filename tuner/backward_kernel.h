@@ -10,6 +10,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -19,29 +20,49 @@ namespace flashjit::tuner {
 // The step lists of a backward block mask (FjBackwardParams::block_steps) for one shape
 // at a backward kernel's tiles: one list per (sequence, kv head, key block), one sequence
 // or head where the mask is shared, each with room for every (query head of the group,
-// query block) step; the lists, then their counts.
+// query block) step; the lists, their bit slots, their counts, the builder's count of
+// partly masked steps, then bitCapacity slots of keep bits (kernels that read them:
+// BackwardEntries::stepBits).
 struct BlockStepsShape {
   int batches = 0, heads = 0, keyBlocks = 0;
   int64_t capacity = 0;  // steps a list: group * query blocks
   bool sharedBatch = false, sharedHeads = false;
+  int blockM = 0, blockN = 0;  // a step's queries and keys
+  int64_t bitCapacity = 0;
   static BlockStepsShape of(const generator::BackwardEntries &entries, int batch, int headsKv,
                             int group, int seqlenQ, int seqlenK, bool sharedBatch,
                             bool sharedHeads) {
     const int queryBlocks = (seqlenQ + entries.queryRowsPerStep - 1) / entries.queryRowsPerStep;
-    return {sharedBatch ? 1 : batch, sharedHeads ? 1 : headsKv,
-            (seqlenK + entries.keysPerCta - 1) / entries.keysPerCta,
-            (int64_t)group * queryBlocks, sharedBatch, sharedHeads};
+    BlockStepsShape shape;
+    shape.batches = sharedBatch ? 1 : batch;
+    shape.heads = sharedHeads ? 1 : headsKv;
+    shape.keyBlocks = (seqlenK + entries.keysPerCta - 1) / entries.keysPerCta;
+    shape.capacity = (int64_t)group * queryBlocks;
+    shape.sharedBatch = sharedBatch;
+    shape.sharedHeads = sharedHeads;
+    shape.blockM = entries.queryRowsPerStep;
+    shape.blockN = entries.keysPerCta;
+    return shape;
   }
+  static int64_t align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
   int64_t lists() const { return (int64_t)batches * heads * keyBlocks; }
-  int64_t countsOffset() const { return (lists() * capacity * 4 + 15) / 16 * 16; }
-  int64_t bytes() const { return countsOffset() + lists() * 4; }
+  int64_t entries() const { return lists() * capacity; }
+  int64_t slotsOffset() const { return align16(entries() * 4); }
+  int64_t countsOffset() const { return slotsOffset() + align16(entries() * 4); }
+  int64_t usedOffset() const { return countsOffset() + align16(lists() * 4); }
+  int64_t bitsOffset() const { return usedOffset() + 16; }
+  int64_t bytesPerSlot() const { return (int64_t)blockN * ((blockM + 31) / 32) * 4; }
+  int64_t bytes() const { return bitsOffset() + bitCapacity * bytesPerSlot(); }
   // Points `params` at lists of this shape at device address `base`.
   void describe(FjBackwardParams &params, uint64_t base) const {
     params.block_steps = reinterpret_cast<const unsigned *>(base);
+    params.block_step_slots = reinterpret_cast<const int *>(base + slotsOffset());
     params.block_step_counts = reinterpret_cast<const int *>(base + countsOffset());
+    params.block_step_bits = reinterpret_cast<const unsigned *>(base + bitsOffset());
     params.block_steps_head_stride = sharedHeads ? 0 : keyBlocks;
     params.block_steps_batch_stride = sharedBatch ? 0 : (long long)heads * keyBlocks;
     params.block_steps_capacity = (int)capacity;
+    params.block_step_bits_capacity = (int)std::min<int64_t>(bitCapacity, INT32_MAX);
   }
 };
 
@@ -58,11 +79,12 @@ public:
   llvm::Error launch(const FjBackwardParams &params, CUstream stream) const;
 
   // Whether the main pass walks a block mask's step lists (a mask_mod's module), and
-  // builds them: from `params` (the call's, described by shape.describe), writing the
-  // lists at params.block_steps, asynchronously.
+  // builds them: from `params` (the call's), into `buffer` (of shape.bytes() at least),
+  // asynchronously. The count of partly masked steps the lists wanted bits for (kept
+  // or not) is then at shape.usedOffset().
   bool hasBlockSteps() const { return blockSteps_.has_value(); }
-  llvm::Error buildBlockSteps(const FjBackwardParams &params, const BlockStepsShape &shape,
-                              CUstream stream) const;
+  llvm::Error buildBlockSteps(FjBackwardParams params, const BlockStepsShape &shape,
+                              runtime::DeviceBuffer &buffer, CUstream stream) const;
 
   generator::Operation operation() const override { return generator::Operation::Backward; }
   int registers() const override { return registers_; }

@@ -190,9 +190,17 @@ TEST(BwdFeaturesMore, SanitizerShapes) {
       }
 }
 
+// How a failure names the block-mask mode it ran in.
+const char *stepsName(tuner::BackwardChecker::BlockSteps steps) {
+  using Steps = tuner::BackwardChecker::BlockSteps;
+  return steps == Steps::Shared ? " shared" : steps == Steps::PerHeadFewBits ? " few bits" : "";
+}
+
 // A mask_mod's backward kernels with a block mask's steps (the backward's block sparsity:
-// dropped steps skipped, fully kept ones run without calling mask_mod): the same bar
-// against the reference, per head and shared by the heads (and sequences), on the grid's
+// dropped steps skipped, fully kept ones run without calling mask_mod, partly kept ones
+// by their keep bits on bwd_wgmma, or by mask_mod where they have none: the "few bits"
+// mode gives bits to the first 3 only): the same bar against the reference, per head and
+// shared by the heads (and sequences), on the grid's
 // shapes and one where documents of 300 rows leave whole blocks kept and whole ones
 // dropped; bwd_wgmma at d 64/128/256 (sm_90a), bwd_mma at 64/128 (any GPU).
 TEST(BwdFeaturesMore, BlockMaskSteps) {
@@ -221,13 +229,13 @@ TEST(BwdFeaturesMore, BlockMaskSteps) {
                         family);
         ASSERT_TRUE(takes(spec)) << spec.key();
         for (const auto &[name, shape] : shapes)
-          for (Steps steps : {Steps::PerHead, Steps::Shared}) {
-            if (steps == Steps::Shared && d != 128)
+          for (Steps steps : {Steps::PerHead, Steps::Shared, Steps::PerHeadFewBits}) {
+            if ((steps == Steps::Shared && d != 128) || (steps == Steps::PerHeadFewBits && d != 64))
               continue;
             EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec), withHeadDim(shape, d),
                                     500 + checked++, false, steps),
                       "")
-                << spec.key() << " " << name << (steps == Steps::Shared ? " shared" : "");
+                << spec.key() << " " << name << stepsName(steps);
           }
         // dK and dV from the steps, dQ by the deterministic pass (which walks every block).
         EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec),
@@ -258,12 +266,12 @@ TEST(BwdFeaturesMore, BlockMaskStepsSanitizerShapes) {
   for (Family family : familiesHere())
   for (const NamedFeatures &c : cases)
     for (bool causal : {false, true})
-      for (Steps steps : {Steps::PerHead, Steps::Shared}) {
+      for (Steps steps : {Steps::PerHead, Steps::Shared, Steps::PerHeadFewBits}) {
         KernelSpec spec = featureSpec(64, DType::BF16, causal, c.features, family);
         for (const tuner::ForwardShape &shape : {shapeOf(1, 2, 1, 77, 150), varlen})
           EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec), withHeadDim(shape, 64),
                                   19, false, steps),
                     "")
-              << spec.key() << (steps == Steps::Shared ? " shared" : "");
+              << spec.key() << stepsName(steps);
       }
 }

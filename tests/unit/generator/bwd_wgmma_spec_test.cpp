@@ -199,6 +199,8 @@ TEST(BwdWgmmaSpec, EmitsABackwardModule) {
 
 // A mask_mod's module also builds the block mask's step lists at the main kernel's tiles
 // (the API launches kBackwardBlockStepsEntry when a mask is created); other modules do not.
+// bwd_wgmma's main kernel reads the keep bits of partly masked steps (stepBits: the host
+// gives them slots) unless the features also transform scores; bwd_mma's never does.
 TEST(BwdWgmmaSpec, MaskModModulesBuildBlockSteps) {
   KernelSpec spec = bwdWgmmaSpec(128);
   const TileConfig tile = defaultTile(spec);
@@ -212,7 +214,15 @@ TEST(BwdWgmmaSpec, MaskModModulesBuildBlockSteps) {
   EXPECT_EQ(masked->backward.blockSteps, kBackwardBlockStepsEntry);
   EXPECT_EQ(masked->backward.queryRowsPerStep, tile.blockM);
   EXPECT_EQ(masked->backward.keysPerCta, tile.blockN);
+  EXPECT_TRUE(masked->backward.stepBits);
+  EXPECT_FALSE(plain->backward.stepBits);
   EXPECT_NE(masked->source.find(std::string(kBackwardBlockStepsEntry) + "("), std::string::npos);
+  KernelSpec alibi = spec;
+  alibi.features.alibi = true;
+  auto alibiMasked = emitKernel(alibi, defaultTile(alibi));
+  ASSERT_TRUE(bool(alibiMasked)) << llvm::toString(alibiMasked.takeError());
+  EXPECT_EQ(alibiMasked->backward.blockSteps, kBackwardBlockStepsEntry);
+  EXPECT_FALSE(alibiMasked->backward.stepBits);
   // bwd_mma's modules too (its main kernel walks the same lists), at its own tiles.
   KernelSpec mma = spec;
   mma.family = Family::BwdMma;
@@ -222,4 +232,5 @@ TEST(BwdWgmmaSpec, MaskModModulesBuildBlockSteps) {
   EXPECT_EQ(mmaMasked->backward.blockSteps, kBackwardBlockStepsEntry);
   EXPECT_EQ(mmaMasked->backward.queryRowsPerStep, mmaTile.blockM);
   EXPECT_EQ(mmaMasked->backward.keysPerCta, mmaTile.blockN);
+  EXPECT_FALSE(mmaMasked->backward.stepBits);
 }
