@@ -502,9 +502,11 @@ FJ_API void fj_block_mask_options_init(fj_block_mask_options *options);
  * per head. Allocates the mask in device memory: batch x heads x ceil(seqlen_q /
  * block_m) lists of up to ceil(seqlen_k / block_n) entries, 8 bytes each (fewer when
  * shared), and block_m x block_n bits for each partly masked tile (a quarter more for
- * updates; at most 256 MiB of them, tiles beyond call mask_mod). Builds it on `stream`
- * twice, reading the count of partly masked tiles back in between, so it synchronises
- * `stream` (not capturable in a CUDA graph; fj_block_mask_update is). The mask is for
+ * updates; at most 256 MiB of them, tiles beyond call mask_mod); with the backward
+ * pass, its step lists and, for bwd_wgmma, the bits of its partly masked steps alike.
+ * Builds it on `stream` twice, reading the count of partly masked tiles (and steps) back
+ * in between, so it synchronises `stream` (not capturable in a CUDA graph;
+ * fj_block_mask_update is). The mask is for
  * the variant fj_forward picks for these arguments, and fj_forward refuses it for
  * arguments of another shape (batch, seqlen_q, seqlen_k, cu_seqlens or not) or another
  * variant. The kernel cannot be released while it has masks. */
