@@ -59,36 +59,52 @@ llvm::Error build(fj_block_mask_s &mask, const FjForwardParams &params, void *st
 // in the rest.
 constexpr int64_t kMaxBitBytes = 256ll << 20;
 
+// Replaces `buffer` with one of `bytes` (the old one freed first).
+llvm::Error reallocate(runtime::DeviceBuffer &buffer, int64_t bytes) {
+  buffer = runtime::DeviceBuffer();
+  auto fresh = runtime::DeviceBuffer::allocate((size_t)bytes);
+  if (!fresh)
+    return fresh.takeError();
+  buffer = std::move(*fresh);
+  return llvm::Error::success();
+}
+
+// The bit slots for a mask's second build, once its first build on `stream` has counted
+// the partly masked tiles (or steps) into the int at `usedOffset` of `buffer` (read back:
+// this synchronises `stream`): one each and a quarter more (and 16) for updates, at most
+// `entries` and kMaxBitBytes of bits; 0 when nothing is partly masked.
+llvm::Expected<int64_t> bitSlotsAfterCount(const runtime::DeviceBuffer &buffer,
+                                           int64_t usedOffset, int64_t entries,
+                                           int64_t bytesPerSlot, void *stream) {
+  if (llvm::Error error = runtime::synchronizeStream(static_cast<CUstream>(stream)))
+    return std::move(error);
+  int32_t partial = 0;
+  if (llvm::Error error = buffer.download(&partial, sizeof partial, (size_t)usedOffset))
+    return std::move(error);
+  if (partial <= 0)
+    return 0;
+  return std::min({(int64_t)partial + partial / 4 + 16, entries,
+                   std::max<int64_t>(kMaxBitBytes / bytesPerSlot, 1)});
+}
+
 // Allocates `mask`'s buffer for its shape and builds it; then, once the build has counted
-// its partly masked tiles (read back: this synchronises `stream`), gives them keep bits
-// (with a quarter more for updates) and builds again.
+// its partly masked tiles, gives them keep bits and builds again (bitSlotsAfterCount).
 llvm::Error allocateAndBuild(fj_block_mask_s &mask, const FjForwardParams &params,
                              void *stream) {
-  auto allocate = [&]() -> llvm::Error {
-    mask.buffer = runtime::DeviceBuffer();  // the old one first
-    auto buffer = runtime::DeviceBuffer::allocate((size_t)mask.shape.bytes());
-    if (!buffer)
-      return buffer.takeError();
-    mask.buffer = std::move(*buffer);
-    return llvm::Error::success();
-  };
   mask.shape.bitCapacity = 0;
-  if (llvm::Error error = allocate())
+  if (llvm::Error error = reallocate(mask.buffer, mask.shape.bytes()))
     return error;
   if (llvm::Error error = build(mask, params, stream))
     return error;
-  if (llvm::Error error = runtime::synchronizeStream(static_cast<CUstream>(stream)))
-    return error;
-  int32_t partial = 0;
-  if (llvm::Error error =
-          mask.buffer.download(&partial, sizeof partial, (size_t)mask.shape.usedOffset()))
-    return error;
-  if (partial <= 0)
+  llvm::Expected<int64_t> slots =
+      bitSlotsAfterCount(mask.buffer, mask.shape.usedOffset(), mask.shape.entries(),
+                         mask.shape.bytesPerSlot(), stream);
+  if (!slots)
+    return slots.takeError();
+  if (*slots == 0)
     return llvm::Error::success();
-  mask.shape.bitCapacity =
-      std::min({(int64_t)partial + partial / 4 + 16, mask.shape.entries(),
-                std::max<int64_t>(kMaxBitBytes / mask.shape.bytesPerSlot(), 1)});
-  if (llvm::Error error = allocate())
+  mask.shape.bitCapacity = *slots;
+  if (llvm::Error error = reallocate(mask.buffer, mask.shape.bytes()))
     return error;
   return build(mask, params, stream);
 }
@@ -96,9 +112,8 @@ llvm::Error allocateAndBuild(fj_block_mask_s &mask, const FjForwardParams &param
 // The backward pass's step lists of `mask` for `params` (checked, with work), when the
 // kernel has a backward pass whose variant for these sizes walks them: the variant is
 // recorded either way, the lists allocated (`allocate`) and built on `stream`. A kernel
-// that reads keep bits gets them as the forward's tiles do (allocateAndBuild): a first
-// build counts the partly masked steps (read back: this synchronises `stream`), a second
-// one, with a quarter more slots for updates, writes their bits.
+// that reads keep bits gets them as the forward's tiles do: a first build counts the
+// partly masked steps, a second one writes their bits (bitSlotsAfterCount).
 llvm::Error buildBackward(fj_block_mask_s &mask, const FjForwardParams &params, bool allocate,
                           void *stream) {
   const fj_kernel_s &kernel = *mask.kernel;
@@ -131,32 +146,21 @@ llvm::Error buildBackward(fj_block_mask_s &mask, const FjForwardParams &params, 
   }
   if (mask.stepsShape.lists() == 0)
     return llvm::Error::success();
-  auto allocateSteps = [&]() -> llvm::Error {
-    mask.stepsBuffer = runtime::DeviceBuffer();  // the old one first
-    auto buffer = runtime::DeviceBuffer::allocate((size_t)mask.stepsShape.bytes());
-    if (!buffer)
-      return buffer.takeError();
-    mask.stepsBuffer = std::move(*buffer);
-    return llvm::Error::success();
-  };
-  if (llvm::Error error = allocateSteps())
+  if (llvm::Error error = reallocate(mask.stepsBuffer, mask.stepsShape.bytes()))
     return error;
   if (llvm::Error error = build())
     return error;
   if (!backward->entries().stepBits)
     return llvm::Error::success();
-  if (llvm::Error error = runtime::synchronizeStream(static_cast<CUstream>(stream)))
-    return error;
-  int32_t partial = 0;
-  if (llvm::Error error = mask.stepsBuffer.download(&partial, sizeof partial,
-                                                    (size_t)mask.stepsShape.usedOffset()))
-    return error;
-  if (partial <= 0)
+  llvm::Expected<int64_t> slots = bitSlotsAfterCount(
+      mask.stepsBuffer, mask.stepsShape.usedOffset(), mask.stepsShape.entries(),
+      mask.stepsShape.bytesPerSlot(), stream);
+  if (!slots)
+    return slots.takeError();
+  if (*slots == 0)
     return llvm::Error::success();
-  mask.stepsShape.bitCapacity =
-      std::min({(int64_t)partial + partial / 4 + 16, mask.stepsShape.entries(),
-                std::max<int64_t>(kMaxBitBytes / mask.stepsShape.bytesPerSlot(), 1)});
-  if (llvm::Error error = allocateSteps())
+  mask.stepsShape.bitCapacity = *slots;
+  if (llvm::Error error = reallocate(mask.stepsBuffer, mask.stepsShape.bytes()))
     return error;
   return build();
 }
