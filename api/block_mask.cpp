@@ -69,51 +69,41 @@ llvm::Error reallocate(runtime::DeviceBuffer &buffer, int64_t bytes) {
   return llvm::Error::success();
 }
 
-// The bit slots for a mask's second build, once its first build on `stream` has counted
-// the partly masked tiles (or steps) into the int at `usedOffset` of `buffer` (read back:
-// this synchronises `stream`): one each and a quarter more (and 16) for updates, at most
-// `entries` and kMaxBitBytes of bits; 0 when nothing is partly masked.
-llvm::Expected<int64_t> bitSlotsAfterCount(const runtime::DeviceBuffer &buffer,
-                                           int64_t usedOffset, int64_t entries,
-                                           int64_t bytesPerSlot, void *stream) {
-  if (llvm::Error error = runtime::synchronizeStream(static_cast<CUstream>(stream)))
-    return std::move(error);
-  int32_t partial = 0;
-  if (llvm::Error error = buffer.download(&partial, sizeof partial, (size_t)usedOffset))
-    return std::move(error);
-  if (partial <= 0)
-    return 0;
-  return std::min({(int64_t)partial + partial / 4 + 16, entries,
-                   std::max<int64_t>(kMaxBitBytes / bytesPerSlot, 1)});
-}
-
-// Allocates `mask`'s buffer for its shape and builds it; then, once the build has counted
-// its partly masked tiles, gives them keep bits and builds again (bitSlotsAfterCount).
-llvm::Error allocateAndBuild(fj_block_mask_s &mask, const FjForwardParams &params,
-                             void *stream) {
-  mask.shape.bitCapacity = 0;
-  if (llvm::Error error = reallocate(mask.buffer, mask.shape.bytes()))
+// Allocates `buffer` for `shape` (no bit slots) and builds it with `build`; with
+// `withBits`, once that build has counted the partly masked tiles (or steps) into the
+// int at shape.usedOffset() (read back: this synchronises `stream`), gives each a slot of
+// keep bits and a quarter more (and 16) for updates, at most shape.entries() and
+// kMaxBitBytes of bits, and builds again (no second build when nothing is partly
+// masked). For the forward's tiles (tuner::BlockMaskShape) and the backward's steps
+// (tuner::BlockStepsShape).
+template <typename Shape, typename Build>
+llvm::Error allocateAndBuild(Shape &shape, runtime::DeviceBuffer &buffer, bool withBits,
+                             Build build, void *stream) {
+  shape.bitCapacity = 0;
+  if (llvm::Error error = reallocate(buffer, shape.bytes()))
     return error;
-  if (llvm::Error error = build(mask, params, stream))
+  if (llvm::Error error = build())
     return error;
-  llvm::Expected<int64_t> slots =
-      bitSlotsAfterCount(mask.buffer, mask.shape.usedOffset(), mask.shape.entries(),
-                         mask.shape.bytesPerSlot(), stream);
-  if (!slots)
-    return slots.takeError();
-  if (*slots == 0)
+  if (!withBits)
     return llvm::Error::success();
-  mask.shape.bitCapacity = *slots;
-  if (llvm::Error error = reallocate(mask.buffer, mask.shape.bytes()))
+  if (llvm::Error error = runtime::synchronizeStream(static_cast<CUstream>(stream)))
     return error;
-  return build(mask, params, stream);
+  int32_t partial = 0;
+  if (llvm::Error error = buffer.download(&partial, sizeof partial, (size_t)shape.usedOffset()))
+    return error;
+  if (partial <= 0)
+    return llvm::Error::success();
+  shape.bitCapacity = std::min({(int64_t)partial + partial / 4 + 16, shape.entries(),
+                                std::max<int64_t>(kMaxBitBytes / shape.bytesPerSlot(), 1)});
+  if (llvm::Error error = reallocate(buffer, shape.bytes()))
+    return error;
+  return build();
 }
 
 // The backward pass's step lists of `mask` for `params` (checked, with work), when the
 // kernel has a backward pass whose variant for these sizes walks them: the variant is
-// recorded either way, the lists allocated (`allocate`) and built on `stream`. A kernel
-// that reads keep bits gets them as the forward's tiles do: a first build counts the
-// partly masked steps, a second one writes their bits (bitSlotsAfterCount).
+// recorded either way, the lists allocated (`allocate`) and built on `stream`, with bit
+// slots for a kernel that reads keep bits (allocateAndBuild).
 llvm::Error buildBackward(fj_block_mask_s &mask, const FjForwardParams &params, bool allocate,
                           void *stream) {
   const fj_kernel_s &kernel = *mask.kernel;
@@ -146,23 +136,8 @@ llvm::Error buildBackward(fj_block_mask_s &mask, const FjForwardParams &params, 
   }
   if (mask.stepsShape.lists() == 0)
     return llvm::Error::success();
-  if (llvm::Error error = reallocate(mask.stepsBuffer, mask.stepsShape.bytes()))
-    return error;
-  if (llvm::Error error = build())
-    return error;
-  if (!backward->entries().stepBits)
-    return llvm::Error::success();
-  llvm::Expected<int64_t> slots = bitSlotsAfterCount(
-      mask.stepsBuffer, mask.stepsShape.usedOffset(), mask.stepsShape.entries(),
-      mask.stepsShape.bytesPerSlot(), stream);
-  if (!slots)
-    return slots.takeError();
-  if (*slots == 0)
-    return llvm::Error::success();
-  mask.stepsShape.bitCapacity = *slots;
-  if (llvm::Error error = reallocate(mask.stepsBuffer, mask.stepsShape.bytes()))
-    return error;
-  return build();
+  return allocateAndBuild(mask.stepsShape, mask.stepsBuffer, backward->entries().stepBits,
+                          build, stream);
 }
 
 } // namespace
@@ -219,7 +194,9 @@ llvm::Expected<fj_block_mask_s *> createBlockMask(const fj_kernel_s *kernel,
         opts.shared_across_heads ? 1 : params.heads_q, params.seqlen_q, params.seqlen_k);
     if (llvm::Error error = kernel->context->device->makeCurrent())
       return std::move(error);
-    if (llvm::Error error = allocateAndBuild(*mask, params, stream))
+    if (llvm::Error error = allocateAndBuild(
+            mask->shape, mask->buffer, /*withBits=*/true,
+            [&] { return build(*mask, params, stream); }, stream))
       return std::move(error);
     if (llvm::Error error = buildBackward(*mask, params, /*allocate=*/true, stream))
       return std::move(error);
