@@ -185,13 +185,12 @@ llvm::Expected<fj_block_mask_s *> createBlockMask(const fj_kernel_s *kernel,
     if (!index)
       return index.takeError();
     mask->variant = *index;
-    const tuner::LaunchGeometry &geometry = forwardVariant(*kernel, *index).geometry();
-    if (!geometry.blockMask)
+    const tuner::ForwardKernel &variant = forwardVariant(*kernel, *index);
+    if (!variant.geometry().blockMask)
       return makeError(ErrorCode::Internal, "kernel {0}: variant {1} has no block-mask builder",
                        kernel->specKey, *index);
-    mask->shape = tuner::BlockMaskShape::of(
-        geometry, opts.shared_across_batch ? 1 : params.batch,
-        opts.shared_across_heads ? 1 : params.heads_q, params.seqlen_q, params.seqlen_k);
+    mask->shape = variant.blockMaskShape(params, opts.shared_across_batch != 0,
+                                         opts.shared_across_heads != 0);
     if (llvm::Error error = kernel->context->device->makeCurrent())
       return std::move(error);
     if (llvm::Error error = allocateAndBuild(

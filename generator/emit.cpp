@@ -150,11 +150,32 @@ std::string fp8TransposeEntryPoint(const KernelSpec &spec) {
       .str();
 }
 
+// Whether a mask_mod's module also holds the kernel that orders its persistent walk over
+// a block mask (fj::block_mask::build_order): fwd_wgmma's, not causal (causal kernels
+// walk their blocks in pairs of their own).
+bool hasBlockOrder(const KernelSpec &spec) {
+  return spec.family == Family::FwdWgmma && !spec.features.maskMod.empty() && !spec.causal;
+}
+
 // With a mask_mod, the module also holds the kernel that builds its block mask
-// (templates/fj_block_mask.cuh) at the forward kernel's own tile sizes.
+// (templates/fj_block_mask.cuh) at the forward kernel's own tile sizes, and the order
+// kernel where hasBlockOrder.
 std::string blockMaskEntryPoint(const KernelSpec &spec) {
   if (spec.features.maskMod.empty())
     return "";
+  std::string order;
+  if (hasBlockOrder(spec))
+    order = llvm::formatv(
+                "\nextern \"C\" __global__ void "
+                "__launch_bounds__(fj::block_mask::kOrderThreads, 1)\n"
+                "{0}(const FjForwardParams params, int *order, int units, int grid,\n"
+                "    float min_gain) {{\n"
+                "  static_assert(fj::block_mask::kOrderThreads == {1}, \"the order's block\");\n"
+                "  fj::block_mask::build_order<FjConfig::kBlockM>(params, order, units, grid, "
+                "min_gain);\n"
+                "}\n",
+                kBlockOrderEntry, kBlockOrderThreads)
+                .str();
   return llvm::formatv(
              "\nextern \"C\" __global__ void __launch_bounds__(fj::block_mask::kThreads)\n"
              "{0}(const FjForwardParams params, int *counts, int *tiles, int *slots,\n"
@@ -163,7 +184,8 @@ std::string blockMaskEntryPoint(const KernelSpec &spec) {
              "FjConfig::kCausal>(params, counts, tiles, slots, bits, used);\n"
              "}\n",
              kBlockMaskEntry)
-      .str();
+             .str() +
+         order;
 }
 
 int panelColumns(int headDim) {
@@ -324,6 +346,8 @@ llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConf
   kernel.blockN = tile.blockN;
   if (!spec.features.maskMod.empty())
     kernel.blockMaskEntry = kBlockMaskEntry;
+  if (hasBlockOrder(spec))
+    kernel.blockOrderEntry = kBlockOrderEntry;
   return kernel;
 }
 

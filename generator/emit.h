@@ -86,6 +86,12 @@ struct DecodeEntries {
 inline constexpr const char *kBlockMaskEntry = "flashjit_block_mask";
 // Its block size (templates/fj_block_mask.cuh's kThreads).
 inline constexpr int kBlockMaskThreads = 256;
+// Beside it in fwd_wgmma's modules (not causal), the order of the persistent walk over a
+// block mask's work tiles (EmittedKernel::blockOrderEntry, fj::block_mask::build_order;
+// parameters FjForwardParams, int *order, int units, int grid, float min_gain; one CTA of
+// kBlockOrderThreads), for grids up to kBlockOrderThreads CTAs.
+inline constexpr const char *kBlockOrderEntry = "flashjit_block_order";
+inline constexpr int kBlockOrderThreads = 256;
 // FP8 modules' V transpose (EmittedKernel::fp8TransposeEntry): parameters FjForwardParams,
 // grid (vt_keys / kFp8TransposeKeys, heads_kv, batch) of kFp8TransposeThreads threads
 // (templates/fj_fp8.cuh).
@@ -132,6 +138,9 @@ struct EmittedKernel {
   // threads; parameters FjForwardParams, int *counts, int *tiles, int *slots,
   // unsigned *bits, int *used); "" otherwise.
   std::string blockMaskEntry;
+  // Beside it, the order of a persistent kernel's walk over the block mask
+  // (kBlockOrderEntry); "" where the kernel walks its own way only.
+  std::string blockOrderEntry;
   // FP8 forward kernels: the V transpose to launch before them (kFp8TransposeEntry).
   std::string fp8TransposeEntry;
   // Kernel parameters after FjForwardParams, if enabled: the maps of Q, K, V and O, and

@@ -27,7 +27,7 @@ __device__ __forceinline__ long long work_index(const FjForwardParams &p, int b,
 __device__ __forceinline__ int entry_tile(u32 entry) { return (int)(entry >> 1); }
 __device__ __forceinline__ bool entry_partial(u32 entry) { return (entry & 1) != 0; }
 
-constexpr int kThreads = 256;
+enum : int { kThreads = 256 };  // (an enumerator: no warning where it goes unused)
 
 // The keep bits of a partly masked tile: row r of the work tile (0 .. kBlockM - 1) is
 // kWords 32-bit words, bit c of word c / 32 for the tile's key c.
@@ -106,6 +106,77 @@ __device__ __forceinline__ void build(const FjForwardParams &p, int *counts, int
   }
   if (threadIdx.x == 0)
     counts[w] = count;
+}
+
+// A persistent kernel's order of the call's `units` work tiles (FjForwardParams::
+// block_order) for a grid of `grid` CTAs, which take rounds of `grid` consecutive tiles,
+// CTA c the c-th of each. Under a block mask the tiles' costs differ (their listed key
+// tiles; a document's boundary blocks list two documents' tiles), and the kernel's own
+// walk hands them out blind: at N 2k, d 64 its SMs idled a third of the time (docs/
+// PERF.md f8). So each round goes out longest first to the least loaded CTAs (list
+// scheduling, with each CTA's load counted over the rounds before), and a round still
+// holds neighbouring tiles (the same heads, whose K and V stay in L2). But a shuffled
+// round shares K and V less well than the walk's neighbours do: documents of N/4 at N 8k
+// ran 7-14 % slower ordered, with a predicted imbalance of 1.11 (f8). So the order is
+// kept only where it cuts the predicted time (the most loaded CTA's) by `min_gain` (the
+// host's kBlockOrderMinGain); else order[0] = -1 tells the kernel to walk its own way.
+// (Sorting each round and dealing it out in snake order balanced only rounds of
+// symmetric costs: 2.2x slower at N 8k.) One CTA walks the rounds in turn. Causal
+// kernels keep their own walk (pairs of blocks; TileWalk).
+enum : int {
+  kOrderThreads = 256,  // the largest grid ordered
+  kTileOverhead = 1,    // a work tile's Q load and epilogue, in key tiles
+};
+
+template <int kBlockM>
+__device__ __forceinline__ int order_cost(const FjForwardParams &p, int u, int m_blocks) {
+  const int bh = u / m_blocks, b = bh / p.heads_q;
+  return p.block_counts[work_index(p, b, bh - b * p.heads_q, u - bh * m_blocks)] +
+         kTileOverhead;
+}
+
+template <int kBlockM>
+__device__ __forceinline__ void build_order(const FjForwardParams &p, int *order, int units,
+                                            int grid, float min_gain) {
+  __shared__ int load[kOrderThreads], cost[kOrderThreads], by_rank[kOrderThreads];
+  __shared__ int most_ordered, most_own;
+  const int i = threadIdx.x, m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  load[i] = 0;
+  if (i == 0)
+    most_ordered = most_own = 0;
+  for (int first = 0; first < units; first += grid) {
+    const int n = imin(grid, units - first);
+    if (i < n)
+      cost[i] = order_cost<kBlockM>(p, first + i, m_blocks);
+    __syncthreads();
+    int load_rank = 0;
+    if (i < n) {  // tile i's place by cost (heaviest first), CTA i's by load (least first)
+      int cost_rank = 0;
+      for (int j = 0; j < n; ++j) {
+        cost_rank += cost[j] > cost[i] || (cost[j] == cost[i] && j < i);
+        load_rank += load[j] < load[i] || (load[j] == load[i] && j < i);
+      }
+      by_rank[cost_rank] = i;
+    }
+    __syncthreads();
+    if (i < n) {
+      const int k = by_rank[load_rank];
+      order[first + i] = first + k;
+      load[i] += cost[k];
+    }
+    __syncthreads();  // cost and by_rank are the next round's
+  }
+  // The most loaded CTA ordered, and in the walk's own order (c, c + grid, ...).
+  if (i < grid) {
+    int own = 0;
+    for (int u = i; u < units; u += grid)
+      own += order_cost<kBlockM>(p, u, m_blocks);
+    atomicMax(&most_own, own);
+    atomicMax(&most_ordered, load[i]);
+  }
+  __syncthreads();
+  if (i == 0 && (float)most_own < min_gain * (float)most_ordered)
+    order[0] = -1;
 }
 
 // The keep bits of one row of a partly masked tile (slot `slot` of params.block_bits),

@@ -57,6 +57,13 @@ struct FjForwardParams {
   const unsigned *block_bits;
   int block_batch_stride, block_head_stride, block_tiles_stride;
   int block_bits_capacity;  // slots in block_bits (read by the builder)
+  // A persistent kernel's walk (fwd_wgmma, not causal): with a block mask, its CTA c
+  // takes the work tiles block_order[c], block_order[c + grid], ... (fj_block_mask.cuh's
+  // build_order, balanced by their listed key tiles) when block_order_grid is its grid
+  // size; a work tile is (b * heads_q + h) * query blocks + m there. NULL, or
+  // block_order[0] == -1 (the order promised too little): its own walk.
+  const int *block_order;
+  int block_order_grid;
   // FP8 (e4m3) kernels only. Dequantization factors: the tensors hold x / descale, and
   // head h_kv of sequence b scales by descale[b * descale_batch_stride +
   // h_kv * descale_head_stride] (per tensor: both strides 0); NULL: 1.

@@ -350,6 +350,7 @@ template <typename Cfg> struct TileWalk {
   // 24 registers. Sizes come from the launch parameters (constant memory) each time.
   int unit;          // this CTA's next pair; in the tail, paired + its next item
   bool second_half;  // pairs: the light half is next; tail: the second item is next
+  bool use_order;    // ordered(p), and the order kept (build_order's order[0] >= 0)
   FastDiv by_per_head, by_heads, by_group;
   static constexpr int kDone = 0x7fffffff;
   __device__ static int m_blocks(const FjForwardParams &p) {
@@ -358,8 +359,15 @@ template <typename Cfg> struct TileWalk {
   __device__ static int per_head(const FjForwardParams &p) {
     return Cfg::kCausal ? (m_blocks(p) + 1) / 2 : m_blocks(p);
   }
+  // A block mask's order of the work tiles (FjForwardParams::block_order), built for
+  // this grid: one block per unit, in that order. Causal kernels keep their pairs.
+  __device__ static bool ordered(const FjForwardParams &p) {
+    return Cfg::kBlockMask && !Cfg::kCausal && p.block_order != nullptr &&
+           p.block_order_grid == (int)gridDim.x;
+  }
   __device__ explicit TileWalk(const FjForwardParams &p)
-      : unit(blockIdx.x), second_half(false), by_per_head(per_head(p)),
+      : unit(blockIdx.x), second_half(false),
+        use_order(ordered(p) && __ldg(p.block_order) >= 0), by_per_head(per_head(p)),
         by_heads(p.heads_q), by_group(p.heads_q / p.heads_kv) {}
   // Item k of the last round (see above): (batch * head, query block) of the k-th block
   // in order of decreasing size; false past the last. The round holds the pairs
@@ -405,6 +413,14 @@ template <typename Cfg> struct TileWalk {
     const int units = per_head(p) * p.heads_q * p.batch, g = gridDim.x, c = blockIdx.x;
     if (unit == kDone)
       return false;
+    if (use_order) {
+      if (unit >= units)
+        return false;
+      const int u = __ldg(p.block_order + unit), bh = by_per_head(u);
+      unit += g;
+      w = work_at<Cfg>(p, by_heads, by_group, bh, u - bh * per_head(p));
+      return true;
+    }
     if (!Cfg::kCausal) {  // one block per unit, every round
       if (unit >= units)
         return false;

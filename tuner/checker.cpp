@@ -161,19 +161,23 @@ llvm::Expected<std::vector<uint16_t>> ForwardChecker::run(const ForwardKernel &k
   FjForwardParams p = makeParams(shape_, buffers_, false);
   // A block mask per sequence and head, built by the kernel's own builder into a buffer
   // poisoned first (counts of -1: a list the build failed to write computes nothing),
-  // with a bit slot for every tile, or none (partly masked tiles call mask_mod).
+  // with a bit slot for every tile and the walk's order always kept, or with neither
+  // (partly masked tiles call mask_mod; the kernel walks its own way).
   std::optional<runtime::DeviceBuffer> mask;
   if (blockMask != BlockMaskUse::None) {
-    BlockMaskShape maskShape =
-        BlockMaskShape::of(kernel.geometry(), p.batch, p.heads_q, p.seqlen_q, p.seqlen_k);
-    maskShape.bitCapacity = blockMask == BlockMaskUse::WithBits ? maskShape.entries() : 0;
+    const bool withBits = blockMask == BlockMaskUse::WithBits;
+    BlockMaskShape maskShape = kernel.blockMaskShape(p, false, false);
+    maskShape.bitCapacity = withBits ? maskShape.entries() : 0;
+    if (!withBits)
+      maskShape.orderUnits = 0;
     auto buffer = runtime::DeviceBuffer::allocate((size_t)maskShape.bytes());
     if (!buffer)
       return buffer.takeError();
     mask.emplace(std::move(*buffer));
     if (auto err = mask->fill(0xFF))
       return std::move(err);
-    if (auto err = kernel.buildBlockMask(p, maskShape, *mask, stream))
+    if (auto err = kernel.buildBlockMask(p, maskShape, *mask, stream,
+                                         /*orderMinGain=*/withBits ? 0.0f : kBlockOrderMinGain))
       return std::move(err);
     maskShape.describe(p, mask->ptr());
   }

@@ -59,7 +59,9 @@ public:
   llvm::Expected<CheckReport> check(const LoadedKernel &kernel, CUstream stream) override;
 
   // Whether run() builds a block mask first (kernels with a mask_mod), and with keep bits
-  // for every partly masked tile or for none.
+  // for every partly masked tile or for none. With bits, a kernel that orders its walk
+  // (LaunchGeometry::blockOrder) takes the order whatever it promises; without, its own
+  // walk: so the two runs check both walks.
   enum class BlockMaskUse { None, WithBits, WithoutBits };
   // Runs the kernel and returns its raw output bits (for bitwise rerun checks).
   llvm::Expected<std::vector<uint16_t>> run(const ForwardKernel &kernel, CUstream stream,

@@ -60,6 +60,12 @@ ForwardKernel::load(llvm::StringRef cubin, llvm::StringRef entryName, LaunchGeom
     if (!builder)
       return builder.takeError();
     result->blockMaskKernel_ = *builder;
+    if (geometry.blockOrder) {
+      auto order = (*module)->kernel(generator::kBlockOrderEntry);
+      if (!order)
+        return order.takeError();
+      result->blockOrderKernel_ = *order;
+    }
   }
   if (geometry.tma.vTransposed) {
     auto transpose = (*module)->kernel(generator::kFp8TransposeEntry);
@@ -82,11 +88,35 @@ void BlockMaskShape::describe(FjForwardParams &params, uint64_t base) const {
   params.block_batch_stride = batches > 1 ? heads * queryBlocks : 0;
   params.block_tiles_stride = keyBlocks;
   params.block_bits_capacity = (int)std::min<int64_t>(bitCapacity, INT32_MAX);
+  params.block_order = orderUnits > 0 ? reinterpret_cast<const int *>(base + orderOffset())
+                                      : nullptr;
+  params.block_order_grid = orderGrid;
+}
+
+BlockMaskShape ForwardKernel::blockMaskShape(const FjForwardParams &params, bool sharedBatch,
+                                             bool sharedHeads) const {
+  BlockMaskShape shape =
+      BlockMaskShape::of(geometry_, sharedBatch ? 1 : params.batch,
+                         sharedHeads ? 1 : params.heads_q, params.seqlen_q, params.seqlen_k);
+  // The launch's grid (launch(): min(work tiles, multiprocessors)), if the order kernel
+  // takes it; the kernel walks its own order otherwise. The order kernel walks the
+  // rounds one after another, ~5 us each (H100: the build of 4096 tiles, 31 rounds, took
+  // 0.15 ms more): past kMaxOrderedTiles (124 rounds) it would take over half a
+  // millisecond, and so many rounds even out more by themselves.
+  constexpr int64_t kMaxOrderedTiles = 1 << 14;
+  const int64_t units = (int64_t)shape.queryBlocks * params.heads_q * params.batch;
+  const int64_t grid = std::min<int64_t>(units, smCount_);
+  if (geometry_.blockOrder && units > 0 && units <= kMaxOrderedTiles &&
+      grid <= generator::kBlockOrderThreads) {
+    shape.orderUnits = units;
+    shape.orderGrid = (int)grid;
+  }
+  return shape;
 }
 
 llvm::Error ForwardKernel::buildBlockMask(FjForwardParams params, const BlockMaskShape &shape,
-                                          runtime::DeviceBuffer &buffer,
-                                          CUstream stream) const {
+                                          runtime::DeviceBuffer &buffer, CUstream stream,
+                                          float orderMinGain) const {
   if (!geometry_.blockMask)
     return makeError(ErrorCode::Internal, "this forward kernel has no block-mask builder");
   if (shape.workTiles() == 0)
@@ -104,9 +134,17 @@ llvm::Error ForwardKernel::buildBlockMask(FjForwardParams params, const BlockMas
   unsigned *bits = reinterpret_cast<unsigned *>(base + shape.bitsOffset());
   int *used = reinterpret_cast<int *>(base + shape.usedOffset());
   void *args[] = {&params, &counts, &tiles, &slots, &bits, &used};
-  return blockMaskKernel_.launch((unsigned)shape.queryBlocks, (unsigned)shape.heads,
-                                 (unsigned)shape.batches, generator::kBlockMaskThreads, 0,
-                                 stream, args);
+  if (auto err = blockMaskKernel_.launch((unsigned)shape.queryBlocks, (unsigned)shape.heads,
+                                         (unsigned)shape.batches, generator::kBlockMaskThreads,
+                                         0, stream, args))
+    return err;
+  if (shape.orderUnits == 0)
+    return llvm::Error::success();
+  int *order = reinterpret_cast<int *>(base + shape.orderOffset());
+  int units = (int)shape.orderUnits, grid = shape.orderGrid;
+  void *orderArgs[] = {&params, &order, &units, &grid, &orderMinGain};
+  return blockOrderKernel_.launch(1, 1, 1, generator::kBlockOrderThreads, 0, stream,
+                                  orderArgs);
 }
 
 namespace {

@@ -17,27 +17,41 @@ namespace flashjit::tuner {
 llvm::Expected<runtime::CompiledBinary> compileEmitted(const generator::EmittedKernel &kernel,
                                                        const std::string &target);
 
+// A persistent walk's order over a block mask (BlockMaskShape::orderUnits) is kept where
+// fj_block_mask.cuh's build_order predicts its most loaded CTA this much lighter than in
+// the kernel's own walk. Measured with documents of N/4 (docs/PERF.md f9, H100): the
+// order kept at N 1k-2k made the forward 16-28 % faster; at N 8k-16k, where the model
+// promises less, it would have made it 7-46 % slower (K and V shared less in L2), and
+// the gate drops it there (and at N 4k, where it would have gained 0-7 %).
+inline constexpr float kBlockOrderMinGain = 1.12f;
+
 struct LaunchGeometry {
   int threads = 0, sharedBytes = 0, blockM = 0;
   generator::TmaOperands tma;  // tensor maps to encode per launch, when enabled
   bool persistent = false;     // grid of min(work tiles, multiprocessors) CTAs
   int blockN = 0;              // keys per tile
   bool blockMask = false;      // the module builds block masks (a mask_mod's kernels)
+  bool blockOrder = false;     // and orders its persistent walk over them
   static LaunchGeometry of(const generator::EmittedKernel &kernel) {
-    return {kernel.threads, kernel.sharedBytes, kernel.blockM, kernel.tma, kernel.persistent,
-            kernel.blockN, !kernel.blockMaskEntry.empty()};
+    return {kernel.threads,  kernel.sharedBytes, kernel.blockM,
+            kernel.tma,      kernel.persistent,  kernel.blockN,
+            !kernel.blockMaskEntry.empty(), !kernel.blockOrderEntry.empty()};
   }
 };
 
 // The shape of a block mask for a forward kernel of these tiles (templates/
 // fj_block_mask.cuh): `batches` x `heads` x queryBlocks work tiles (a shared dimension
 // counts 1), each with a list of up to keyBlocks entries and their bit slots, and
-// bitCapacity slots of keep bits for partly masked tiles. In one device buffer: counts,
-// entries, slots, the builder's slot counter, the bits, each 16-byte aligned.
+// bitCapacity slots of keep bits for partly masked tiles; for a persistent kernel, the
+// order of its walk over the call's orderUnits work tiles on a grid of orderGrid CTAs
+// (FjForwardParams::block_order; 0: none). In one device buffer: counts, entries, slots,
+// the builder's slot counter, the order, the bits, each 16-byte aligned.
 struct BlockMaskShape {
   int batches = 0, heads = 0, queryBlocks = 0, keyBlocks = 0;
   int blockM = 0, blockN = 0;
   int64_t bitCapacity = 0;
+  int64_t orderUnits = 0;
+  int orderGrid = 0;
   static BlockMaskShape of(const LaunchGeometry &geometry, int batches, int heads,
                            int seqlenQ, int seqlenK) {
     return {batches, heads, (seqlenQ + geometry.blockM - 1) / geometry.blockM,
@@ -50,7 +64,8 @@ struct BlockMaskShape {
   int64_t tilesOffset() const { return align16(workTiles() * 4); }
   int64_t slotsOffset() const { return tilesOffset() + align16(entries() * 4); }
   int64_t usedOffset() const { return slotsOffset() + align16(entries() * 4); }
-  int64_t bitsOffset() const { return usedOffset() + 16; }
+  int64_t orderOffset() const { return usedOffset() + 16; }
+  int64_t bitsOffset() const { return orderOffset() + align16(orderUnits * 4); }
   int64_t bytesPerSlot() const { return (int64_t)blockM * ((blockN + 31) / 32) * 4; }
   int64_t bytes() const { return bitsOffset() + bitCapacity * bytesPerSlot(); }
   // Points `params` at a mask of this shape at device address `base`.
@@ -116,11 +131,19 @@ public:
   // and for TMA kernels checkTmaArguments. FP8 kernels first write V^T into
   // params.v_transposed (generator::fp8TransposedBytes long; params.vt_keys is set here).
   llvm::Error launch(const FjForwardParams &params, CUstream stream) const;
+  // The shape of this kernel's block mask for a call with `params`, shared by the
+  // sequences and heads or not; with the order of the walk of a persistent kernel whose
+  // grid the order kernel takes (no bit slots yet: bitCapacity 0).
+  BlockMaskShape blockMaskShape(const FjForwardParams &params, bool sharedBatch,
+                                bool sharedHeads) const;
   // Builds the block mask of `shape` for `params` into `buffer` (BlockMaskShape::bytes
-  // long), asynchronously. Only for kernels whose geometry has blockMask. The partly
-  // masked tiles wanted (kept or not) are counted at shape.usedOffset() (readBlockMaskUsed).
+  // long), asynchronously, and the order of the walk when the shape has one, kept where
+  // it promises `orderMinGain` (kBlockOrderMinGain; 0: always). Only for kernels whose
+  // geometry has blockMask. The partly masked tiles wanted (kept or not) are counted at
+  // shape.usedOffset() (readBlockMaskUsed).
   llvm::Error buildBlockMask(FjForwardParams params, const BlockMaskShape &shape,
-                             runtime::DeviceBuffer &buffer, CUstream stream) const;
+                             runtime::DeviceBuffer &buffer, CUstream stream,
+                             float orderMinGain = kBlockOrderMinGain) const;
   const LaunchGeometry &geometry() const { return geometry_; }
   generator::Operation operation() const override { return generator::Operation::Forward; }
   int registers() const override { return registers_; }
@@ -131,6 +154,7 @@ private:
   // The FP8 launch: V^T first, then the forward over it.
   llvm::Error launchFp8(FjForwardParams params, CUstream stream) const;
   runtime::Kernel blockMaskKernel_;  // when geometry_.blockMask
+  runtime::Kernel blockOrderKernel_;  // when geometry_.blockOrder
   runtime::Kernel transposeKernel_;  // FP8 (geometry_.tma.vTransposed): V -> V^T
   LaunchGeometry geometry_;
   int registers_ = 0;

@@ -344,6 +344,34 @@ TEST(FeatureSource, UserCodeIsNumberedFromItsFirstLine) {
   }
 }
 
+// A mask_mod's module holds its block-mask builder; fwd_wgmma's, when not causal, also
+// the kernel that orders its persistent walk over the mask (causal kernels walk their
+// blocks in pairs; fwd_mma is not persistent).
+TEST(FeatureSource, BlockMaskModulesHoldTheirBuilderAndOrder) {
+  Features f;
+  f.maskMod = kPrefixLm;
+  for (Family family : {Family::FwdMma, Family::FwdWgmma})
+    for (bool causal : {false, true}) {
+      KernelSpec spec = specWith(f, family, "sm_90a");
+      spec.causal = causal;
+      llvm::Expected<EmittedKernel> kernel = emitKernel(spec, defaultTile(spec));
+      ASSERT_TRUE(bool(kernel)) << llvm::toString(kernel.takeError());
+      const bool ordered = family == Family::FwdWgmma && !causal;
+      SCOPED_TRACE(spec.key());
+      EXPECT_EQ(kernel->blockMaskEntry, kBlockMaskEntry);
+      EXPECT_EQ(kernel->blockOrderEntry, ordered ? kBlockOrderEntry : "");
+      EXPECT_NE(kernel->source.find(std::string(kBlockMaskEntry) + "("), std::string::npos);
+      EXPECT_EQ(kernel->source.find(std::string(kBlockOrderEntry) + "(") != std::string::npos,
+                ordered);
+    }
+  KernelSpec plain = specWith({}, Family::FwdWgmma, "sm_90a");
+  plain.causal = false;
+  llvm::Expected<EmittedKernel> kernel = emitKernel(plain, defaultTile(plain));
+  ASSERT_TRUE(bool(kernel)) << llvm::toString(kernel.takeError());
+  EXPECT_EQ(kernel->blockMaskEntry, "");
+  EXPECT_EQ(kernel->blockOrderEntry, "");
+}
+
 TEST(FeatureSource, SourceFollowsTheUserCodeText) {
   auto sourceOf = [](const std::string &mask) {
     Features f;
