@@ -267,8 +267,8 @@ template <typename Cfg> struct Block {
     q_head = h_kv * group + s / steps_per_head;
     partial = true;  // the hook decides
   }
-  // Read where it is used rather than kept from step(): one more live register made the
-  // causal tiles at d 128 and 256 spill.
+  // Read where it is used rather than kept from step(), so that it holds no register
+  // across the step's products.
   __device__ __forceinline__ int bit_slot(int s, bool partial) const {
     return Cfg::kStepBits && list && partial ? slots[s] : -1;
   }
@@ -474,8 +474,7 @@ __device__ __forceinline__ void feature_probs(float (&acc_s)[Cfg::kScoreCols / 2
 // by 2 t: bit 8 (j % 4) + (e & 1) of word j / 4 of row (e >> 1) & 1 is then the pair of
 // acc_s[4 j + e]. They hold every mask (sequence ends, causal, the window, mask_mod), so
 // such a step calls no mask_mod. Asked into L1 as the step begins (prefetch), under its
-// first products, and loaded after them: held in registers from the start, they made the
-// causal tiles at d 128 and 256 spill.
+// first products, and loaded after them, so that they hold no registers across them.
 template <typename Cfg> struct KeepBits {
   typedef bwd_mma::StepBits<Cfg::kBlockM, Cfg::kBlockN> Bits;
   static constexpr int kWords = Cfg::kScoreCols / 32;
@@ -507,7 +506,9 @@ template <typename Cfg> struct KeepBits {
   }
 };
 
-// feature_probs for a step with keep bits: the bits say which pairs are dropped.
+// feature_probs for a step with keep bits: the bits say which pairs are dropped. (One
+// function for both, the test passed in as a lambda, made bwd_wgmma's d 64 kernels with
+// a window and ALiBi spill 136-224 bytes.)
 template <typename Cfg>
 __device__ __forceinline__ void keep_bit_probs(float (&acc_s)[Cfg::kScoreCols / 2],
                                                const FjForwardParams &p, const Block<Cfg> &w,
