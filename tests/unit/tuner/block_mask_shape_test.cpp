@@ -5,6 +5,8 @@
 // order, block_order is null and the kernel walks its own way.
 #include "tuner/loaded_kernel.h"
 
+#include "buffer_regions.h"
+
 #include <gtest/gtest.h>
 
 using namespace flashjit;
@@ -36,14 +38,13 @@ TEST(BlockMaskShape, RegionsAreAlignedAndApart) {
           s.bitCapacity = 7;
           s.orderUnits = units;
           s.orderGrid = units > 0 ? 132 : 0;
-          const int64_t offsets[] = {0,           s.tilesOffset(), s.slotsOffset(),
-                                     s.usedOffset(), s.orderOffset(), s.bitsOffset()};
-          const int64_t sizes[] = {s.workTiles() * 4, s.entries() * 4, s.entries() * 4, 4,
-                                   units * 4,         7 * s.bytesPerSlot()};
-          for (int i = 0; i < 6; ++i) {
-            EXPECT_EQ(offsets[i] % 16, 0) << i;
-            EXPECT_LE(offsets[i] + sizes[i], i < 5 ? offsets[i + 1] : s.bytes()) << i;
-          }
+          expectRegionsAlignedAndApart({{0, s.workTiles() * 4},
+                                        {s.tilesOffset(), s.entries() * 4},
+                                        {s.slotsOffset(), s.entries() * 4},
+                                        {s.usedOffset(), 4},
+                                        {s.orderOffset(), units * 4},
+                                        {s.bitsOffset(), 7 * s.bytesPerSlot()}},
+                                       s.bytes());
           FjForwardParams p{};
           const uint64_t base = 1ull << 40;
           s.describe(p, base);

@@ -5,6 +5,8 @@
 // (bwd_mma::StepBits).
 #include "tuner/backward_kernel.h"
 
+#include "buffer_regions.h"
+
 #include <gtest/gtest.h>
 
 using namespace flashjit;
@@ -33,14 +35,12 @@ TEST(BlockStepsShape, RegionsAreAlignedAndApart) {
         EXPECT_EQ(s.capacity, 4ll * ((seqlen + bm - 1) / bm));
         EXPECT_EQ(s.bytesPerSlot(), 128ll * (bm / 32) * 4);
         s.bitCapacity = 7;
-        const int64_t offsets[] = {0, s.slotsOffset(), s.countsOffset(), s.usedOffset(),
-                                   s.bitsOffset()};
-        const int64_t sizes[] = {s.entries() * 4, s.entries() * 4, s.lists() * 4, 4,
-                                 7 * s.bytesPerSlot()};
-        for (int i = 0; i < 5; ++i) {
-          EXPECT_EQ(offsets[i] % 16, 0) << i;
-          EXPECT_LE(offsets[i] + sizes[i], i < 4 ? offsets[i + 1] : s.bytes()) << i;
-        }
+        expectRegionsAlignedAndApart({{0, s.entries() * 4},
+                                      {s.slotsOffset(), s.entries() * 4},
+                                      {s.countsOffset(), s.lists() * 4},
+                                      {s.usedOffset(), 4},
+                                      {s.bitsOffset(), 7 * s.bytesPerSlot()}},
+                                     s.bytes());
         FjBackwardParams p{};
         const uint64_t base = 1ull << 40;
         s.describe(p, base);
