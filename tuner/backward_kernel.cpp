@@ -140,13 +140,11 @@ llvm::Error BackwardKernel::buildBlockSteps(FjBackwardParams params,
     return makeError(ErrorCode::Internal, "{0} builds no block mask", entries_.passes.front());
   if (shape.lists() == 0)
     return llvm::Error::success();
-  if ((int64_t)buffer.size() < shape.bytes())
-    return makeError(ErrorCode::Internal, "block steps buffer of {0} bytes, {1} needed",
-                     buffer.size(), shape.bytes());
+  if (auto err =
+          readyBuilderBuffer(buffer, shape.bytes(), shape.usedOffset(), "block steps", stream))
+    return err;
   const uint64_t base = buffer.ptr();
   shape.describe(params, base);
-  if (auto err = buffer.fillWordsAsync(0, (size_t)shape.usedOffset(), 1, stream))
-    return err;
   unsigned *steps = reinterpret_cast<unsigned *>(base);
   int *counts = reinterpret_cast<int *>(base + shape.countsOffset());
   int *slots = reinterpret_cast<int *>(base + shape.slotsOffset());

@@ -93,6 +93,14 @@ void BlockMaskShape::describe(FjForwardParams &params, uint64_t base) const {
   params.block_order_grid = orderGrid;
 }
 
+llvm::Error readyBuilderBuffer(runtime::DeviceBuffer &buffer, int64_t bytes,
+                               int64_t usedOffset, const char *what, CUstream stream) {
+  if ((int64_t)buffer.size() < bytes)
+    return makeError(ErrorCode::Internal, "{0} buffer of {1} bytes, {2} needed", what,
+                     buffer.size(), bytes);
+  return buffer.fillWordsAsync(0, (size_t)usedOffset, 1, stream);
+}
+
 BlockMaskShape ForwardKernel::blockMaskShape(const FjForwardParams &params, bool sharedBatch,
                                              bool sharedHeads) const {
   BlockMaskShape shape =
@@ -121,13 +129,11 @@ llvm::Error ForwardKernel::buildBlockMask(FjForwardParams params, const BlockMas
     return makeError(ErrorCode::Internal, "this forward kernel has no block-mask builder");
   if (shape.workTiles() == 0)
     return llvm::Error::success();
-  if ((int64_t)buffer.size() < shape.bytes())
-    return makeError(ErrorCode::Internal, "block mask buffer of {0} bytes, {1} needed",
-                     buffer.size(), shape.bytes());
+  if (auto err =
+          readyBuilderBuffer(buffer, shape.bytes(), shape.usedOffset(), "block mask", stream))
+    return err;
   const uint64_t base = buffer.ptr();
   shape.describe(params, base);
-  if (auto err = buffer.fillWordsAsync(0, (size_t)shape.usedOffset(), 1, stream))
-    return err;
   int *counts = reinterpret_cast<int *>(base);
   int *tiles = reinterpret_cast<int *>(base + shape.tilesOffset());
   int *slots = reinterpret_cast<int *>(base + shape.slotsOffset());

@@ -72,6 +72,13 @@ struct BlockMaskShape {
   void describe(FjForwardParams &params, uint64_t base) const;
 };
 
+// Readies a block-mask builder's `buffer` (the forward's tiles or the backward's steps)
+// for a build: it must hold `bytes` (else an internal error naming `what`), and the
+// builder's count of partly masked tiles or steps, the int at `usedOffset`, is zeroed on
+// `stream`.
+llvm::Error readyBuilderBuffer(runtime::DeviceBuffer &buffer, int64_t bytes,
+                               int64_t usedOffset, const char *what, CUstream stream);
+
 // Whether a kernel that loads through TMA can take these arguments: no cu_seqlens,
 // at least one key (a tensor map cannot describe an empty K/V), 16-byte aligned q/k/v,
 // and row, head and batch strides in multiples of 16 bytes. When not, the message says
