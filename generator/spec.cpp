@@ -511,6 +511,14 @@ TileConfig defaultTile(const KernelSpec &spec) {
     // wgmma (H100 run of FeaturesGrid, docs/PERF.md f1); 112 keys fit.
     if (dmax > 64 && dmax <= 128 && (spec.features.alibi || !spec.features.scoreMod.empty()))
       tile.blockN = 112;
+    // A non-causal mask_mod at d <= 64: 96 keys. This tile is what runs when the mask
+    // reads the caller's tensors (never tuned), and with a block mask most of its work
+    // is short key walks of partly masked tiles. The 128-key tile spilled 304 bytes with
+    // the document mask (its keep bits and tensor loads), so the untuned call compiled it
+    // for nothing and fell back to bm128.bn128; bm192.bn96 fits and ran the document
+    // mask 5-23 % faster at N 1k-8k, 8 % slower at 16k (H100, docs/PERF.md f10).
+    if (dmax <= 64 && !spec.causal && !spec.features.maskMod.empty())
+      tile.blockN = 96;
     // FP8 takes block_n in multiples of 64.
     if (spec.dtype == DType::E4M3)
       tile.blockN = std::max(64, tile.blockN / 64 * 64);

@@ -71,6 +71,11 @@ std::vector<FeatureCase> featureCases() {
     f.maskMod = "const int *doc = (const int *)args.tensor[0];\n"
                 "return doc[q_idx] == doc[kv_idx];\n";
   });
+  // Not causal: the tile a tensor-reading mask runs untuned (fwd_wgmma d 64 spilled once).
+  add("mask_mod_document_noncausal", false, [](auto &f) {
+    f.maskMod = "const int *doc = (const int *)args.tensor[0];\n"
+                "return doc[q_idx] == doc[kv_idx];\n";
+  });
   add("mask_mod_prefix_lm", false, [](auto &f) {
     f.maskMod = "return kv_idx <= q_idx || kv_idx < args.integer[0];\n";
   });
