@@ -430,7 +430,9 @@ llvm::Error forward(const fj_kernel_s *kernel, const fj_forward_args *args, void
   FjForwardParams params;
   bool noWork = false;
   fj_block_mask blockMask = nullptr;
-  if (llvm::Error error = checkForwardArgs(kernel->desc, args, params, noWork, &blockMask))
+  void *tileCounter = nullptr;
+  if (llvm::Error error =
+          checkForwardArgs(kernel->desc, args, params, noWork, &blockMask, &tileCounter))
     return error;
   if (noWork)
     return llvm::Error::success();
@@ -443,7 +445,7 @@ llvm::Error forward(const fj_kernel_s *kernel, const fj_forward_args *args, void
   if (llvm::Error error = kernel->context->device->makeCurrent())
     return error;
   return static_cast<const tuner::ForwardKernel &>(*kernel->variants[*index].kernel)
-      .launch(params, static_cast<CUstream>(stream));
+      .launch(params, static_cast<CUstream>(stream), tileCounter);
 }
 
 llvm::Error forwardWorkspaceSize(const fj_kernel_s *kernel, const fj_forward_args *args,
@@ -464,6 +466,8 @@ llvm::Error forwardWorkspaceSize(const fj_kernel_s *kernel, const fj_forward_arg
   if (llvm::Error error = checkFp8Sizes(kernel->desc, a))
     return error;
   *bytes = (size_t)fp8WorkspaceBytes(kernel->desc, a);
+  if (kernel->desc.dtype != FJ_DTYPE_E4M3 && a.block_mask)
+    *bytes = kTileCounterBytes;  // optional: the walk's tile counter
   return llvm::Error::success();
 }
 

@@ -328,7 +328,7 @@ llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *in) {
 
 llvm::Error checkForwardArgs(const AttentionDesc &desc, const fj_forward_args *in,
                              FjForwardParams &params, bool &noWork,
-                             fj_block_mask *blockMask) {
+                             fj_block_mask *blockMask, void **tileCounter) {
   fj_forward_args a;
   if (llvm::Error error = copyInStruct(in, "args", "fj_forward_args", a))
     return error;
@@ -338,6 +338,19 @@ llvm::Error checkForwardArgs(const AttentionDesc &desc, const fj_forward_args *i
                      "mask serves only a mask_mod's kernel");
   if (blockMask)
     *blockMask = a.block_mask;
+  // A 16-bit call's workspace is read only with a block mask: its walk's tile counter.
+  const bool counter = a.block_mask && a.workspace && desc.dtype != FJ_DTYPE_E4M3;
+  if (counter) {
+    if (llvm::Error error = checkAligned("workspace", a.workspace, 4))
+      return error;
+    if (a.workspace_bytes < kTileCounterBytes)
+      return makeError(ErrorCode::InvalidValue,
+                       "args->workspace_bytes is {0}: a block-mask call's workspace (its tile "
+                       "counter) needs {1} (fj_forward_workspace_size)",
+                       a.workspace_bytes, kTileCounterBytes);
+  }
+  if (tileCounter)
+    *tileCounter = counter ? a.workspace : nullptr;
   if (llvm::Error error = checkSize("batch", a.batch, kMaxGridYZ, "a CUDA grid dimension"))
     return error;
   if (llvm::Error error = checkSize("seqlen_q", a.seqlen_q, kMaxSeqlen, "2^30"))

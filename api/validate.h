@@ -99,9 +99,16 @@ uint64_t fp8WorkspaceBytes(const AttentionDesc &desc, const fj_forward_args &arg
 // must be launched. `blockMask`, when given, receives args->block_mask (NULL where the
 // caller's struct ends before it); the mask itself is checked against the kernel later
 // (api/block_mask.cpp), here only that the description has a mask_mod.
+// `tileCounter`, when given, receives the workspace of a 16-bit call with a block mask
+// (the persistent walk's tile counter, optional; kTileCounterBytes, 4-byte aligned), else
+// NULL.
 llvm::Error checkForwardArgs(const AttentionDesc &desc, const fj_forward_args *args,
                              FjForwardParams &params, bool &noWork,
-                             fj_block_mask *blockMask = nullptr);
+                             fj_block_mask *blockMask = nullptr, void **tileCounter = nullptr);
+
+// The workspace a 16-bit call with a block mask may give: the counter its persistent
+// walk hands work tiles out from (docs/API.md, "Block masks").
+inline constexpr uint64_t kTileCounterBytes = 4;
 
 // NotSupported when `features` has any (the backward pass has none yet); `what` starts
 // the message ("desc->backward is set").

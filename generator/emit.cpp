@@ -207,10 +207,10 @@ std::string wgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
              "                   const __grid_constant__ fj::TensorMap tm_k,\n"
              "                   const __grid_constant__ fj::TensorMap tm_v,\n"
              "                   const __grid_constant__ fj::TensorMap tm_o,\n"
-             "                   const int o_by_tma) {{\n"
+             "                   const int o_by_tma, int *const tile_counter) {{\n"
              "  extern __shared__ __align__(1024) unsigned char fj_smem[];\n"
              "  fj::fwd_wgmma::run<FjConfig>(params, tm_q, tm_k, tm_v, tm_o, o_by_tma != 0, "
-             "fj_smem);\n"
+             "tile_counter, fj_smem);\n"
              "}\n",
              spec.key(), tile.key(), elementTypeName(spec.dtype), spec.headDim, spec.headDimV,
              tile.blockN, tile.blockM / 64, tile.stages, spec.causal ? "true" : "false",

@@ -345,12 +345,18 @@ __device__ __forceinline__ Work work_at(const FjForwardParams &p, const FastDiv 
 // blocks get none or the smallest second (docs/PERF.md, v5.6).
 // Only the producer walks (see produce). Its divisions by run-time sizes are FastDivs,
 // set up once; the last round's few are small_divs.
+// Under a block mask (not causal) the costs of work tiles differ by the mask, and a call
+// may give a zeroed tile counter: then each CTA takes its first unit as above and every
+// later one from the counter, as it frees up (the units still run in the walk's order, so
+// CTAs running together still share K and V; the hardware scheduler's way, kept
+// persistent). Without one the walk is static (docs/PERF.md f10).
 template <typename Cfg> struct TileWalk {
   // Only what changes or is dear to recompute is kept: the producer runs this walk in
   // 24 registers. Sizes come from the launch parameters (constant memory) each time.
   int unit;          // this CTA's next pair; in the tail, paired + its next item
   bool second_half;  // pairs: the light half is next; tail: the second item is next
   bool use_order;    // ordered(p), and the order kept (build_order's order[0] >= 0)
+  int *counter;      // the call's tile counter (block masks, not causal), or null
   FastDiv by_per_head, by_heads, by_group;
   static constexpr int kDone = 0x7fffffff;
   __device__ static int m_blocks(const FjForwardParams &p) {
@@ -365,10 +371,19 @@ template <typename Cfg> struct TileWalk {
     return Cfg::kBlockMask && !Cfg::kCausal && p.block_order != nullptr &&
            p.block_order_grid == (int)gridDim.x;
   }
-  __device__ explicit TileWalk(const FjForwardParams &p)
+  __device__ TileWalk(const FjForwardParams &p, int *tile_counter)
       : unit(blockIdx.x), second_half(false),
-        use_order(ordered(p) && __ldg(p.block_order) >= 0), by_per_head(per_head(p)),
-        by_heads(p.heads_q), by_group(p.heads_q / p.heads_kv) {}
+        use_order(ordered(p) && __ldg(p.block_order) >= 0),
+        counter(Cfg::kBlockMask && !Cfg::kCausal ? tile_counter : nullptr),
+        by_per_head(per_head(p)), by_heads(p.heads_q), by_group(p.heads_q / p.heads_kv) {}
+  // The unit this CTA takes after the current one (one block per unit): the grid's
+  // stride on, or the next one no CTA has taken.
+  __device__ __forceinline__ int next_unit(int g) const {
+    if constexpr (Cfg::kBlockMask && !Cfg::kCausal)
+      if (counter)
+        return g + atomicAdd(counter, 1);
+    return unit + g;
+  }
   // Item k of the last round (see above): (batch * head, query block) of the k-th block
   // in order of decreasing size; false past the last. The round holds the pairs
   // paired .. units - 1: the end of head h0 (from pair i0 on) and `whole` whole heads
@@ -417,7 +432,7 @@ template <typename Cfg> struct TileWalk {
       if (unit >= units)
         return false;
       const int u = __ldg(p.block_order + unit), bh = by_per_head(u);
-      unit += g;
+      unit = next_unit(g);
       w = work_at<Cfg>(p, by_heads, by_group, bh, u - bh * per_head(p));
       return true;
     }
@@ -439,7 +454,7 @@ template <typename Cfg> struct TileWalk {
         i += r - by_per_head(r) * per;
         i -= i >= per ? per : 0;
       }
-      unit += g;
+      unit = next_unit(g);
       w = work_at<Cfg>(p, by_heads, by_group, bh, i);
       return true;
     }
@@ -478,14 +493,14 @@ template <typename Cfg> struct TileWalk {
 template <typename Cfg>
 __device__ __forceinline__ void produce(const FjForwardParams &p, const SmemLayout<Cfg> &sm,
                                         const TensorMap &tm_q, const TensorMap &tm_k,
-                                        const TensorMap &tm_v) {
+                                        const TensorMap &tm_v, int *tile_counter) {
   constexpr int kPanelsD = Cfg::kDPad / Cfg::kPanelD;
   constexpr int kPanelsDv = Cfg::kDvPad / Cfg::kPanelDv;
   tma_prefetch_map(tm_q);
   tma_prefetch_map(tm_k);
   tma_prefetch_map(tm_v);
   int q_round = 0, kv_iter = 0;
-  TileWalk<Cfg> walk(p);
+  TileWalk<Cfg> walk(p, tile_counter);
   Work w;
   // The slot's own barrier orders the consumers' reads before the next write. (The Q
   // buffer's empty barrier completes later still, but one thread arrives on it for a
@@ -1495,7 +1510,7 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
 template <typename Cfg>
 __device__ __forceinline__ void run(const FjForwardParams &p, const TensorMap &tm_q,
                                     const TensorMap &tm_k, const TensorMap &tm_v,
-                                    const TensorMap &tm_o, bool o_by_tma,
+                                    const TensorMap &tm_o, bool o_by_tma, int *tile_counter,
                                     unsigned char *smem) {
   const SmemLayout<Cfg> sm((smem_addr(smem) + 1023) & ~1023u);
   static_assert(sizeof(TileId) <= 16, "a work tile fits its slot");
@@ -1522,7 +1537,7 @@ __device__ __forceinline__ void run(const FjForwardParams &p, const TensorMap &t
   if (wg == 0) {
     regs_lower<Cfg::kProducerRegs>();
     if (threadIdx.x == 0)
-      produce<Cfg>(p, sm, tm_q, tm_k, tm_v);
+      produce<Cfg>(p, sm, tm_q, tm_k, tm_v, tile_counter);
   } else {
     regs_raise<Cfg::kConsumerRegs>();
     consume<Cfg>(p, sm, tm_o, o_by_tma && Cfg::kStoreOByTma, wg - 1);

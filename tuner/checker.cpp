@@ -161,9 +161,10 @@ llvm::Expected<std::vector<uint16_t>> ForwardChecker::run(const ForwardKernel &k
   FjForwardParams p = makeParams(shape_, buffers_, false);
   // A block mask per sequence and head, built by the kernel's own builder into a buffer
   // poisoned first (counts of -1: a list the build failed to write computes nothing),
-  // with a bit slot for every tile and the walk's order always kept, or with neither
-  // (partly masked tiles call mask_mod; the kernel walks its own way).
-  std::optional<runtime::DeviceBuffer> mask;
+  // with a bit slot for every tile, the walk's order always kept and a tile counter
+  // (poisoned too: the launch zeroes it) to hand the tiles out, or with none of them
+  // (partly masked tiles call mask_mod; the kernel walks its own static way).
+  std::optional<runtime::DeviceBuffer> mask, counter;
   if (blockMask != BlockMaskUse::None) {
     const bool withBits = blockMask == BlockMaskUse::WithBits;
     BlockMaskShape maskShape = kernel.blockMaskShape(p, false, false);
@@ -180,8 +181,16 @@ llvm::Expected<std::vector<uint16_t>> ForwardChecker::run(const ForwardKernel &k
                                          /*orderMinGain=*/withBits ? 0.0f : kBlockOrderMinGain))
       return std::move(err);
     maskShape.describe(p, mask->ptr());
+    if (withBits) {
+      auto words = runtime::DeviceBuffer::allocate(16);
+      if (!words)
+        return words.takeError();
+      counter.emplace(std::move(*words));
+      if (auto err = counter->fill(0xFF))
+        return std::move(err);
+    }
   }
-  if (auto err = kernel.launch(p, stream))
+  if (auto err = kernel.launch(p, stream, counter ? (void *)counter->ptr() : nullptr))
     return std::move(err);
   if (auto err = runtime::synchronizeStream(stream))
     return std::move(err);

@@ -290,7 +290,8 @@ llvm::Error encodeQKV(CUtensorMap (&maps)[4], const generator::TmaOperands &tma,
 }
 } // namespace
 
-llvm::Error ForwardKernel::launch(const FjForwardParams &params, CUstream stream) const {
+llvm::Error ForwardKernel::launch(const FjForwardParams &params, CUstream stream,
+                                  void *tileCounter) const {
   unsigned blocks = (unsigned)((params.seqlen_q + geometry_.blockM - 1) / geometry_.blockM);
   if (blocks == 0 || params.batch == 0 || params.heads_q == 0)
     return llvm::Error::success();  // nothing to compute
@@ -311,8 +312,13 @@ llvm::Error ForwardKernel::launch(const FjForwardParams &params, CUstream stream
                                    params.o_head_stride, params.o_batch_stride, tma.panelDv,
                                    tma.oRows))
         return err;
+    int *counter = tileCounter && takesTileCounter(params) ? static_cast<int *>(tileCounter)
+                                                            : nullptr;
+    if (counter)
+      if (auto err = runtime::fillWordsAsync((CUdeviceptr)counter, 0, 1, stream))
+        return err;
     void *args[] = {const_cast<FjForwardParams *>(&params), &maps[0], &maps[1], &maps[2],
-                    &maps[3], &oByTma};
+                    &maps[3], &oByTma, &counter};
     // TMA kernels walk their work tiles on a 1-D grid: persistent, or one CTA each.
     // (A persistent causal kernel takes tiles in pairs; CTAs left without one exit.)
     long long tiles = (long long)blocks * params.heads_q * params.batch;
@@ -352,7 +358,8 @@ llvm::Error ForwardKernel::launchFp8(FjForwardParams params, CUstream stream) co
                                vtBatch, tma.panelDv, tma.vtRows, /*bytes8=*/true))
     return err;
   int oByTma = 0;
-  void *args[] = {&params, &maps[0], &maps[1], &maps[2], &maps[3], &oByTma};
+  int *noCounter = nullptr;
+  void *args[] = {&params, &maps[0], &maps[1], &maps[2], &maps[3], &oByTma, &noCounter};
   const unsigned blocks = (unsigned)((params.seqlen_q + geometry_.blockM - 1) / geometry_.blockM);
   const long long tiles = (long long)blocks * params.heads_q * params.batch;
   return kernel_.launch((unsigned)std::min<long long>(tiles, smCount_), 1, 1,

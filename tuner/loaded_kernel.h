@@ -137,7 +137,16 @@ public:
   // Asynchronous; checks nothing but the launch itself (the caller validated params),
   // and for TMA kernels checkTmaArguments. FP8 kernels first write V^T into
   // params.v_transposed (generator::fp8TransposedBytes long; params.vt_keys is set here).
-  llvm::Error launch(const FjForwardParams &params, CUstream stream) const;
+  // `tileCounter`: 4 bytes of device memory no other launch uses meanwhile, or null.
+  // Where the call has a block mask and the kernel orders its walk over one
+  // (geometry().blockOrder), it is zeroed on `stream` and the persistent walk hands its
+  // work tiles out from it as CTAs free up; elsewhere it is not touched.
+  llvm::Error launch(const FjForwardParams &params, CUstream stream,
+                     void *tileCounter = nullptr) const;
+  // Whether launch() would use a tile counter for `params`.
+  bool takesTileCounter(const FjForwardParams &params) const {
+    return geometry_.blockOrder && params.block_counts != nullptr;
+  }
   // The shape of this kernel's block mask for a call with `params`, shared by the
   // sequences and heads or not; with the order of the walk of a persistent kernel whose
   // grid the order kernel takes (no bit slots yet: bitCapacity 0).

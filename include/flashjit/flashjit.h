@@ -56,7 +56,7 @@ extern "C" {
 #endif
 
 #define FLASHJIT_VERSION_MAJOR 0
-#define FLASHJIT_VERSION_MINOR 10
+#define FLASHJIT_VERSION_MINOR 11
 #define FLASHJIT_VERSION_PATCH 0
 
 /* ---- Status codes ------------------------------------------------------------ */
@@ -417,7 +417,12 @@ typedef struct fj_forward_args {
   int64_t descale_head_stride;
   /* Device memory the FP8 kernel writes v into, transposed (8-bit tensor cores read it
    * key-major), before each call: at least fj_forward_workspace_size bytes, 16-byte
-   * aligned, not used by anything else while the call runs on its stream. */
+   * aligned, not used by anything else while the call runs on its stream.
+   * A 16-bit call with a block_mask may give 4 bytes here (4-byte aligned, the same
+   * rule of use; 0.11): fj_forward zeroes them on the stream and the persistent
+   * sm_90a kernel (not causal) takes its work tiles from this counter as its CTAs free
+   * up, instead of by a fixed stride; the output is the same. Optional: NULL keeps the
+   * fixed walk. A 16-bit call without a block mask does not read it. */
   void *workspace;
   size_t workspace_bytes;
 } fj_forward_args;
@@ -461,7 +466,8 @@ typedef struct fj_dispatch_info {
 FJ_API fj_status fj_forward_dispatch_info(fj_kernel kernel, const fj_forward_args *args,
                                           fj_dispatch_info *info);
 
-/* The workspace fj_forward needs for `args` (added in 0.7): 0 for 16-bit kernels; for an
+/* The workspace fj_forward needs for `args` (added in 0.7): 0 for 16-bit kernels (4,
+ * optional, when args->block_mask is set: the tile counter above); for an
  * FP8 kernel batch * num_heads_kv * head_dim_v * (seqlen_k rounded up to 64) bytes, or
  * with cu_seqlens num_heads_kv * head_dim_v * (total_k rounded up to 64 + 320 * batch).
  * Reads only the sizes of `args` (batch, seqlen_k, whether cu_seqlens_q is set, total_q,

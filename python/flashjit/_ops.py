@@ -166,6 +166,10 @@ def _set_fp8(args, handle, descales, strides, device):
     return workspace
 
 
+# A block-mask call's workspace: its tile counter (4 bytes; 16 keeps torch's alignment).
+_TILE_COUNTER_BYTES = 16
+
+
 def _attention_fwd_impl(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float,
                         layout: str, cu_seqlens_q: Optional[Tensor],
                         cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
@@ -212,6 +216,11 @@ def _attention_fwd_impl(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: fl
         descales, strides = _fp8_descales((q_descale, k_descale, v_descale), batch, hk,
                                           q.device)
         workspace = _set_fp8(args, handle, descales, strides, q.device)
+    elif block_mask:
+        # The counter the persistent walk hands work tiles out from (fj_forward zeroes it
+        # on the stream); without it the walk is static.
+        workspace = torch.empty(_TILE_COUNTER_BYTES, dtype=torch.uint8, device=q.device)
+        args.workspace, args.workspace_bytes = workspace.data_ptr(), _TILE_COUNTER_BYTES
     lib.check("fj_forward", lib.lib.fj_forward(handle, C.byref(args), _stream(device)))
     del workspace  # enqueued: the caching allocator's stream order covers the rest
     return o, lse

@@ -637,6 +637,57 @@ TEST_F(ApiBlockMaskGpu, SharedMasksGiveThePerHeadOutput) {
   }
 }
 
+// A block-mask call's workspace is the persistent walk's tile counter: the tiles are
+// handed out as CTAs free up instead of by a fixed stride, and each is still computed
+// once, the same way. Enough work tiles (3 x 8 heads x 16 blocks) for the counter to hand
+// out most of them; the workspace starts poisoned (the launch zeroes it) and serves
+// calls one after another.
+TEST_F(ApiBlockMaskGpu, TileCounterWalkGivesTheStaticWalksOutput) {
+  FLASHJIT_REQUIRE_GPU();
+  const fj_attention_desc desc = maskDesc(FJ_DTYPE_BF16, /*causal=*/false, kDocumentMask);
+  fj_kernel kernel = kernelFor(desc);
+  ASSERT_NE(kernel, nullptr);
+  const tuner::ForwardShape shape = shapeOf(3, 2001, 1990);
+  FJ_ASSERT_VALUE(docs, documentsFor(shape, /*shared=*/false));
+  unevenDocuments(**docs, shape, 41);
+  FJ_ASSERT_NO_ERROR((*docs)->upload());
+  FJ_ASSERT_VALUE(checker, referenceFor(desc, shape, (*docs)->modArgs(nullptr, false), 41));
+  fj_forward_args args = argsOf(**checker);
+  size_t bytes = 99;
+  FJ_ASSERT_OK(fj_forward_workspace_size(kernel, &args, &bytes));
+  EXPECT_EQ(bytes, 0u) << "no block mask: no workspace";
+  Mask mask;
+  FJ_ASSERT_OK(fj_block_mask_create(kernel, &args, nullptr, nullptr, &mask.handle));
+  args.block_mask = mask.handle;
+  FJ_ASSERT_OK(fj_forward_workspace_size(kernel, &args, &bytes));
+  EXPECT_EQ(bytes, 4u) << "a block mask: the tile counter";
+
+  FJ_ASSERT_VALUE(staticWalk, runForward(**checker, kernel, args));
+  EXPECT_TRUE(staticWalk->passed) << staticWalk->summary();
+  FJ_ASSERT_VALUE(expected, outputsOf(**checker));
+  FJ_ASSERT_VALUE(counter, runtime::DeviceBuffer::allocate(16));
+  FJ_ASSERT_NO_ERROR(counter->fill(0xFF));
+  fj_forward_args counted = args;
+  counted.workspace = (void *)counter->ptr();
+  counted.workspace_bytes = 4;
+  for (int call = 0; call < 2; ++call) {
+    SCOPED_TRACE(llvm::formatv("call {0} with the counter", call).str());
+    FJ_ASSERT_VALUE(report, runForward(**checker, kernel, counted));
+    EXPECT_TRUE(report->passed) << report->summary();
+    FJ_ASSERT_VALUE(out, outputsOf(**checker));
+    EXPECT_TRUE(*out == *expected) << "differs from the static walk's output";
+  }
+  // A counter must be 4 bytes, 4-byte aligned.
+  fj_forward_args bad = counted;
+  bad.workspace_bytes = 2;
+  EXPECT_EQ(fj_forward(kernel, &bad, nullptr), FJ_ERROR_INVALID_VALUE);
+  EXPECT_NE(std::string(fj_last_error_message()).find("tile counter"), std::string::npos)
+      << fj_last_error_message();
+  bad = counted;
+  bad.workspace = (char *)counted.workspace + 2;
+  EXPECT_EQ(fj_forward(kernel, &bad, nullptr), FJ_ERROR_INVALID_VALUE);
+}
+
 TEST_F(ApiBlockMaskGpu, UpdateFollowsNewIds) {
   FLASHJIT_REQUIRE_GPU();
   const fj_attention_desc desc = maskDesc(FJ_DTYPE_FP16, /*causal=*/false, kDocumentMask);

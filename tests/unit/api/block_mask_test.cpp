@@ -114,6 +114,47 @@ TEST(ApiBlockMask, ValidateAcceptsABlockMaskWithMaskMod) {
   EXPECT_EQ(given, nullptr);
 }
 
+// A 16-bit call's workspace is read only with a block mask, as the walk's tile counter:
+// then it is checked (4 bytes, 4-byte aligned) and handed on; without a mask it is
+// ignored as before.
+TEST(ApiBlockMask, WorkspaceIsTheTileCounterOfABlockMaskCall) {
+  fj_attention_desc desc = maskDesc();
+  fj_forward_args args = validArgs(desc);
+  alignas(16) static int word[4];
+  args.workspace = word;
+  args.workspace_bytes = 4;
+  FjForwardParams params;
+  bool noWork = true;
+  void *counter = &params;
+  ASSERT_FALSE(bool(api::checkForwardArgs(checked(desc), &args, params, noWork, nullptr,
+                                          &counter)));
+  EXPECT_EQ(counter, nullptr) << "no block mask: the workspace is not read";
+  args.block_mask = fakeMask();
+  ASSERT_FALSE(bool(api::checkForwardArgs(checked(desc), &args, params, noWork, nullptr,
+                                          &counter)));
+  EXPECT_EQ(counter, (void *)word);
+  args.workspace = nullptr;
+  ASSERT_FALSE(bool(api::checkForwardArgs(checked(desc), &args, params, noWork, nullptr,
+                                          &counter)));
+  EXPECT_EQ(counter, nullptr) << "optional: a static walk without it";
+  expectRejected({"TileCounterTooSmall",
+                  [](fj_attention_desc &d, fj_forward_args &a) {
+                    d.mask_mod = "return true;";
+                    a.block_mask = fakeMask();
+                    a.workspace = word;
+                    a.workspace_bytes = 2;
+                  },
+                  FJ_ERROR_INVALID_VALUE, {"args->workspace_bytes is 2", "tile counter"}});
+  expectRejected({"TileCounterMisaligned",
+                  [](fj_attention_desc &d, fj_forward_args &a) {
+                    d.mask_mod = "return true;";
+                    a.block_mask = fakeMask();
+                    a.workspace = (char *)word + 2;
+                    a.workspace_bytes = 4;
+                  },
+                  FJ_ERROR_INVALID_VALUE, {"workspace"}});
+}
+
 // 0.5's forward arguments end at mod_args: accepted, block_mask read as NULL even with
 // the caller's garbage after the struct.
 TEST(ApiBlockMask, ForwardArgumentsOf05SizeReadBlockMaskAsNull) {
