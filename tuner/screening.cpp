@@ -25,21 +25,26 @@ llvm::Error timingFailed(const TimedCandidate &c, llvm::Error error) {
 
 } // namespace
 
+double timingAllowance(const TimingPlan &plan) {
+  return std::max(plan.budgetSeconds - plan.spentSeconds,
+                  std::max(plan.buildShare, 0.0) * plan.buildSeconds);
+}
+
 llvm::Expected<TimingOutcome> screenAndTime(llvm::MutableArrayRef<TimedCandidate> candidates,
                                             const TimingProblem &problem, CUstream stream,
                                             const TimingPlan &plan) {
   Clock::time_point start = Clock::now();
-  auto spent = [&] { return plan.spentSeconds + secondsSince(start); };
+  const double allowance = timingAllowance(plan);
   TimingOutcome out;
 
-  // Screening, forward: while what is spent, plus the reverse pass over those screened
-  // so far (it costs what the forward pass did), plus one finalist, fits the budget.
+  // Screening, forward: while what the timing has spent, plus the reverse pass over those
+  // screened so far (it costs what the forward pass did), plus one finalist, fits the
+  // allowance.
   std::vector<int> screened;
   double finalistSeconds = 0;  // the full protocol's cost for one candidate
   for (int i = 0; i < (int)candidates.size(); ++i) {
     TimedCandidate &c = candidates[i];
-    if (!screened.empty() &&
-        spent() + secondsSince(start) + finalistSeconds > plan.budgetSeconds) {
+    if (!screened.empty() && 2 * secondsSince(start) + finalistSeconds > allowance) {
       c.record->fate = CandidateFate::SkippedBudget;
       c.record->reason = llvm::formatv("the {0} s budget ran out", plan.budgetSeconds);
       ++out.skippedBudget;
@@ -75,9 +80,9 @@ llvm::Expected<TimingOutcome> screenAndTime(llvm::MutableArrayRef<TimedCandidate
     screenedTimes[k].spread = std::max(c.record->screen.spread(), m->spread());
   }
 
-  // The finals: as many as the budget has time left for, at least one; each ranked by
+  // The finals: as many as the allowance has time left for, at least one; each ranked by
   // the median of all its launches over the rounds.
-  double room = (plan.budgetSeconds - spent()) / std::max(finalistSeconds, 1e-6);
+  double room = (allowance - secondsSince(start)) / std::max(finalistSeconds, 1e-6);
   std::vector<int> finals =
       finalists(screenedTimes, kFinalistBand, (int)std::clamp(room, 1.0, (double)kFinalists));
   std::reverse(finals.begin(), finals.end());  // slowest first

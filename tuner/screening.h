@@ -32,7 +32,16 @@ struct TimingPlan {
   MeasureOptions measure, screen;
   double budgetSeconds = 30;
   double spentSeconds = 0;  // of the budget, before timing began
+  double buildSeconds = 0;  // of spentSeconds: compiling and checking the candidates
+  double buildShare = 0.25; // the timing's floor, as a share of buildSeconds
 };
+
+// The seconds the timing (screening and finals) may take: what the budget has left, but
+// at least `buildShare` of what building and checking the candidates took. A screen costs
+// a few ms against the ~1 s of NVRTC a candidate cost (one core), so a cold tune whose
+// compiling overran the budget would otherwise throw away all but one of the binaries it
+// paid for; the floor bounds the overrun at that share.
+double timingAllowance(const TimingPlan &plan);
 
 struct TimingOutcome {
   std::vector<int> finalists;          // indices into the candidates, slowest first
@@ -42,7 +51,7 @@ struct TimingOutcome {
 
 // Screens `candidates` (in their order) and times the finalists; every record gets its
 // fate (screened, timed or skipped-budget) and measurements. At least one candidate is
-// screened and timed in full, whatever the budget.
+// screened and timed in full, whatever the budget; the rest while timingAllowance lasts.
 llvm::Expected<TimingOutcome> screenAndTime(llvm::MutableArrayRef<TimedCandidate> candidates,
                                             const TimingProblem &problem, CUstream stream,
                                             const TimingPlan &plan);

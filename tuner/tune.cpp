@@ -270,6 +270,8 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
   plan.screen = options.screen;
   plan.budgetSeconds = options.budgetSeconds;
   plan.spentSeconds = secondsSince(start);
+  plan.buildSeconds = report.compileSeconds + report.checkSeconds;
+  plan.buildShare = options.buildShare;
   llvm::Expected<TimingOutcome> outcome = screenAndTime(timed, **problem, *s, plan);
   if (!outcome)
     return outcome.takeError();

@@ -70,6 +70,10 @@ struct TunerOptions {
   double budgetSeconds = 30;  // per (spec, bucket) tune; candidates not yet screened when it
                               // runs out are skipped (heuristic mode's tile, then the
                               // model's best, are screened first)
+  // The timing's floor as a share of the seconds compiling and checking took: where they
+  // overran the budget, the timing still gets that long (tuner/screening.h,
+  // timingAllowance). 0: the budget alone decides.
+  double buildShare = 0.25;
   std::function<void(llvm::StringRef)> log; // progress / warnings; may be empty
   unsigned compileThreads = 0;              // 0: one per core
   MeasureOptions measure;                   // the timing protocol's knobs (finalists)

@@ -481,13 +481,15 @@ TEST(TunerGpu, ScreeningTimesOnlyTheNearFastestInFull) {
               report.timeSeconds);
 }
 
-// A budget spent before timing begins still screens one candidate and times it in full.
+// A budget spent before timing begins still screens one candidate and times it in full
+// (the budget alone: no floor from the compiling).
 TEST(TunerGpu, SpentBudgetStillTimesOneCandidate) {
   FLASHJIT_REQUIRE_GPU();
   KernelSpec spec = specFor(64, true);
   TunerOptions options;
   options.candidates = {{64, 64, 4, 2}, {128, 64, 8, 2}, {128, 32, 4, 2}};
   options.budgetSeconds = 1e-6;
+  options.buildShare = 0;
   auto cache = openCache(std::nullopt);
   Tuner tuner(flashjit::testing::openTestDevice().get(), *cache, options);
   auto sel = tuner.select(spec, {1024, 1024, 16});
@@ -495,6 +497,28 @@ TEST(TunerGpu, SpentBudgetStillTimesOneCandidate) {
   EXPECT_EQ(sel->report.screened, 1);
   EXPECT_EQ(sel->report.timed, 1);
   EXPECT_EQ(sel->report.skippedBudget, 2);
+  EXPECT_GT(sel->tunedUs, 0);
+  std::printf("  %s\n", sel->note.c_str());
+}
+
+// Compiling that overran the budget earns the timing a share of its own time: a cold tune
+// screens the binaries it paid for instead of keeping the first. (With a share this large
+// every candidate fits; the default, 0.25, is what TimingAllowance's CPU tests pin.)
+TEST(TunerGpu, CompilingPastTheBudgetStillScreensWhatItBuilt) {
+  FLASHJIT_REQUIRE_GPU();
+  KernelSpec spec = specFor(64, true);
+  TunerOptions options;
+  options.candidates = {{64, 64, 4, 2}, {128, 64, 8, 2}, {128, 32, 4, 2}, {128, 64, 4, 3}};
+  options.budgetSeconds = 1e-6;
+  options.buildShare = 1000;
+  auto cache = openCache(std::nullopt);
+  Tuner tuner(flashjit::testing::openTestDevice().get(), *cache, options);
+  auto sel = tuner.select(spec, {1024, 1024, 16});
+  ASSERT_TRUE(bool(sel)) << llvm::toString(sel.takeError());
+  ASSERT_GT(sel->report.compiled, 0) << "a fresh cache compiles";
+  EXPECT_EQ(sel->report.skippedBudget, 0);
+  EXPECT_EQ(sel->report.screened, 4);
+  EXPECT_GE(sel->report.timed, 1);
   EXPECT_GT(sel->tunedUs, 0);
   std::printf("  %s\n", sel->note.c_str());
 }
