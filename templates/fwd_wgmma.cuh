@@ -184,7 +184,11 @@ struct FwdWgmmaConfig {
                 "FP8: block_n a multiple of 64, no features, a 16-bit output");
   static_assert(kConsumers >= 1 && kConsumers <= 3, "1 to 3 consumer warpgroups");
   static_assert(kStages >= 2, "the K/V ring needs at least two stages");
-  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536,
+  // What the launch holds: __launch_bounds__(kThreads, 1) gives each thread the file's
+  // share rounded down to 8. setmaxnreg.inc waits for registers to be free, so asking for
+  // more than that hangs the kernel.
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <=
+                    kThreads * (65536 / kThreads / 8 * 8),
                 "register file");
 };
 
