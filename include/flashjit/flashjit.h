@@ -164,7 +164,9 @@ typedef struct fj_context_options {
   const char *const *shipped_cache_paths;
   int32_t num_shipped_cache_paths;
   int32_t tune_mode;        /* an fj_tune_mode (default FJ_TUNE_AUTO) */
-  /* Seconds one (description, shape bucket) may spend tuning; 0: the default (30). */
+  /* Seconds one (description, shape bucket) may spend tuning; 0: the default (30).
+   * Compiling counts; where it alone overran the budget, the timing still gets a
+   * quarter of the compile time, so that the candidates compiled are compared. */
   double tuning_budget_seconds;
   fj_log_callback log_callback;  /* NULL: warnings to stderr, progress dropped */
   void *log_user_data;
