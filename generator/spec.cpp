@@ -248,8 +248,9 @@ llvm::Expected<TargetInfo> targetInfo(llvm::StringRef target) {
   case 90: case 100: case 103: info.maxSharedPerBlock = 227 * 1024; break;
   default:
     return makeError(ErrorCode::NotSupported,
-                     "target '{0}' is not supported (fwd_mma needs sm_80 or newer: "
-                     "sm_80, sm_86, sm_87, sm_89, sm_90, sm_90a)",
+                     "target '{0}' is not supported: flashjit's kernels need sm_80 or "
+                     "newer (sm_80, sm_86, sm_87, sm_89, sm_90, sm_90a, sm_100, sm_103, "
+                     "sm_120, sm_121)",
                      target);
   }
   return info;
