@@ -46,7 +46,13 @@ llvm::Expected<TimingOutcome> screenAndTime(llvm::MutableArrayRef<TimedCandidate
     TimedCandidate &c = candidates[i];
     if (!screened.empty() && 2 * secondsSince(start) + finalistSeconds > allowance) {
       c.record->fate = CandidateFate::SkippedBudget;
-      c.record->reason = llvm::formatv("the {0} s budget ran out", plan.budgetSeconds);
+      c.record->reason =
+          allowance > plan.budgetSeconds - plan.spentSeconds
+              ? llvm::formatv("the timing's {0:F1} s ran out ({1} of the {2:F1} s of "
+                              "compiling and checking, past the {3} s budget)",
+                              allowance, plan.buildShare, plan.buildSeconds, plan.budgetSeconds)
+                    .str()
+              : llvm::formatv("the {0} s budget ran out", plan.budgetSeconds).str();
       ++out.skippedBudget;
       continue;
     }
