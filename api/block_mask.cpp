@@ -6,8 +6,7 @@
 #include "api/validate_structs.h"
 
 #include "support/error.h"
-
-#include <algorithm>
+#include "tuner/keep_bits.h"
 
 namespace flashjit::api {
 
@@ -54,52 +53,6 @@ llvm::Error build(fj_block_mask_s &mask, const FjForwardParams &params, void *st
       .buildBlockMask(params, mask.shape, mask.buffer, static_cast<CUstream>(stream));
 }
 
-// At most this much memory goes to the keep bits of partly masked tiles (and as much
-// again to those of the backward's steps); a mask whose tiles need more calls mask_mod
-// in the rest.
-constexpr int64_t kMaxBitBytes = 256ll << 20;
-
-// Replaces `buffer` with one of `bytes` (the old one freed first).
-llvm::Error reallocate(runtime::DeviceBuffer &buffer, int64_t bytes) {
-  buffer = runtime::DeviceBuffer();
-  auto fresh = runtime::DeviceBuffer::allocate((size_t)bytes);
-  if (!fresh)
-    return fresh.takeError();
-  buffer = std::move(*fresh);
-  return llvm::Error::success();
-}
-
-// Allocates `buffer` for `shape` (no bit slots) and builds it with `build`; with
-// `withBits`, once that build has counted the partly masked tiles (or steps) into the
-// int at shape.usedOffset() (read back: this synchronises `stream`), gives each a slot of
-// keep bits and a quarter more (and 16) for updates, at most shape.entries() and
-// kMaxBitBytes of bits, and builds again (no second build when nothing is partly
-// masked). For the forward's tiles (tuner::BlockMaskShape) and the backward's steps
-// (tuner::BlockStepsShape).
-template <typename Shape, typename Build>
-llvm::Error allocateAndBuild(Shape &shape, runtime::DeviceBuffer &buffer, bool withBits,
-                             Build build, void *stream) {
-  shape.bitCapacity = 0;
-  if (llvm::Error error = reallocate(buffer, shape.bytes()))
-    return error;
-  if (llvm::Error error = build())
-    return error;
-  if (!withBits)
-    return llvm::Error::success();
-  if (llvm::Error error = runtime::synchronizeStream(static_cast<CUstream>(stream)))
-    return error;
-  int32_t partial = 0;
-  if (llvm::Error error = buffer.download(&partial, sizeof partial, (size_t)shape.usedOffset()))
-    return error;
-  if (partial <= 0)
-    return llvm::Error::success();
-  shape.bitCapacity = std::min({(int64_t)partial + partial / 4 + 16, shape.entries(),
-                                std::max<int64_t>(kMaxBitBytes / shape.bytesPerSlot(), 1)});
-  if (llvm::Error error = reallocate(buffer, shape.bytes()))
-    return error;
-  return build();
-}
-
 // The backward pass's step lists of `mask` for `params` (checked, with work), when the
 // kernel has a backward pass whose variant for these sizes walks them: the variant is
 // recorded either way, the lists allocated (`allocate`) and built on `stream`, with bit
@@ -136,8 +89,8 @@ llvm::Error buildBackward(fj_block_mask_s &mask, const FjForwardParams &params, 
   }
   if (mask.stepsShape.lists() == 0)
     return llvm::Error::success();
-  return allocateAndBuild(mask.stepsShape, mask.stepsBuffer, backward->entries().stepBits,
-                          build, stream);
+  return tuner::allocateAndBuild(mask.stepsShape, mask.stepsBuffer, backward->entries().stepBits,
+                                 build, static_cast<CUstream>(stream));
 }
 
 } // namespace
@@ -193,9 +146,9 @@ llvm::Expected<fj_block_mask_s *> createBlockMask(const fj_kernel_s *kernel,
                                          opts.shared_across_heads != 0);
     if (llvm::Error error = kernel->context->device->makeCurrent())
       return std::move(error);
-    if (llvm::Error error = allocateAndBuild(
+    if (llvm::Error error = tuner::allocateAndBuild(
             mask->shape, mask->buffer, /*withBits=*/true,
-            [&] { return build(*mask, params, stream); }, stream))
+            [&] { return build(*mask, params, stream); }, static_cast<CUstream>(stream)))
       return std::move(error);
     if (llvm::Error error = buildBackward(*mask, params, /*allocate=*/true, stream))
       return std::move(error);

@@ -319,6 +319,9 @@ int runBench() {
                                             {"tiles", std::move(perTile)}});
         }
   if (!jsonOut.empty()) {
+    generator::KernelSpec protocolSpec;  // what decides the protocol: family and features
+    protocolSpec.family = *family;
+    protocolSpec.features = *features;
     std::error_code ec;
     llvm::raw_fd_ostream file(jsonOut, ec);
     if (ec)
@@ -326,7 +329,7 @@ int runBench() {
     file << llvm::formatv("{0:2}", llvm::json::Value(llvm::json::Object{
                                        {"device", props.name},
                                        {"family", familyOpt.getValue()},
-                                       {"protocol", tuner::kMeasurementProtocolVersion},
+                                       {"protocol", tuner::measurementProtocol(protocolSpec)},
                                        {"rows", std::move(rows)}}));
   }
   return 0;

@@ -21,7 +21,8 @@ int runInfo() {
       << flashjit::generator::generatorFingerprint().substr(0, 12) << ")\n";
   // What a tuning row must carry to be used by this build (winners files, docs/CACHE.md):
   // the measurement protocol, and the generator fingerprint of its spec's family.
-  out << "Keys:    measurement protocol " << flashjit::tuner::kMeasurementProtocolVersion << "\n";
+  out << "Keys:    measurement protocol " << flashjit::tuner::kMeasurementProtocolVersion
+      << " (a forward mask_mod's: " << flashjit::tuner::kBlockMaskProtocolVersion << ")\n";
   for (flashjit::generator::Family family : flashjit::generator::kAllFamilies)
     out << llvm::formatv("         generator {0,-9} {1}\n",
                          flashjit::generator::familyName(family),

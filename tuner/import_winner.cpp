@@ -20,9 +20,9 @@ std::optional<std::string> staleReason(const generator::KernelSpec &spec,
                          generator::familyName(spec.family), key.generatorFingerprint.substr(0, 12),
                          fingerprint.substr(0, 12))
         .str();
-  if (key.protocolVersion != kMeasurementProtocolVersion)
+  if (const int protocol = measurementProtocol(spec); key.protocolVersion != protocol)
     return llvm::formatv("measured with protocol {0}, this build uses {1}: re-measure",
-                         key.protocolVersion, kMeasurementProtocolVersion)
+                         key.protocolVersion, protocol)
         .str();
   return std::nullopt;
 }

@@ -2,6 +2,7 @@
 
 #include "support/error.h"
 #include "tuner/half_precision.h"
+#include "tuner/keep_bits.h"
 
 #include <algorithm>
 #include <cmath>
@@ -30,6 +31,13 @@ std::vector<uint16_t> randomHalves(size_t count, generator::DType dtype, uint64_
 
 std::vector<uint8_t> randomE4m3(size_t count, uint64_t seed) {
   return randomValues(count, seed, [](float f) { return floatToE4m3(f); });
+}
+
+int measurementProtocol(const generator::KernelSpec &spec) {
+  return generator::operationOf(spec.family) == generator::Operation::Forward &&
+                 !spec.features.maskMod.empty()
+             ? kBlockMaskProtocolVersion
+             : kMeasurementProtocolVersion;
 }
 
 int rotationSets(uint64_t bytesPerSet, uint64_t l2Bytes) {
@@ -108,16 +116,58 @@ ForwardTimingProblem::create(generator::DType dtype, const ForwardShape &shape,
 }
 
 FjForwardParams ForwardTimingProblem::params(int i) const {
-  return makeParams(shape_, sets_[i % sets_.size()], false);
+  FjForwardParams p = makeParams(shape_, sets_[i % sets_.size()], false);
+  if (prepared_.blockMask)
+    prepared_.maskShape.describe(p, prepared_.mask.ptr());
+  return p;
+}
+
+namespace {
+llvm::Error notForward(const LoadedKernel &loaded) {
+  return makeError(ErrorCode::Internal, "a forward timing problem was given a {0} kernel",
+                   generator::operationName(loaded.operation()));
+}
+} // namespace
+
+llvm::Error ForwardTimingProblem::prepare(const LoadedKernel &loaded, CUstream stream) const {
+  const ForwardKernel *kernel = ForwardKernel::of(loaded);
+  if (!kernel)
+    return notForward(loaded);
+  prepared_.kernel = &loaded;
+  prepared_.blockMask = false;
+  if (!kernel->geometry().blockMask)
+    return llvm::Error::success();
+  // The mask depends on the shape and mod_args, the same in every rotation set, not on
+  // the inputs: one serves them all.
+  FjForwardParams p = makeParams(shape_, sets_[0], false);
+  BlockMaskShape maskShape = kernel->blockMaskShape(p, false, false);
+  if (maskShape.workTiles() == 0)
+    return llvm::Error::success();
+  if (auto err = allocateAndBuild(
+          maskShape, prepared_.mask, /*withBits=*/true,
+          [&] { return kernel->buildBlockMask(p, maskShape, prepared_.mask, stream); }, stream))
+    return err;
+  if (prepared_.counter.size() == 0) {
+    auto counter = runtime::DeviceBuffer::allocate(16);
+    if (!counter)
+      return counter.takeError();
+    prepared_.counter = std::move(*counter);
+  }
+  prepared_.maskShape = maskShape;
+  prepared_.blockMask = true;
+  return llvm::Error::success();
 }
 
 llvm::Error ForwardTimingProblem::launch(const LoadedKernel &loaded, int set,
                                          CUstream stream) const {
   const ForwardKernel *kernel = ForwardKernel::of(loaded);
   if (!kernel)
-    return makeError(ErrorCode::Internal, "a forward timing problem was given a {0} kernel",
-                     generator::operationName(loaded.operation()));
-  return kernel->launch(params(set), stream);
+    return notForward(loaded);
+  if (kernel->geometry().blockMask && prepared_.kernel != &loaded)
+    return makeError(ErrorCode::Internal,
+                     "a forward timing problem launched a block-mask kernel it did not prepare");
+  return kernel->launch(params(set), stream,
+                        prepared_.blockMask ? (void *)prepared_.counter.ptr() : nullptr);
 }
 
 Measurement summarize(std::vector<double> us, int rotation) {
@@ -146,6 +196,8 @@ llvm::Expected<std::vector<double>>
 TimingProblem::sample(const LoadedKernel &kernel, CUstream stream,
                       const MeasureOptions &options) const {
   const int sets = std::max(rotation(), 1);
+  if (auto err = prepare(kernel, stream))
+    return std::move(err);
 
   // Warm-up, which also estimates one launch's time to size the timed sample.
   auto warm = runtime::EventTimer::create();

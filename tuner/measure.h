@@ -24,6 +24,12 @@ namespace flashjit::tuner {
 // Rows measured under another version are never compared or reused (docs/TUNING.md).
 // 3: decode tunes its split count with the tile, and its buckets count packed rows.
 constexpr int kMeasurementProtocolVersion = 3;
+// 4: a forward spec with a mask_mod has its candidates timed under their block mask
+// (ForwardTimingProblem). Only those specs are measured another way, so only they take
+// it: an upgrade re-measures their rows and keeps every other.
+constexpr int kBlockMaskProtocolVersion = 4;
+// The protocol a spec's rows are measured under (one of the two above).
+int measurementProtocol(const generator::KernelSpec &spec);
 
 struct MeasureOptions {
   double warmupMs = 20;     // at least this long, and at least `warmupLaunches` launches
@@ -55,6 +61,12 @@ struct Measurement {
 class TimingProblem {
 public:
   virtual ~TimingProblem() = default;
+  // Readies what launches of `kernel` need beside the inputs (e.g. a mask_mod kernel's
+  // block mask), outside the timed launches; sample() calls it first, and launch() takes
+  // only the kernel prepared last.
+  virtual llvm::Error prepare(const LoadedKernel &kernel, CUstream stream) const {
+    return llvm::Error::success();
+  }
   // Launches `kernel` (asynchronously) on rotation set `set` (0 <= set < rotation()).
   virtual llvm::Error launch(const LoadedKernel &kernel, int set, CUstream stream) const = 0;
   virtual int rotation() const = 0;
@@ -79,20 +91,36 @@ std::vector<uint16_t> randomHalves(size_t count, generator::DType dtype, uint64_
 std::vector<uint8_t> randomE4m3(size_t count, uint64_t seed);
 
 // The forward pass's timing problem.
+// A mask_mod's kernel (one whose module builds block masks) is timed as its callers run
+// it fast: under the block mask of the timing shape, built by the kernel itself (its own
+// tiles) with keep bits and the walk's order as fj_block_mask_create builds them, and with
+// a tile counter. Without the mask such a kernel computes every tile and calls mask_mod
+// on each score, which ranks tiles by a cost the block mask removes.
 class ForwardTimingProblem : public TimingProblem {
 public:
   static llvm::Expected<std::unique_ptr<ForwardTimingProblem>>
   create(generator::DType dtype, const ForwardShape &shape, uint64_t l2Bytes, uint64_t seed = 1);
 
+  llvm::Error prepare(const LoadedKernel &kernel, CUstream stream) const override;
   llvm::Error launch(const LoadedKernel &kernel, int set, CUstream stream) const override;
   int rotation() const override { return (int)sets_.size(); }
   const ForwardShape &shape() const override { return shape_; }
-  // Parameters of rotation set `i` (for callers that launch kernels themselves).
+  // Parameters of rotation set `i` (for callers that launch kernels themselves), with
+  // the block mask of the kernel prepared last, if it has one.
   FjForwardParams params(int i) const;
 
 private:
   ForwardShape shape_;
   std::vector<ForwardBuffers> sets_;
+  // The kernel prepare() readied last and its block mask (a mask_mod's kernel only): the
+  // mask's shape and buffer, and the tile counter its persistent walk takes.
+  struct Prepared {
+    const LoadedKernel *kernel = nullptr;
+    bool blockMask = false;
+    BlockMaskShape maskShape;
+    runtime::DeviceBuffer mask, counter;
+  };
+  mutable Prepared prepared_;
 };
 
 // Median of a sample (sorted copy).

@@ -74,6 +74,7 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
 
   TuneRecord record;
   record.spec = spec.key();
+  record.protocol = measurementProtocol(spec);
   record.bucket = bucket.key();
   record.mode = exhaustive ? "exhaustive" : "default";
   record.timingShape = timingShape(spec, bucket);

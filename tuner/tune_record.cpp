@@ -102,7 +102,7 @@ std::string candidatesJson(const TuneRecord &r) {
   for (const std::string &t : r.ties)
     ties.push_back(t);
   llvm::json::Object o{
-      {"protocol", kMeasurementProtocolVersion},
+      {"protocol", r.protocol},
       {"spec", r.spec},
       {"bucket", r.bucket},
       {"mode", r.mode},

@@ -61,6 +61,7 @@ struct CandidateRecord {
 
 struct TuneRecord {
   std::string spec, bucket, mode;
+  int protocol = 0;  // measurementProtocol(spec)
   ForwardShape timingShape;
   std::vector<ForwardShape> checkShapes;
   MeasureOptions measure, screen;

@@ -74,7 +74,7 @@ cache::TuningKey tuningKeyFor(const generator::KernelSpec &spec, const Bucket &b
   key.bucket = bucket.key();
   key.deviceKey = deviceKey.str();
   key.generatorFingerprint = generator::familyFingerprint(spec.family);
-  key.protocolVersion = kMeasurementProtocolVersion;
+  key.protocolVersion = measurementProtocol(spec);
   return key;
 }
 

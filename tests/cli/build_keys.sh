@@ -7,7 +7,7 @@ declare -A fingerprints
 build_keys() {
   local info family hex
   info=$("$1" info)
-  protocol=$(sed -n 's/^Keys: *measurement protocol \([0-9]*\)$/\1/p' <<<"$info")
+  protocol=$(sed -n 's/^Keys: *measurement protocol \([0-9]*\).*$/\1/p' <<<"$info")
   [ -n "${protocol:-}" ] || fail "flashjit info does not print the measurement protocol"
   while read -r family hex; do
     fingerprints[$family]=$hex

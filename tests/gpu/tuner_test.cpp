@@ -8,6 +8,7 @@
 // pass and the finalists' full timings; and each cold tune within the 30 s budget.
 // Prints what it measured.
 #include "gpu_skip.h"
+#include "kernel_pool.h"
 
 #include "support/error.h"
 #include "tuner/checker.h"
@@ -521,6 +522,40 @@ TEST(TunerGpu, CompilingPastTheBudgetStillScreensWhatItBuilt) {
   EXPECT_GE(sel->report.timed, 1);
   EXPECT_GT(sel->tunedUs, 0);
   std::printf("  %s\n", sel->note.c_str());
+}
+
+// A mask_mod's candidates are timed as their callers run them fast, under their block
+// mask (ForwardTimingProblem): a mask that keeps each query's own 64-row document drops
+// all but ~1 of a query block's key tiles, so the masked kernel's timed launch takes a
+// fraction of the same tile's without a mask. Timed without its block mask it would take
+// as long or longer (every tile computed, mask_mod called on every score).
+TEST(TunerGpu, AMaskModIsTimedUnderItsBlockMask) {
+  FLASHJIT_REQUIRE_GPU();
+  const generator::Family family =
+      target() == "sm_90a" ? generator::Family::FwdWgmma : generator::Family::FwdMma;
+  KernelSpec plain = specFor(64, false, family);
+  KernelSpec masked = plain;
+  masked.features.maskMod = "return (q_idx >> 6) == (kv_idx >> 6);";
+  const TileConfig tile = generator::defaultTile(masked);
+  tuner::ForwardShape shape = flashjit::testing::shapeOf(4, 8, 8, 4096, 4096);
+  shape.headDim = shape.headDimV = 64;
+  const int l2Bytes = flashjit::testing::openTestDevice()->properties().l2Bytes;
+  double us[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const KernelSpec &spec = i == 0 ? plain : masked;
+    std::string error;
+    const tuner::LoadedKernel *kernel =
+        flashjit::testing::KernelPool::get().find(spec, tile, error);
+    ASSERT_NE(kernel, nullptr) << spec.key() << " " << tile.key() << ": " << error;
+    auto problem = tuner::operationFor(family).makeTimingProblem(spec, shape, l2Bytes);
+    ASSERT_TRUE(bool(problem)) << llvm::toString(problem.takeError());
+    auto m = (*problem)->time(*kernel, nullptr);
+    ASSERT_TRUE(bool(m)) << llvm::toString(m.takeError());
+    us[i] = m->medianUs;
+  }
+  std::printf("  %s: %.1f us without a mask, %.1f us with the 64-row document mask\n",
+              tile.key().c_str(), us[0], us[1]);
+  EXPECT_LT(us[1], 0.25 * us[0]) << "the mask_mod kernel was not timed under its block mask";
 }
 
 // Decode tunes its split count with the tile (issue 27): a GQA step's bucket (4 query

@@ -15,6 +15,7 @@ namespace {
 TEST(TuneRecord, CandidatesJsonKeepsEveryFateAndTheProtocol) {
   tuner::TuneRecord r;
   r.spec = "fwd_mma.bf16.d128.dv128.causal.sm90a";
+  r.protocol = tuner::kBlockMaskProtocolVersion;
   r.bucket = "q1024.k1024.bh32";
   r.mode = "default";
   r.timingShape.batch = 2;
@@ -57,7 +58,7 @@ TEST(TuneRecord, CandidatesJsonKeepsEveryFateAndTheProtocol) {
   ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
   const llvm::json::Object *o = parsed->getAsObject();
   ASSERT_NE(o, nullptr);
-  EXPECT_EQ(o->getInteger("protocol").getValueOr(-1), tuner::kMeasurementProtocolVersion);
+  EXPECT_EQ(o->getInteger("protocol").getValueOr(-1), r.protocol);
   EXPECT_EQ(o->getString("winner"), llvm::StringRef("bm128.bn64.w8.s2"));
   ASSERT_NE(o->getObject("measure"), nullptr);
   ASSERT_NE(o->getObject("screen"), nullptr);
