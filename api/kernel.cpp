@@ -248,7 +248,16 @@ llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attentio
   const int stepBatch = desc->batchHinted ? desc->batchHint : tuner::ladderBatch(desc->seqQHint);
   tuner::Bucket hinted =
       bucketFor(desc->seqQHint, desc->seqKHint, (int64_t)stepBatch * desc->headsQ);
-  if (desc->tunesLadder() && modeTunes(context->mode))
+  // User code that reads tensors runs, while tuning, on tuning args sized for the
+  // hinted shape: the ladder's longer rungs would index past them.
+  if (desc->tunesLadder() && modeTunes(context->mode) && specs[0].features.readsTensors())
+    context->log(FJ_LOG_INFO,
+                 llvm::formatv("{0}: the length ladder is not tuned: the user code reads "
+                               "args.tensor, and tuning_mod_args describe the hinted shape "
+                               "only; other lengths run on its bucket's tile",
+                               specs[0].key())
+                     .str());
+  else if (desc->tunesLadder() && modeTunes(context->mode))
     tuneLengthLadder(*context, specs[0], *desc);
   auto variants = selectVariants(*context, specs[0], hinted);
   if (!variants && specs.size() > 1) {

@@ -116,12 +116,14 @@ std::string Features::keySuffix() const {
   return out;
 }
 
-bool Features::needsTuningArgs() const {
-  auto readsTensors = [](const std::string &text) {
+bool Features::readsTensors() const {
+  auto mentions = [](const std::string &text) {
     return text.find("tensor") != std::string::npos;
   };
-  return !hasTuningArgs && (readsTensors(scoreMod) || readsTensors(maskMod));
+  return mentions(scoreMod) || mentions(maskMod);
 }
+
+bool Features::needsTuningArgs() const { return !hasTuningArgs && readsTensors(); }
 
 std::string KernelSpec::key() const {
   std::string arch = target;

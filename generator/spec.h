@@ -57,6 +57,8 @@ struct Features {
   bool transformsScores() const { return softcap > 0 || alibi || !scoreMod.empty(); }
   bool masks() const { return window || !maskMod.empty(); }
   bool any() const { return transformsScores() || masks(); }
+  // User code that mentions args.tensor (the test is on the text: a comment counts).
+  bool readsTensors() const;
   // User code that mentions args.tensor and no tuningArgs to run it with.
   bool needsTuningArgs() const;
   // "" for none, else ".win1024_0.cap30.alibi.score-<12 hex>.mask-<12 hex>" (the

@@ -40,7 +40,15 @@ llvm::Expected<CUstream> Tuner::Impl::tuneStream() {
 }
 
 llvm::Expected<std::vector<Checker *>> Tuner::Impl::checkersFor(const generator::KernelSpec &spec) {
-  auto &list = checkers[spec.key()];
+  // A checker runs the kernels, and made its reference, with the spec's tuning args: the
+  // caller's device pointers, valid for one fj_kernel_get, not part of the spec's key.
+  // Such a spec's checkers serve the one tune that made them; a later tune of the same
+  // spec (another bucket) makes its own, as its args may point elsewhere, or at other
+  // contents, by then.
+  const bool oneTune = spec.features.hasTuningArgs;
+  auto &list = oneTune ? tuningArgsCheckers : checkers[spec.key()];
+  if (oneTune)
+    list.clear();
   if (list.empty()) {
     llvm::Expected<CUstream> s = tuneStream();
     if (!s)

@@ -59,6 +59,7 @@ Tuner::Impl::~Impl() {
   if (device)
     llvm::consumeError(device->makeCurrent());
   checkers.clear();
+  tuningArgsCheckers.clear();
   {
     std::lock_guard<std::mutex> lock(kernelsMutex);
     kernels.clear();

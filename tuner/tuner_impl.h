@@ -29,6 +29,8 @@ public:
   CUstream stream = nullptr;  // created on first tune, under tuneMutex
   // Correctness checkers per spec key (inputs and references made once), under tuneMutex.
   std::map<std::string, std::vector<std::unique_ptr<Checker>>> checkers;
+  // Those of the last tune of a spec with tuning args (checkersFor).
+  std::vector<std::unique_ptr<Checker>> tuningArgsCheckers;
 
   // Loaded winners by binary key, shared by every Selection that uses them.
   std::mutex kernelsMutex;

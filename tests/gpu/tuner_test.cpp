@@ -558,6 +558,45 @@ TEST(TunerGpu, AMaskModIsTimedUnderItsBlockMask) {
   EXPECT_LT(us[1], 0.25 * us[0]) << "the mask_mod kernel was not timed under its block mask";
 }
 
+// Tuning args are the caller's, valid for one fj_kernel_get and not part of the spec's
+// key: a later tune of the same spec (another bucket), whose args hold other contents,
+// checks its candidates against a reference made with those. (The first tune's checkers
+// were once kept by spec key: the second tune's every candidate failed against a
+// reference of the old documents, or read freed memory.)
+TEST(TunerGpu, EachTuneChecksWithItsOwnTuningArgs) {
+  FLASHJIT_REQUIRE_GPU();
+  const generator::Family family =
+      target() == "sm_90a" ? generator::Family::FwdWgmma : generator::Family::FwdMma;
+  KernelSpec spec = specFor(64, false, family);
+  spec.features.maskMod = "const int *doc = (const int *)args.tensor[0];\n"
+                          "return doc[q_idx] == doc[kv_idx];";
+  constexpr int kPositions = 4096;
+  auto docs = runtime::DeviceBuffer::allocate(kPositions * sizeof(int));
+  ASSERT_TRUE(bool(docs)) << llvm::toString(docs.takeError());
+  auto documentsOf = [&](int length) {
+    std::vector<int> ids(kPositions);
+    for (int i = 0; i < kPositions; ++i)
+      ids[i] = i / length;
+    return docs->upload(ids.data(), ids.size() * sizeof(int));
+  };
+  spec.features.hasTuningArgs = true;
+  spec.features.tuningArgs.tensor[0] = reinterpret_cast<const void *>(docs->ptr());
+  TunerOptions options;
+  options.candidates = {generator::defaultTile(spec)};
+  options.budgetSeconds = 1;
+  auto cache = openCache(std::nullopt);
+  Tuner tuner(flashjit::testing::openTestDevice().get(), *cache, options);
+  if (llvm::Error err = documentsOf(100))
+    FAIL() << llvm::toString(std::move(err));
+  auto first = tuner.select(spec, {1024, 1024, 8});
+  ASSERT_TRUE(bool(first)) << llvm::toString(first.takeError());
+  if (llvm::Error err = documentsOf(37))  // the same pointer, other documents
+    FAIL() << llvm::toString(std::move(err));
+  auto second = tuner.select(spec, {2048, 2048, 8});
+  ASSERT_TRUE(bool(second)) << llvm::toString(second.takeError());
+  EXPECT_EQ(second->report.timed, 1);
+}
+
 // Decode tunes its split count with the tile (issue 27): a GQA step's bucket (4 query
 // rows packed per KV head, 128 (sequence, KV head) pairs, 4096 keys) times each tile at
 // the heuristic's split count and at fixed ones; the winner's config carries its count,
