@@ -363,6 +363,8 @@ template <typename Cfg> struct TileWalk {
   int *counter;      // the call's tile counter (block masks, not causal), or null
   FastDiv by_per_head, by_heads, by_group;
   static constexpr int kDone = 0x7fffffff;
+  // Block-mask walks without causal: ordered by cost, and handed out by a counter.
+  static constexpr bool kByCost = Cfg::kBlockMask && !Cfg::kCausal;
   __device__ static int m_blocks(const FjForwardParams &p) {
     return (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
   }
@@ -372,20 +374,24 @@ template <typename Cfg> struct TileWalk {
   // A block mask's order of the work tiles (FjForwardParams::block_order), built for
   // this grid: one block per unit, in that order. Causal kernels keep their pairs.
   __device__ static bool ordered(const FjForwardParams &p) {
-    return Cfg::kBlockMask && !Cfg::kCausal && p.block_order != nullptr &&
+    return kByCost && p.block_order != nullptr &&
            p.block_order_grid == (int)gridDim.x;
   }
   __device__ TileWalk(const FjForwardParams &p, int *tile_counter)
       : unit(blockIdx.x), second_half(false),
         use_order(ordered(p) && __ldg(p.block_order) >= 0),
-        counter(Cfg::kBlockMask && !Cfg::kCausal ? tile_counter : nullptr),
+        counter(kByCost ? tile_counter : nullptr),
         by_per_head(per_head(p)), by_heads(p.heads_q), by_group(p.heads_q / p.heads_kv) {}
   // The unit this CTA takes after the current one (one block per unit): the grid's
-  // stride on, or the next one no CTA has taken.
+  // stride on, or, with a counter, kClaim: the next one no CTA has taken, claimed only
+  // when the producer asks for it (next()), once it has issued the current unit's loads.
+  // Claimed a unit ahead, a busy CTA held its next unit while others went idle: 1-7 %
+  // slower (docs/PERF.md f12).
+  static constexpr int kClaim = -1;
   __device__ __forceinline__ int next_unit(int g) const {
-    if constexpr (Cfg::kBlockMask && !Cfg::kCausal)
+    if constexpr (kByCost)
       if (counter)
-        return g + atomicAdd(counter, 1);
+        return kClaim;
     return unit + g;
   }
   // Item k of the last round (see above): (batch * head, query block) of the k-th block
@@ -432,6 +438,9 @@ template <typename Cfg> struct TileWalk {
     const int units = per_head(p) * p.heads_q * p.batch, g = gridDim.x, c = blockIdx.x;
     if (unit == kDone)
       return false;
+    if constexpr (kByCost)
+      if (unit == kClaim)
+        unit = g + atomicAdd(counter, 1);
     if (use_order) {
       if (unit >= units)
         return false;
