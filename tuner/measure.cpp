@@ -133,16 +133,21 @@ llvm::Error ForwardTimingProblem::prepare(const LoadedKernel &loaded, CUstream s
   const ForwardKernel *kernel = ForwardKernel::of(loaded);
   if (!kernel)
     return notForward(loaded);
-  prepared_.kernel = &loaded;
+  // Until it succeeds, no kernel is prepared: launch() then refuses a block-mask kernel.
+  prepared_.kernel = nullptr;
   prepared_.blockMask = false;
-  if (!kernel->geometry().blockMask)
+  if (!kernel->geometry().blockMask) {
+    prepared_.kernel = &loaded;
     return llvm::Error::success();
+  }
   // The mask depends on the shape and mod_args, the same in every rotation set, not on
   // the inputs: one serves them all.
   FjForwardParams p = makeParams(shape_, sets_[0], false);
   BlockMaskShape maskShape = kernel->blockMaskShape(p, false, false);
-  if (maskShape.workTiles() == 0)
+  if (maskShape.workTiles() == 0) {
+    prepared_.kernel = &loaded;
     return llvm::Error::success();
+  }
   if (auto err = allocateAndBuild(
           maskShape, prepared_.mask, /*withBits=*/true,
           [&] { return kernel->buildBlockMask(p, maskShape, prepared_.mask, stream); }, stream))
@@ -155,6 +160,7 @@ llvm::Error ForwardTimingProblem::prepare(const LoadedKernel &loaded, CUstream s
   }
   prepared_.maskShape = maskShape;
   prepared_.blockMask = true;
+  prepared_.kernel = &loaded;
   return llvm::Error::success();
 }
 
