@@ -69,9 +69,21 @@ llvm::Error checkVariantIndex(const fj_kernel_s *kernel, int index) {
 
 // The length ladder of docs/TUNING.md ("One handle, every length"), tuned before the
 // hinted bucket so that the handle then loads every length's winner. Each bucket is
-// an optimisation only: one that fails to tune is logged and left to the nearest.
+// an optimisation only: one that fails to tune is logged and left to the nearest. Not
+// for user code that reads tensors (below).
 void tuneLengthLadder(fj_context_s &context, const generator::KernelSpec &spec,
                       const AttentionDesc &desc) {
+  // User code that reads tensors runs, while tuning, on tuning args sized for the
+  // hinted shape: the ladder's longer rungs would index past them.
+  if (spec.features.readsTensors()) {
+    context.log(FJ_LOG_INFO,
+                llvm::formatv("{0}: the length ladder is not tuned: the user code reads "
+                              "args.tensor, and tuning_mod_args describe the hinted shape "
+                              "only; other lengths run on its bucket's tile",
+                              spec.key())
+                    .str());
+    return;
+  }
   const std::vector<tuner::Bucket> ladder =
       tuner::lengthLadder(desc.headsQ, desc.batchHinted ? desc.batchHint : 0);
   const auto start = std::chrono::steady_clock::now();
@@ -248,16 +260,7 @@ llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attentio
   const int stepBatch = desc->batchHinted ? desc->batchHint : tuner::ladderBatch(desc->seqQHint);
   tuner::Bucket hinted =
       bucketFor(desc->seqQHint, desc->seqKHint, (int64_t)stepBatch * desc->headsQ);
-  // User code that reads tensors runs, while tuning, on tuning args sized for the
-  // hinted shape: the ladder's longer rungs would index past them.
-  if (desc->tunesLadder() && modeTunes(context->mode) && specs[0].features.readsTensors())
-    context->log(FJ_LOG_INFO,
-                 llvm::formatv("{0}: the length ladder is not tuned: the user code reads "
-                               "args.tensor, and tuning_mod_args describe the hinted shape "
-                               "only; other lengths run on its bucket's tile",
-                               specs[0].key())
-                     .str());
-  else if (desc->tunesLadder() && modeTunes(context->mode))
+  if (desc->tunesLadder() && modeTunes(context->mode))
     tuneLengthLadder(*context, specs[0], *desc);
   auto variants = selectVariants(*context, specs[0], hinted);
   if (!variants && specs.size() > 1) {

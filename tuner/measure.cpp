@@ -136,21 +136,24 @@ llvm::Error ForwardTimingProblem::prepare(const LoadedKernel &loaded, CUstream s
   // Until it succeeds, no kernel is prepared: launch() then refuses a block-mask kernel.
   prepared_.kernel = nullptr;
   prepared_.blockMask = false;
-  if (!kernel->geometry().blockMask) {
-    prepared_.kernel = &loaded;
-    return llvm::Error::success();
-  }
+  if (kernel->geometry().blockMask)
+    if (auto err = buildBlockMask(*kernel, stream))
+      return err;
+  prepared_.kernel = &loaded;
+  return llvm::Error::success();
+}
+
+llvm::Error ForwardTimingProblem::buildBlockMask(const ForwardKernel &kernel,
+                                                 CUstream stream) const {
   // The mask depends on the shape and mod_args, the same in every rotation set, not on
   // the inputs: one serves them all.
   FjForwardParams p = makeParams(shape_, sets_[0], false);
-  BlockMaskShape maskShape = kernel->blockMaskShape(p, false, false);
-  if (maskShape.workTiles() == 0) {
-    prepared_.kernel = &loaded;
+  BlockMaskShape maskShape = kernel.blockMaskShape(p, false, false);
+  if (maskShape.workTiles() == 0)
     return llvm::Error::success();
-  }
   if (auto err = allocateAndBuild(
           maskShape, prepared_.mask, /*withBits=*/true,
-          [&] { return kernel->buildBlockMask(p, maskShape, prepared_.mask, stream); }, stream))
+          [&] { return kernel.buildBlockMask(p, maskShape, prepared_.mask, stream); }, stream))
     return err;
   if (prepared_.counter.size() == 0) {
     auto counter = runtime::DeviceBuffer::allocate(16);
@@ -160,7 +163,6 @@ llvm::Error ForwardTimingProblem::prepare(const LoadedKernel &loaded, CUstream s
   }
   prepared_.maskShape = maskShape;
   prepared_.blockMask = true;
-  prepared_.kernel = &loaded;
   return llvm::Error::success();
 }
 

@@ -110,6 +110,9 @@ public:
   FjForwardParams params(int i) const;
 
 private:
+  // Builds `kernel`'s block mask of the timing shape into prepared_ (none for no work).
+  llvm::Error buildBlockMask(const ForwardKernel &kernel, CUstream stream) const;
+
   ForwardShape shape_;
   std::vector<ForwardBuffers> sets_;
   // The kernel prepare() readied last and its block mask (a mask_mod's kernel only): the
