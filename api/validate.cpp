@@ -314,6 +314,12 @@ llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *in) {
   out.backward = d.backward != 0;
   if (llvm::Error error = checkFeatures(d, out.features))
     return std::move(error);
+  // ALiBi's kernels add the bias in the unscaled score's units, slope / softmax_scale
+  // (fj_features.cuh, kScoreUnits): a scale this small would overflow it.
+  if (out.features.alibi && out.scale < kMinAlibiScale)
+    return makeError(ErrorCode::InvalidValue,
+                     "desc->softmax_scale is {0}: with ALiBi (desc->alibi) it must be >= 2^-60",
+                     floatText(d.softmax_scale));
   if (out.backward)
     if (llvm::Error error = checkBackwardFeatures(out.features, "desc->backward is set"))
       return std::move(error);

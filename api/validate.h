@@ -36,6 +36,8 @@ constexpr int kMaxDecodeSplits = 128;
 constexpr int kMinDecodeRowTile = 16;
 
 constexpr float kLog2e = 1.4426950408889634f;
+// The smallest softmax_scale an ALiBi call takes (its kernels divide the slopes by it).
+constexpr float kMinAlibiScale = 0x1p-60f;
 
 // Copies a caller's versioned struct into `out`. A struct_size below sizeof(T) is
 // rejected; a larger one (a newer header) is accepted when the fields this version

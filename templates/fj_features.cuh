@@ -14,7 +14,8 @@
 // and the key is dropped outside the window i + diag - left .. i + diag + right or where
 // mask_mod(b, h, i, j) is false. A family exponentiates 2^(value * scale - max) with
 // scale = softmax_scale_log2(p): the hook hands back base-2 logits (scale 1) when it
-// transforms, and the raw score (scale softmax_scale * log2 e) when it only masks.
+// transforms, and a value in the raw score's units (scale softmax_scale * log2 e) when it
+// only masks or adds ALiBi's bias alone (FeatureTraits::kScoreUnits).
 #pragma once
 
 #include "fj_common.cuh"
@@ -53,6 +54,12 @@ template <typename F> struct FeatureTraits {
   // calls, one after another, left two-consumer tiles 3 to 8 % slower. Not for the
   // user's score_mod, never called for a key past the sequence end.
   static constexpr bool kTransformFirst = F::kAlibi && !(F::kSoftcap > 0.f) && !F::kScoreMod;
+  // ALiBi alone hands back s - |distance| * slope / softmax_scale, in the raw score's
+  // units: the family's exponent multiplies it by softmax_scale * log2 e as it does a
+  // plain score, in the FFMA it issues anyway, so the bias costs a subtraction and one
+  // FFMA a score instead of a subtraction, an FMUL and an FFMA (docs/PERF.md f13). The
+  // API keeps softmax_scale >= 2^-60 with ALiBi, so slope / softmax_scale stays finite.
+  static constexpr bool kScoreUnits = kTransformFirst;
 };
 
 // tanh with one MUFU instruction (relative error 2^-10.99, far below the rounding of
@@ -86,7 +93,7 @@ template <typename F> struct ScoreHook {
   int b, h, diag;
   int seqlen_q;        // rows past it exist in a tile but not in the problem
   float scale;         // softmax_scale
-  float alibi_slope;   // ALiBi: the head's slope
+  float alibi_slope;   // ALiBi: the head's slope (kScoreUnits: -slope / softmax_scale)
   const FjModArgs *args;
 
   __device__ __forceinline__ ScoreHook(const FjForwardParams &p, int b_, int h_,
@@ -94,14 +101,17 @@ template <typename F> struct ScoreHook {
       : b(b_), h(h_), diag(seq.seqlen_k - seq.seqlen_q), seqlen_q(seq.seqlen_q),
         scale(p.softmax_scale), alibi_slope(0.f),
         args(&p.mod_args) {
-    if constexpr (F::kAlibi)
+    if constexpr (F::kAlibi) {
       alibi_slope = p.alibi_slopes[(long long)b * p.alibi_batch_stride + h];
+      if constexpr (Traits::kScoreUnits)
+        alibi_slope = -alibi_slope / p.softmax_scale;
+    }
   }
   static constexpr float kLog2e = 1.4426950408889634f;
 
   // The factor 2^(value * factor - max) takes for what apply() returns.
   __device__ static __forceinline__ float softmax_scale_log2(const FjForwardParams &p) {
-    return Traits::kTransforms ? 1.f : p.scale_log2;
+    return Traits::kTransforms && !Traits::kScoreUnits ? 1.f : p.scale_log2;
   }
 
   // Whether the features mask some score of key tile [key0, key0 + n) for the rows
@@ -147,10 +157,10 @@ template <typename F> struct ScoreHook {
         // The common case in three operations.
         return tanh_approx(s * (scale * (1.f / F::kSoftcap))) * (F::kSoftcap * kLog2e);
       } else if constexpr (F::kAlibi && !(F::kSoftcap > 0.f) && !F::kScoreMod) {
-        // ALiBi alone: the scale and log2(e) folded into two multiply-adds (exact small
-        // integers: the distance's subtraction rounds nothing below 2^24).
+        // ALiBi alone, in the raw score's units (kScoreUnits): one FFMA after the
+        // distance (exact small integers: its subtraction rounds nothing below 2^24).
         const float d = (float)(i + diag - j_base) - (float)j_offset;
-        return fmaf(fabsf(d), -(alibi_slope * kLog2e), s * (scale * kLog2e));
+        return fmaf(fabsf(d), alibi_slope, s);
       } else {
         const int j = j_base + j_offset;
         float x = s * scale;

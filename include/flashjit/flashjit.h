@@ -240,7 +240,7 @@ typedef struct fj_attention_desc {
                              >= 2.1 */
   int32_t num_heads_q;    /* >= 1 */
   int32_t num_heads_kv;   /* >= 1, divides num_heads_q (GQA / MQA when smaller) */
-  float softmax_scale;    /* finite, >= 0; 0: 1 / sqrt(head_dim) */
+  float softmax_scale;    /* finite, >= 0; 0: 1 / sqrt(head_dim); >= 2^-60 with alibi */
   /* Typical sizes, which choose the shape bucket tuned first; 0: unknown (1024 for
    * the sequence lengths, seqlen_k defaults to seqlen_q; the batch of a 16384-token
    * step, 16384 / seqlen_q_hint and at least 1, for the forward and backward pass, 1

@@ -229,6 +229,13 @@ std::vector<BadInput> badFeatures() {
          a.alibi_batch_stride = INT64_C(1) << 62;
        },
        FJ_ERROR_INVALID_VALUE, {"args->alibi_batch_stride is 4611686018427387904", "2^61"}},
+      {"AlibiScaleTooSmall",  // the kernels divide the slopes by it
+       [](D &d, A &a) {
+         d.alibi = 1;
+         d.softmax_scale = 1e-20f;
+         a.alibi_slopes = static_cast<const float *>(fakeDevicePointer(9));
+       },
+       FJ_ERROR_INVALID_VALUE, {"desc->softmax_scale is", "with ALiBi", "2^-60"}},
   };
 }
 
