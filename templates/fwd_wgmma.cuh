@@ -153,10 +153,18 @@ struct FwdWgmmaConfig {
   // the added code, d256 bm128.bn80 (which the overlap admits, the fast softmax not)
   // and three one-consumer tiles (bm64 with bn 224 at d = 64, bn 176 at d = 128, bn 64
   // at d = 256) spilled, and no other tile of the space started to.
-  // Not with features: their hook would have to run before it, on a tile it may hand back
-  // to the loop.
-  static constexpr bool kFirstTileSoftmax =
-      kCausal && kFastSoftmax && kConsumers > 1 && !FeatureInfo::kAny;
+  // Not with features that transform scores or a mask_mod: their hook would have to run
+  // before it, on a tile it may hand back to the loop. A sliding window whose left side
+  // reaches at least a key tile back from each row's diagonal never cuts that tile (its
+  // rows' left bounds lie before the tile's first key): there only the causal mask
+  // applies, and the window takes it too. Measured (docs/PERF.md f13) at d = 64 with
+  // block_n >= 128 only: +2 to +8 % there, while 64-key tiles lost 3 to 9 % and d = 128's
+  // bm128.bn128.s2, the best window tile, spilled 40 bytes with it.
+  static constexpr bool kWindowMissesFirstTile =
+      FeatureInfo::kLeftBound && !FeatureInfo::kTransforms && !Features_::kMaskMod &&
+      Features_::kWindowLeft >= kBlockN && kHeadDim <= 64 && kBlockN >= 128;
+  static constexpr bool kFirstTileSoftmax = kCausal && kFastSoftmax && kConsumers > 1 &&
+                                            (!FeatureInfo::kAny || kWindowMissesFirstTile);
   // Without a mask, with three consumer warpgroups: a warpgroup whose rows all lie past
   // the sequence end passes over the tile (pass_over_tile), and the walk spreads the
   // heads' last blocks, made lighter so, over the CTAs (TileWalk::next): +5 % at d = 64

@@ -166,6 +166,30 @@ TEST(FeaturesTiles, WindowOverTileShapes) {
   }
 }
 
+// Causal windows about one key tile wide: from block_n keys to the left fwd_wgmma gives
+// the diagonal's tile the causal kernel's own first-tile softmax at d = 64 with 128-key
+// tiles (no row's left bound can cut that tile), below it the loop masks the tile. Both
+// sides of that line, per tile (and the other family's tiles alike).
+TEST(FeaturesTiles, CausalWindowAboutOneKeyTile) {
+  FLASHJIT_REQUIRE_GPU();
+  for (generator::Family family : familiesHere())
+    for (TileConfig tile : {TileConfig{128, 128, 12, 2}, TileConfig{192, 128, 16, 2},
+                            TileConfig{128, 64, 8, 2}, TileConfig{64, 64, 4, 2}})
+      for (int left : {tile.blockN - 1, tile.blockN, tile.blockN + 1}) {
+        generator::Features window;
+        window.window = true;
+        window.windowLeft = left;
+        window.windowRight = 0;
+        KernelSpec spec = featureSpec(family, 64, DType::BF16, true, window);
+        if (llvm::Error err = generator::validateTile(spec, tile)) {
+          llvm::consumeError(std::move(err));
+          continue;
+        }
+        EXPECT_EQ(checkShape(spec, tile, shapeOf(2, 4, 2, 777, 901), 7 + left), "")
+            << spec.key() << " " << tile.key();
+      }
+}
+
 // Windows wider than a tile pair (block_m + block_n): the tiles at the window's left edge
 // are far from the diagonal's, and the tiles between them are whole (the kernels' first-
 // and last-tile paths then meet different tiles than in the narrow windows above).
