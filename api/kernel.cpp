@@ -482,6 +482,8 @@ llvm::Error forwardWorkspaceSize(const fj_kernel_s *kernel, const fj_forward_arg
     *bytes = kTileCounterBytes;  // optional: the walk's tile counter
   return llvm::Error::success();
 }
+static_assert(kTileCounterBytes == tuner::kTileCounterBytes,
+              "the caller's workspace is what the launch takes as its tile counter");
 
 llvm::Error forwardDispatchInfo(const fj_kernel_s *kernel, const fj_forward_args *args,
                                 fj_dispatch_info *info) {

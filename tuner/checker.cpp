@@ -182,7 +182,7 @@ llvm::Expected<std::vector<uint16_t>> ForwardChecker::run(const ForwardKernel &k
       return std::move(err);
     maskShape.describe(p, mask->ptr());
     if (withBits) {
-      auto words = runtime::DeviceBuffer::allocate(16);
+      auto words = runtime::DeviceBuffer::allocate(kTileCounterBytes);
       if (!words)
         return words.takeError();
       counter.emplace(std::move(*words));

@@ -25,6 +25,10 @@ llvm::Expected<runtime::CompiledBinary> compileEmitted(const generator::EmittedK
 // the gate drops it there (and at N 4k, where it would have gained 0-7 %).
 inline constexpr float kBlockOrderMinGain = 1.12f;
 
+// The device memory launch() takes as a persistent walk's tile counter (one int, which
+// the launch zeroes); the C API's workspace for it is as large (api::kTileCounterBytes).
+inline constexpr size_t kTileCounterBytes = 4;
+
 struct LaunchGeometry {
   int threads = 0, sharedBytes = 0, blockM = 0;
   generator::TmaOperands tma;  // tensor maps to encode per launch, when enabled
@@ -137,7 +141,7 @@ public:
   // Asynchronous; checks nothing but the launch itself (the caller validated params),
   // and for TMA kernels checkTmaArguments. FP8 kernels first write V^T into
   // params.v_transposed (generator::fp8TransposedBytes long; params.vt_keys is set here).
-  // `tileCounter`: 4 bytes of device memory no other launch uses meanwhile, or null.
+  // `tileCounter`: kTileCounterBytes of device memory no other launch uses meanwhile, or null.
   // Where the call has a block mask and the kernel orders its walk over one
   // (geometry().blockOrder), it is zeroed on `stream` and the persistent walk hands its
   // work tiles out from it as CTAs free up; elsewhere it is not touched.

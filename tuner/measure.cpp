@@ -156,7 +156,7 @@ llvm::Error ForwardTimingProblem::buildBlockMask(const ForwardKernel &kernel,
           [&] { return kernel.buildBlockMask(p, maskShape, prepared_.mask, stream); }, stream))
     return err;
   if (prepared_.counter.size() == 0) {
-    auto counter = runtime::DeviceBuffer::allocate(16);
+    auto counter = runtime::DeviceBuffer::allocate(kTileCounterBytes);
     if (!counter)
       return counter.takeError();
     prepared_.counter = std::move(*counter);
