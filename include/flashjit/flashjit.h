@@ -488,7 +488,8 @@ FJ_API fj_status fj_forward_workspace_size(fj_kernel kernel, const fj_forward_ar
  * without calling mask_mod) or some of it (masked score by score). It is built once on
  * the GPU by evaluating mask_mod on every pair, and serves every fj_forward call of the
  * same shape and mask, e.g. every layer of a model step (document masks, prefix-LM).
- * The output is the same with or without it. */
+ * The output is the same with or without it up to rounding: a row can differ in its
+ * last bit (partly masked tiles with keep bits take the fast softmax). */
 typedef struct fj_block_mask_options {
   size_t struct_size;  /* sizeof(fj_block_mask_options) */
   /* Non-zero: mask_mod does not depend on b (it is called with b = 0), so one mask
@@ -525,7 +526,7 @@ FJ_API fj_status fj_block_mask_create(fj_kernel kernel, const fj_forward_args *a
 /* Rebuilds `mask` in place on `stream` for new contents of what mask_mod reads (args of
  * the shape it was created for): no allocation and no synchronisation, so it may be
  * captured in a CUDA graph. Partly masked tiles beyond the bits allocated at creation
- * call mask_mod (same output, slower). */
+ * call mask_mod (slower). */
 FJ_API fj_status fj_block_mask_update(fj_block_mask mask, const fj_forward_args *args,
                                       void *stream);
 

@@ -331,7 +331,8 @@ def create_block_mask(q, k, v, *, mask_mod, causal=False, scale=None, layout="bs
     by evaluating mask_mod (with causal and the window) over every (query, key) pair, then
     passed as attention(..., block_mask=mask) by every call of that shape (e.g. each
     layer of a step), which skips the key tiles it drops everywhere and runs those it keeps
-    everywhere without calling mask_mod. The output is the same as without it.
+    everywhere without calling mask_mod. The output is the same as without it up to
+    rounding (a row can differ in its last bit, docs/PYTHON.md).
 
     The arguments are attention's, and must be those of the calls the mask serves: the
     kernel (dtype, head dims, heads, causal, scale, window, softcap, ALiBi, score_mod,
