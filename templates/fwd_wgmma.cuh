@@ -149,13 +149,14 @@ struct FwdWgmmaConfig {
   static constexpr bool kPingPong = kConsumers == 2;
   // A causal work tile's first key tile, which holds the diagonal, gets a masked softmax
   // of its own before the loop (softmax_first): +2 to +9 % at d = 64 (docs/PERF.md
-  // v5.13). Not for 16-bit inputs above d = 64: at d = 128 (bm128.bn128, H100, 3 rounds)
+  // v5.13). Not for 16-bit inputs from d = 128: at d = 128 (bm128.bn128, H100, 3 rounds)
   // they ran 1.7-2.8 % faster without it from N = 4096 (0.2-1.6 % slower at 1024) and
-  // compile 15 % faster (docs/PERF.md s60). FP8 keeps it at every head dim (d = 128:
-  // +2.6 % at N 4096, +5.5 % at 1024). Only where the fast softmax fits, and not with one
-  // consumer warpgroup: with the added code, d256 bm128.bn80 (which the overlap admits,
-  // the fast softmax not) and three one-consumer tiles (bm64 with bn 224 at d = 64, bn 176
-  // at d = 128, bn 64 at d = 256) spilled, and no other tile of the space started to.
+  // compile 15 % faster (docs/PERF.md s60); head dims between 64 and 128, not measured,
+  // keep it. FP8 keeps it at every head dim (d = 128: +2.6 % at N 4096, +5.5 % at
+  // 1024). Only where the fast softmax fits, and not with one consumer warpgroup: with
+  // the added code, d256 bm128.bn80 (which the overlap admits, the fast softmax not) and
+  // three one-consumer tiles (bm64 with bn 224 at d = 64, bn 176 at d = 128, bn 64 at
+  // d = 256) spilled, and no other tile of the space started to.
   // Not with features that transform scores or a mask_mod: their hook would have to run
   // before it, on a tile it may hand back to the loop. A sliding window whose left side
   // reaches at least a key tile back from each row's diagonal never cuts that tile (its
@@ -167,7 +168,7 @@ struct FwdWgmmaConfig {
       FeatureInfo::kLeftBound && !FeatureInfo::kTransforms && !Features_::kMaskMod &&
       Features_::kWindowLeft >= kBlockN && kHeadDim <= 64 && kBlockN >= 128;
   static constexpr bool kFirstTileSoftmax = kCausal && kFastSoftmax && kConsumers > 1 &&
-                                            (kHeadDim <= 64 || kFp8) &&
+                                            (kHeadDim < 128 || kFp8) &&
                                             (!FeatureInfo::kAny || kWindowMissesFirstTile);
   // Without a mask, with three consumer warpgroups: a warpgroup whose rows all lie past
   // the sequence end passes over the tile (pass_over_tile), and the walk spreads the
