@@ -1060,9 +1060,11 @@ def block_mask_gradients(causal):
         # without, so a row's O can round apart, docs/PYTHON.md.)
         def backward(address):
             return [g.float() for g in _ops._attention_bwd_impl(
-                do, q, k, v, o.detach(), lse, causal, 0.0, "bshd", None, None,
-                0, 0, True, None, 0.0, None, code, list(mod["mod_tensors"]), [],
-                list(mod["mod_ints"]), address)]
+                do, q, k, v, o.detach(), lse, causal=causal, scale=0.0, layout="bshd",
+                cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0,
+                deterministic=True, window=None, softcap=0.0, alibi_slopes=None,
+                mask_mod=code, mod_tensors=list(mod["mod_tensors"]), mod_scalars=[],
+                mod_ints=list(mod["mod_ints"]), block_mask=address)]
         got, plain = backward(mask.address), backward(0)
         for name, g, h in zip(("dq", "dk", "dv"), got, plain):
             assert torch.equal(g, h), f"{name} with the block mask differs from without"
