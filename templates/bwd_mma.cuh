@@ -263,9 +263,9 @@ __device__ __forceinline__ float feature_prob(const ScoreHook<F> &hook, float s,
                                               float scale_log2, int query, int key,
                                               bool dropped, bool feature_mask, float lse2,
                                               float &dl) {
-  const float x = !FeatureTraits<F>::kTransforms ? s * scale_log2
-                  : FeatureTraits<F>::kScoreUnits ? hook.apply(s, query, key, 0) * scale_log2
-                                                  : hook.apply(s, query, key, 0);
+  // apply() returns s itself without a transform.
+  const float x = FeatureTraits<F>::kLog2Logits ? hook.apply(s, query, key, 0)
+                                                : hook.apply(s, query, key, 0) * scale_log2;
   dl = feature_dlogit(hook, s);
   if constexpr (!kMasked) {
     return fast_exp2(x - lse2);

@@ -60,6 +60,9 @@ template <typename F> struct FeatureTraits {
   // FFMA a score instead of a subtraction, an FMUL and an FFMA (docs/PERF.md f13). The
   // API keeps softmax_scale >= 2^-60 with ALiBi, so slope / softmax_scale stays finite.
   static constexpr bool kScoreUnits = kTransformFirst;
+  // Whether apply() hands back base-2 logits (exponent scale 1) rather than a value in
+  // the raw score's units (scale softmax_scale * log2 e).
+  static constexpr bool kLog2Logits = kTransforms && !kScoreUnits;
 };
 
 // tanh with one MUFU instruction (relative error 2^-10.99, far below the rounding of
@@ -111,7 +114,7 @@ template <typename F> struct ScoreHook {
 
   // The factor 2^(value * factor - max) takes for what apply() returns.
   __device__ static __forceinline__ float softmax_scale_log2(const FjForwardParams &p) {
-    return Traits::kTransforms && !Traits::kScoreUnits ? 1.f : p.scale_log2;
+    return Traits::kLog2Logits ? 1.f : p.scale_log2;
   }
 
   // Whether the features mask some score of key tile [key0, key0 + n) for the rows
@@ -156,8 +159,8 @@ template <typename F> struct ScoreHook {
       if constexpr (F::kSoftcap > 0.f && !F::kAlibi && !F::kScoreMod) {
         // The common case in three operations.
         return tanh_approx(s * (scale * (1.f / F::kSoftcap))) * (F::kSoftcap * kLog2e);
-      } else if constexpr (F::kAlibi && !(F::kSoftcap > 0.f) && !F::kScoreMod) {
-        // ALiBi alone, in the raw score's units (kScoreUnits): one FFMA after the
+      } else if constexpr (Traits::kScoreUnits) {
+        // ALiBi alone, in the raw score's units: one FFMA after the
         // distance (exact small integers: its subtraction rounds nothing below 2^24).
         const float d = (float)(i + diag - j_base) - (float)j_offset;
         return fmaf(fabsf(d), alibi_slope, s);
