@@ -179,6 +179,28 @@ template <typename F> struct ScoreHook {
       }
     }
   }
+
+  // ALiBi alone (kScoreUnits) over a key tile that lies on one side of row i's diagonal
+  // (`before`: every key of the tile at or before it, else at or after it). There the
+  // bias -slope |i + diag - j| is linear in the key, so apply() splits into a part of the
+  // row, `shift`, which the family adds in its exponent once per row and tile, and a part
+  // of the key's column, one FFMA a score (apply_linear): half of apply()'s two
+  // instructions (docs/PERF.md f14). Both in the raw score's units:
+  //   apply(s, i, j_base, j_offset) = apply_linear(s, m, j_offset) + shift.
+  // A key of the tile past the row's diagonal gets the wrong side's bias: causal kernels
+  // take `before` on every tile and mask those keys anyway.
+  __device__ __forceinline__ void alibi_linear(int i, int j_base, bool before, float &m,
+                                               float &shift) const {
+    static_assert(Traits::kScoreUnits, "ALiBi alone");
+    const float a = (float)(i + diag - j_base);  // distance to the key at j_offset 0
+    // alibi_slope is -slope / softmax_scale; before: bias = alibi_slope * (a - j_offset),
+    // after: alibi_slope * (j_offset - a).
+    m = before ? -alibi_slope : alibi_slope;
+    shift = before ? alibi_slope * a : -alibi_slope * a;
+  }
+  __device__ static __forceinline__ float apply_linear(float s, float m, int j_offset) {
+    return fmaf((float)j_offset, m, s);
+  }
 };
 
 }  // namespace fj

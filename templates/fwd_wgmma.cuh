@@ -145,6 +145,10 @@ struct FwdWgmmaConfig {
   static constexpr bool kFastSoftmax =
       kOverlap && kBlockN / 2 + kPRegs + kDvPad / 2 + kDvPad / 8 + 24 <= kConsumerRegs &&
       !Features_::kScoreMod && (!Features_::kAlibi || kDiagonalFirst || kAlibiFallsAway);
+  // ALiBi alone: the scores of a tile on one side of a warp's diagonals leave their
+  // rows' part of the bias out of acc_s (RowState::shift), one FFMA a score less
+  // (ScoreHook::alibi_linear, docs/PERF.md f14).
+  static constexpr bool kScoreShift = FeatureInfo::kScoreUnits;
   // Two consumer warpgroups take turns issuing their products.
   static constexpr bool kPingPong = kConsumers == 2;
   // A causal work tile's first key tile, which holds the diagonal, gets a masked softmax
@@ -661,6 +665,11 @@ template <typename Cfg> struct RowState {
   float row_max[2], row_sum[2];
   float correction[2];
   bool rescale;
+  // kScoreShift: what mask_tile left out of this lane's scores of the tile in acc_s, per
+  // row, in the raw score's units: the exponent takes (acc_s + shift) * scale, and the
+  // row's max adds it before the quad's lanes compare (their shifts differ). 0 on tiles
+  // that leave nothing out.
+  float shift[2];
 };
 
 // The mask of this thread's `row` in a tile whose first key is key0: its element (nt, e)
@@ -724,14 +733,18 @@ __device__ __forceinline__ void hook_score(float &v, const ScoreHook<typename Cf
 // With features: also what they mask, and (all of the tile when `mask` is false) their
 // transform of the scores. A partly masked tile of a block mask with a bit slot takes
 // its keep bits (which hold every mask) instead of calling mask_mod.
+// kScoreShift: acc_s may leave part of the scores out, in st.shift (RowState).
 template <typename Cfg>
-__device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2], const Work &w,
+__device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2], RowState<Cfg> &st,
+                                          const Work &w,
                                           const ScoreHook<typename Cfg::Features> &hook,
                                           int key0, const int (&row)[2], int t,
                                           bool mask = true, const FjForwardParams *p = nullptr,
                                           int bit_slot = -1) {
   const int limit[2] = {mask_limit<Cfg>(w, key0, row[0], t),
                         mask_limit<Cfg>(w, key0, row[1], t)};
+  if constexpr (Cfg::kScoreShift)
+    st.shift[0] = st.shift[1] = 0.f;
   if constexpr (Cfg::kBlockMask) {
     if (mask && bit_slot >= 0) {
       typedef block_mask::TileBits<Cfg::kBlockN> Bits;
@@ -763,14 +776,42 @@ __device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2], cons
     mask_groups<Cfg, 0, Cfg::kBlockN / 8>(acc_s, limit);
   } else {
     if constexpr (Cfg::FeatureInfo::kTransformFirst) {  // every score, then the mask
+      // ALiBi alone on a tile on one side of the warp's 16 diagonals: one FFMA a score
+      // and the rows' shift (alibi_linear). Causal: every key past a diagonal is masked
+      // below, so every tile counts as before them. The votes keep the branch the warp's.
+      bool linear = false, before = true;
+      if constexpr (Cfg::kScoreShift) {
+        if constexpr (Cfg::kCausal) {
+          linear = true;
+        } else {
+          const int warp_row0 = row[0] - ((threadIdx.x & 31) >> 2);
+          before = __all_sync(0xffffffff, key0 + Cfg::kBlockN - 1 <= warp_row0 + w.diag);
+          linear = before || __all_sync(0xffffffff, key0 >= warp_row0 + 15 + w.diag);
+        }
+      }
+      if (linear) {
+        float m[2];
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf)
+        for (int hf = 0; hf < 2; ++hf)
+          hook.alibi_linear(row[hf], key0 + 2 * t, before, m[hf], st.shift[hf]);
 #pragma unroll
-        for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
+        for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
-          for (int e = 2 * hf; e < 2 * hf + 2; ++e)
-            acc_s[nt * 4 + e] =
-                hook.apply(acc_s[nt * 4 + e], row[hf], key0 + 2 * t, nt * 8 + (e & 1));
+          for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
+#pragma unroll
+            for (int e = 2 * hf; e < 2 * hf + 2; ++e)
+              acc_s[nt * 4 + e] =
+                  hook.apply_linear(acc_s[nt * 4 + e], m[hf], nt * 8 + (e & 1));
+      } else {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+          for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
+#pragma unroll
+            for (int e = 2 * hf; e < 2 * hf + 2; ++e)
+              acc_s[nt * 4 + e] =
+                  hook.apply(acc_s[nt * 4 + e], row[hf], key0 + 2 * t, nt * 8 + (e & 1));
+      }
       if (!mask)
         return;
 #pragma unroll
@@ -824,14 +865,18 @@ __device__ __forceinline__ float exp_row_half(float (&acc_s)[Cfg::kBlockN / 2], 
 }
 
 // The largest of `init` and row half hf's values in acc_s, over the row's quad of lanes
-// (all four agree), over the groups below kLive.
+// (all four agree), over the groups below kLive. `lane_shift` is added to this lane's
+// values first: a lane's scores may leave out a shift of their own (RowState::shift,
+// which differs between the quad's lanes by the distance of their columns).
 template <typename Cfg, int kLive = Cfg::kBlockN / 8>
 __device__ __forceinline__ float quad_row_max(const float (&acc_s)[Cfg::kBlockN / 2], int hf,
-                                              float init) {
+                                              float init, float lane_shift = 0.f) {
   float m = init;
 #pragma unroll
   for (int nt = 0; nt < kLive; ++nt)
     m = fmaxf(m, fmaxf(acc_s[nt * 4 + 2 * hf], acc_s[nt * 4 + 2 * hf + 1]));
+  if constexpr (Cfg::kScoreShift)
+    m += lane_shift;
   m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
   return fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
 }
@@ -846,7 +891,8 @@ __device__ __forceinline__ void softmax_exact(float (&acc_s)[Cfg::kBlockN / 2],
   st.rescale = false;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    const float mx = quad_row_max<Cfg, kLive>(acc_s, hf, neg_inf());
+    const float mx =
+        quad_row_max<Cfg, kLive>(acc_s, hf, neg_inf(), Cfg::kScoreShift ? st.shift[hf] : 0.f);
     const float old_max = st.row_max[hf];
     const float tile_max = mx * scale_log2;
     const bool moved = tile_max > old_max + kRescaleSlack;
@@ -856,7 +902,8 @@ __device__ __forceinline__ void softmax_exact(float (&acc_s)[Cfg::kBlockN / 2],
     const float base = new_max == neg_inf() ? 0.f : new_max;
     st.correction[hf] = moved ? fast_exp2(old_max - base) : 1.f;
     st.row_max[hf] = new_max;
-    const float sum = exp_row_half<Cfg, kLive>(acc_s, hf, scale_log2, base);
+    const float sum = exp_row_half<Cfg, kLive>(
+        acc_s, hf, scale_log2, Cfg::kScoreShift ? base - st.shift[hf] * scale_log2 : base);
     st.row_sum[hf] = st.row_sum[hf] * st.correction[hf] + sum;
   }
 }
@@ -965,7 +1012,10 @@ __device__ __forceinline__ SoftmaxLeft softmax_tile(float (&acc_s)[Cfg::kBlockN 
   float sum[2];
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf)
-    sum[hf] = exp_row_half<Cfg>(acc_s, hf, scale_log2, st.row_max[hf]);
+    sum[hf] = exp_row_half<Cfg>(acc_s, hf, scale_log2,
+                                Cfg::kScoreShift
+                                    ? st.row_max[hf] - st.shift[hf] * scale_log2
+                                    : st.row_max[hf]);
   // NaN fails the test too (scores from NaN inputs) and is rebased, staying NaN.
   constexpr float kBound = Cfg::kFp8 ? kFastSumBoundFp8 : kFastSumBound;
   if (__builtin_expect(__any_sync(0xffffffff, !(sum[0] <= kBound) || !(sum[1] <= kBound)),
@@ -1392,7 +1442,7 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
         release(sm.q_empty(q_this));
       const bool needs_mask = tile_needs_mask<Cfg>(w, hook, key0, wg_row0, partial);
       if (Cfg::FeatureInfo::kTransforms || needs_mask)
-        mask_tile<Cfg>(acc_s, w, hook, key0, row, t, needs_mask, &p, bit_slot);
+        mask_tile<Cfg>(acc_s, st, w, hook, key0, row, t, needs_mask, &p, bit_slot);
       softmax_exact<Cfg>(acc_s, st, score_scale);  // no overlap: never kFastSoftmax
     };
     // O += P V of key tile i on its own, P packed from acc_s.
@@ -1456,7 +1506,7 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
           // tile then goes through the hook here, masked or not.
           const bool needs_mask = tile_needs_mask<Cfg>(w, hook, key0, wg_row0, partial);
           if (Cfg::FeatureInfo::kTransforms || (!Cfg::kFastSoftmax && needs_mask))
-            mask_tile<Cfg>(acc_s, w, hook, key0, row, t, needs_mask, &p, bit_slot);
+            mask_tile<Cfg>(acc_s, st, w, hook, key0, row, t, needs_mask, &p, bit_slot);
           // A partly masked tile with keep bits is masked here, while the previous P V
           // runs, and keeps the fast softmax: with a block mask at short lengths nearly
           // every tile is partial, and the exact path would serialise each after its P V.
@@ -1464,7 +1514,7 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
           if constexpr (Cfg::kBlockMask && Cfg::kFastSoftmax &&
                         !Cfg::FeatureInfo::kTransforms) {
             if (needs_mask && bit_slot >= 0) {
-              mask_tile<Cfg>(acc_s, w, hook, key0, row, t, true, &p, bit_slot);
+              mask_tile<Cfg>(acc_s, st, w, hook, key0, row, t, true, &p, bit_slot);
               masked_now = true;
             }
           }
@@ -1477,10 +1527,13 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
           if (i > 0)
             release(sm.empty_v(sp));
           if (left != SoftmaxLeft::kNothing) {
-            if (__builtin_expect(left == SoftmaxLeft::kRescoreAndExact, 0))
+            if (__builtin_expect(left == SoftmaxLeft::kRescoreAndExact, 0)) {
               rescore_tile<Cfg>(acc_s, p, w, hook, key0, row, t);  // masks as it scores
-            else if (needs_mask && !Cfg::FeatureInfo::kTransforms && !masked_now)
-              mask_tile<Cfg>(acc_s, w, hook, key0, row, t, true, &p, bit_slot);
+              if constexpr (Cfg::kScoreShift)  // whole scores now (hook.apply)
+                st.shift[0] = st.shift[1] = 0.f;
+            } else if (needs_mask && !Cfg::FeatureInfo::kTransforms && !masked_now) {
+              mask_tile<Cfg>(acc_s, st, w, hook, key0, row, t, true, &p, bit_slot);
+            }
             softmax_exact<Cfg>(acc_s, st, score_scale);
           }
           rescale_o<Cfg>(st);

@@ -213,17 +213,20 @@ TEST(FeaturesTiles, WindowWiderThanTiles) {
   }
 }
 
-// Non-causal ALiBi over tile shapes: fwd_wgmma walks its key tiles from the diagonal
+// ALiBi over tile shapes. Non-causal fwd_wgmma walks its key tiles from the diagonal
 // outwards and takes the fast softmax off the tiles where the bias rises; the order and
 // that rule move with block_m and block_n, and with seqlen_q > seqlen_k (diagonals left
-// of the first key).
+// of the first key). Both causal and not, a tile on one side of a warp's diagonals
+// takes the bias in two parts (a row's shift and a key's FFMA), one that straddles them
+// whole: which tiles do moves with the tile shape too.
 TEST(FeaturesTiles, AlibiOverTileShapes) {
   FLASHJIT_REQUIRE_GPU();
   generator::Features alibi;
   alibi.alibi = true;
   for (generator::Family family : familiesHere())
-    for (DType dtype : {DType::FP16, DType::BF16}) {
-      KernelSpec spec = featureSpec(family, 128, dtype, false, alibi);
+    for (auto [dtype, causal] : {std::pair{DType::FP16, false}, std::pair{DType::BF16, false},
+                                 std::pair{DType::BF16, true}}) {
+      KernelSpec spec = featureSpec(family, 128, dtype, causal, alibi);
       std::vector<TileConfig> tiles =
           family == generator::Family::FwdWgmma
               ? std::vector<TileConfig>{{64, 96, 8, 3}, {128, 80, 12, 2}, {128, 128, 12, 3},
