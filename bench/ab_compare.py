@@ -37,30 +37,35 @@ def load_runs(pattern):
     return runs
 
 
-def tile_rates(runs, key, tile):
-    """The tile's TFLOP/s in each run that timed it (wrong outputs left out)."""
+def tile_rates(runs, key, tile, wrong_ok=False):
+    """The tile's TFLOP/s in each run that timed it (wrong outputs left out unless
+    wrong_ok: a probe build that drops part of the work, bench --time-wrong-output)."""
     rates = []
     for run in runs:
         entry = run.get(key, {}).get("tiles", {}).get(tile, {})
-        if entry.get("tflops") and not entry.get("wrong_output"):
+        if entry.get("tflops") and (wrong_ok or not entry.get("wrong_output")):
             rates.append(entry["tflops"])
     return rates
 
 
-def compare(a_runs, b_runs):
+def compare(a_runs, b_runs, b_wrong_ok=False):
     """Rows of (key, tile, a_rates, b_rates, same_tile_ratio, best_ratio, separated)."""
     out = []
     for key in sorted(set(a_runs[0]) & set(b_runs[0])):
         tiles = a_runs[0][key]["tiles"]
         scored = [(statistics.median(tile_rates(a_runs, key, t)), t) for t in tiles
-                  if tile_rates(a_runs, key, t) and tile_rates(b_runs, key, t)]
+                  if tile_rates(a_runs, key, t) and tile_rates(b_runs, key, t, b_wrong_ok)]
         if not scored:
             continue
         _, tile = max(scored)
-        a, b = tile_rates(a_runs, key, tile), tile_rates(b_runs, key, tile)
+        a, b = tile_rates(a_runs, key, tile), tile_rates(b_runs, key, tile, b_wrong_ok)
         same = statistics.median(b) / statistics.median(a)
-        best = statistics.median([r[key]["tflops"] for r in b_runs if key in r]) / \
-            statistics.median([r[key]["tflops"] for r in a_runs if key in r])
+        if b_wrong_ok:  # the rows' best leaves wrong tiles out: take the tiles' medians
+            best = max(statistics.median(tile_rates(b_runs, key, t, True)) for t in tiles
+                       if tile_rates(b_runs, key, t, True)) / max(scored)[0]
+        else:
+            best = statistics.median([r[key]["tflops"] for r in b_runs if key in r]) / \
+                statistics.median([r[key]["tflops"] for r in a_runs if key in r])
         separated = min(b) > max(a) or max(b) < min(a)
         out.append((key, tile, a, b, same, best, separated))
     return out
@@ -70,9 +75,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--a", required=True, help="glob of build A's --json files (the base)")
     parser.add_argument("--b", required=True, help="glob of build B's --json files")
+    parser.add_argument("--b-wrong-ok", action="store_true",
+                        help="count B's tiles whose output failed the check: B is a probe "
+                             "that drops part of the work (bench --time-wrong-output)")
     args = parser.parse_args(argv)
     a_runs, b_runs = load_runs(args.a), load_runs(args.b)
-    rows = compare(a_runs, b_runs)
+    rows = compare(a_runs, b_runs, args.b_wrong_ok)
     if not rows:
         sys.exit("ab_compare: the two sets share no shape with a tile timed in both")
     print(f"A: {len(a_runs)} runs ({args.a}), B: {len(b_runs)} runs ({args.b})")
