@@ -28,6 +28,10 @@ if [ -e "$db" ]; then
   exit 2
 fi
 
+# The winners are measured in the default mode: a FLASHJIT_TUNE=heuristic left in the
+# environment (as the GPU tests set it) would make every sweep refuse to run.
+unset FLASHJIT_TUNE
+
 # What data/winners holds: one bucket per spec (q = k = 1024, 32 heads) at a 3 s budget
 # per bucket for the forward (FP8 included) and backward families; decode's default
 # buckets (split count tuned with the tile) at head dim 128.
