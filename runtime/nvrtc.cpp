@@ -104,8 +104,12 @@ llvm::Expected<CompiledBinary> compile(llvm::StringRef source, const CompileOpti
   auto destroy = llvm::make_scope_exit([&] { api->nvrtcDestroyProgram(&program); });
 
   // ptxas -v makes the log report registers, spills, stack and shared memory.
-  std::vector<std::string> owned = {"--gpu-architecture=" + options.target,
-                                     "--ptxas-options=-v"};
+  // PTX alone: the target's virtual architecture (sm_90a -> compute_90a), no ptxas.
+  std::vector<std::string> owned =
+      options.ptxOnly ? std::vector<std::string>{"--gpu-architecture=compute_" +
+                                                 options.target.substr(3)}
+                      : std::vector<std::string>{"--gpu-architecture=" + options.target,
+                                                 "--ptxas-options=-v"};
   // NVRTC 12.9 and newer serve a program they compiled before (in any process on the
   // machine) from their own cache, without running ptxas: the log then has no report,
   // and a kernel that spills looks like one that does not. flashjit caches binaries
@@ -150,13 +154,15 @@ llvm::Expected<CompiledBinary> compile(llvm::StringRef source, const CompileOpti
                      options.programName, options.target, api->nvrtcGetErrorString(compiled),
                      binary.log);
 
-  if (nvrtcResult result = api->nvrtcGetCUBINSize(program, &size); result != NVRTC_SUCCESS)
-    return nvrtcError(*api, result, "nvrtcGetCUBINSize");
-  binary.cubin.resize(size);
-  if (nvrtcResult result = api->nvrtcGetCUBIN(program, binary.cubin.data());
-      result != NVRTC_SUCCESS)
-    return nvrtcError(*api, result, "nvrtcGetCUBIN");
-  if (options.keepPtx) {
+  if (!options.ptxOnly) {
+    if (nvrtcResult result = api->nvrtcGetCUBINSize(program, &size); result != NVRTC_SUCCESS)
+      return nvrtcError(*api, result, "nvrtcGetCUBINSize");
+    binary.cubin.resize(size);
+    if (nvrtcResult result = api->nvrtcGetCUBIN(program, binary.cubin.data());
+        result != NVRTC_SUCCESS)
+      return nvrtcError(*api, result, "nvrtcGetCUBIN");
+  }
+  if (options.keepPtx || options.ptxOnly) {
     if (nvrtcResult result = api->nvrtcGetPTXSize(program, &size); result != NVRTC_SUCCESS)
       return nvrtcError(*api, result, "nvrtcGetPTXSize");
     binary.ptx.resize(size);

@@ -20,6 +20,9 @@ struct CompileOptions {
   // that make ptxas report resource usage are added by compile().
   std::vector<std::string> options;
   bool keepPtx = false;
+  // Stop at PTX (for the target's virtual architecture, compute_90a for sm_90a): no
+  // ptxas, no cubin, no resource report; CompiledBinary::ptx holds the result.
+  bool ptxOnly = false;
   // The source uses no texture or surface functions, no device-side runtime (cudaMalloc,
   // kernel launches) and no CUDA runtime types (cudaError_t): NVRTC 12.4 and newer then
   // leave their declarations out (`--minimal`), which takes 5-7 ms off the front end of
