@@ -49,6 +49,11 @@ struct TuningRow {
   std::string candidatesJson, clocksJson; // as given by the tuner
   int64_t tunedAt = 0;                    // unix seconds, filled by the cache when 0
   std::string flashjitVersion;            // filled by the cache when empty
+  // Winners files only (cache/winners.h; a DB does not store them): the hash of the
+  // machine code the measurement covers (tuner/carry_winners.h), and, for a row a later
+  // generator carried because that code had not changed, the generator it was measured
+  // with.
+  std::string codeSha256, carriedFrom;
 };
 
 // Where a row was found: the writable user DB, a DB the application ships, or the system

@@ -58,8 +58,8 @@ std::string winnersToJson(llvm::ArrayRef<TuningRow> input) {
     return a->key.text() < b->key.text();
   });
   llvm::json::Array winners;
-  for (const TuningRow *r : rows)
-    winners.push_back(llvm::json::Object{
+  for (const TuningRow *r : rows) {
+    llvm::json::Object winner{
         {"spec", r->key.spec},
         {"bucket", r->key.bucket},
         {"device_key", r->key.deviceKey},
@@ -73,7 +73,14 @@ std::string winnersToJson(llvm::ArrayRef<TuningRow> input) {
         {"measured_binary_key", r->binaryKey},
         {"clocks", embedded(r->clocksJson)},
         {"candidates", embedded(r->candidatesJson)},
-    });
+    };
+    // Absent rather than empty, so that files written before them read back the same.
+    if (!r->codeSha256.empty())
+      winner["code_sha256"] = r->codeSha256;
+    if (!r->carriedFrom.empty())
+      winner["carried_from"] = r->carriedFrom;
+    winners.push_back(std::move(winner));
+  }
   llvm::json::Object file{{"format", kFormat}, {"version", kVersion},
                           {"winners", std::move(winners)}};
   std::string out;
@@ -137,6 +144,13 @@ llvm::Expected<std::vector<TuningRow>> winnersFromJson(llvm::StringRef text,
     row.tunedAt = *tunedAt;
     row.medianUs = *median;
     row.tflops = *tflops;
+    for (auto [field, out] : {std::pair<const char *, std::string *>{"code_sha256", &row.codeSha256},
+                              {"carried_from", &row.carriedFrom}})
+      if (const llvm::json::Value *value = w->get(field)) {
+        if (!value->getAsString())
+          return missing(field);
+        *out = value->getAsString()->str();
+      }
     row.clocksJson = unembedded(w->get("clocks"));
     row.candidatesJson = unembedded(w->get("candidates"));
     rows.push_back(std::move(row));

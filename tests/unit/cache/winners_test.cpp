@@ -21,6 +21,9 @@ std::vector<TuningRow> sampleRows() {
   }
   rows[2].candidatesJson = "not json, kept as text";
   rows[1].clocksJson = "";
+  rows[0].codeSha256 = std::string(64, 'c');
+  rows[0].carriedFrom = std::string(64, '0');
+  rows[1].codeSha256 = std::string(64, 'd');
   return rows;
 }
 
@@ -40,7 +43,13 @@ TEST(CacheWinners, JsonRoundTripKeepsEveryField) {
     EXPECT_TRUE(sameTuning(*match, original)) << original.key.text();
     EXPECT_EQ(match->tunedAt, original.tunedAt);
     EXPECT_EQ(match->flashjitVersion, original.flashjitVersion);
+    EXPECT_EQ(match->codeSha256, original.codeSha256);
+    EXPECT_EQ(match->carriedFrom, original.carriedFrom);
   }
+  // A row without a code stamp writes neither field (files written before them stay
+  // byte for byte the same through a merge).
+  EXPECT_EQ(winnersToJson({rows[2]}).find("code_sha256"), std::string::npos);
+  EXPECT_EQ(winnersToJson({rows[2]}).find("carried_from"), std::string::npos);
   // Sorted by key text, so the same rows give the same file.
   std::reverse(rows.begin(), rows.end());
   EXPECT_EQ(winnersToJson(rows), text);
@@ -71,6 +80,10 @@ TEST(CacheWinners, MalformedFilesAreClearErrors) {
   size_t at = badMedian.find("\"median_us\": ");
   badMedian.replace(at, 13, "\"median_us\": \"fast\", \"x\": ");
   says(badMedian, "\"median_us\"");
+  std::string badStamp = winnersToJson({sampleRows()[2]}); // a row without a stamp
+  at = badStamp.find("\"median_us\": ");
+  badStamp.replace(at, 13, "\"code_sha256\": 7, \"median_us\": ");
+  says(badStamp, "winner 0: \"code_sha256\"");
 }
 
 TEST(CacheWinners, WinnersForDeviceKeysFirstRowPerKey) {
