@@ -9,9 +9,12 @@
 #   FLASHJIT  the flashjit CLI of the build whose templates are being shipped
 #   OUT.json  where the winners go; OUT.json.gz is written beside it (the JSON is ~18 MB,
 #             over what a device machine sends back; the gzip is ~1 MB)
-#   OLD.json  the winners file to bring up to date: only the families whose rows in it
-#             are stale are re-tuned, and its current rows are kept as they are. Without
-#             it, every family is re-tuned.
+#   OLD.json  the winners file to bring up to date: its current rows are kept as they
+#             are, rows of another generator whose code this build compiles unchanged are
+#             carried over (`cache merge --carry`, tuner/carry_winners.h), and only the
+#             families with rows left are re-tuned. Without it, every family is re-tuned.
+# Every row written is stamped with the code it covers, so that a later template change
+# carries the rows whose code it leaves alone.
 # Environment: FLASHJIT_RETUNE_DB (default: a fresh temporary file) keeps the cache.
 set -euo pipefail
 
@@ -52,11 +55,12 @@ if [ -z "$old" ]; then
   "$flashjit" tune --head-dims 64,128,256 --dtypes bf16,fp16,e4m3 --backward "${bucket[@]}"
   tune_family dec_mma
   "$flashjit" cache export --user "$db" --format json --out "$out"
+  "$flashjit" cache merge --format json --carry "$out" --out "$out"
 else
   kept=$(mktemp "${TMPDIR:-/tmp}/flashjit-retune-kept.XXXXXX.json")
   fresh=$(mktemp "${TMPDIR:-/tmp}/flashjit-retune-fresh.XXXXXX.json")
   trap 'rm -f "$kept" "$fresh"' EXIT
-  report=$("$flashjit" cache merge --format json --current-only "$old" --out "$kept")
+  report=$("$flashjit" cache merge --format json --carry "$old" --out "$kept")
   echo "$report"
   stale=$(sed -n 's/^stale families: //p' <<<"$report")
   if [ -z "$stale" ]; then
@@ -68,7 +72,7 @@ else
       tune_family "$family"
     done
     "$flashjit" cache export --user "$db" --format json --out "$fresh"
-    "$flashjit" cache merge --format json --current-only "$kept" "$fresh" --out "$out"
+    "$flashjit" cache merge --format json --carry "$kept" "$fresh" --out "$out"
   fi
 fi
 gzip -9 -c "$out" > "$out.gz"

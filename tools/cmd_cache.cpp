@@ -6,6 +6,7 @@
 #include "tools/command.h"
 #include "generator/spec.h"
 #include "tuner/bucket.h"
+#include "tuner/carry_winners.h"
 #include "tuner/tuner.h"
 
 #include "support/error.h"
@@ -36,7 +37,8 @@ cl::SubCommand
                  "  merge A B... --out F              combine DBs, keeping the faster winner\n"
                  "                                    (--format json: winners files; with\n"
                  "                                    --current-only, without the rows this\n"
-                 "                                    build would not load)\n"
+                 "                                    build would not load; --carry: keeping\n"
+                 "                                    those whose code it compiles unchanged)\n"
                  "  verify [DB...]                    check integrity, schema and checksums\n"
                  "  clear                             delete every row of the user DB");
 cl::list<std::string> arguments(cl::Positional, cl::desc("<ls|export|merge|verify|clear> [DB...]"),
@@ -62,6 +64,13 @@ cl::opt<bool> currentOnly("current-only",
                                    "never load (another generator for their family, or another "
                                    "measurement protocol), listing their families as stale"),
                           cl::sub(cacheCommand));
+cl::opt<bool> carry("carry",
+                    cl::desc("merge --format json: as --current-only, but a row of another "
+                             "generator whose machine code this build compiles unchanged is "
+                             "kept, carried to this generator; current rows without a code "
+                             "stamp get one (compiles each row's measured tiles with NVRTC; "
+                             "no GPU)"),
+                    cl::sub(cacheCommand));
 cl::list<std::string> deviceKeys("device-key",
                                  cl::desc("export: a device key to include (repeat or "
                                           "separate with commas)"),
@@ -298,6 +307,7 @@ int exportDb() {
 int mergeWinnersFiles(ArrayRef<std::string> inputs) {
   std::vector<std::vector<flashjit::cache::TuningRow>> files;
   std::map<std::string, int> staleRows; // family -> rows left out
+  flashjit::tuner::CarryReport carryReport;
   for (const std::string &path : inputs) {
     ErrorOr<std::unique_ptr<MemoryBuffer>> text = MemoryBuffer::getFile(path);
     if (!text)
@@ -307,7 +317,13 @@ int mergeWinnersFiles(ArrayRef<std::string> inputs) {
         flashjit::cache::winnersFromJson((*text)->getBuffer(), path);
     if (!rows)
       return fail(rows.takeError());
-    if (currentOnly)
+    if (carry) {
+      Expected<std::vector<flashjit::cache::TuningRow>> carried =
+          flashjit::tuner::carryWinners(std::move(*rows), 0, carryReport, &errs());
+      if (!carried)
+        return fail(carried.takeError());
+      *rows = std::move(*carried);
+    } else if (currentOnly)
       llvm::erase_if(*rows, [&](const flashjit::cache::TuningRow &row) {
         Expected<flashjit::generator::KernelSpec> spec =
             flashjit::generator::KernelSpec::parse(row.key.spec);
@@ -322,11 +338,23 @@ int mergeWinnersFiles(ArrayRef<std::string> inputs) {
       });
     files.push_back(std::move(*rows));
   }
+  for (const auto &[family, rows] : carryReport.stale)
+    staleRows[family] += rows;
   flashjit::cache::WinnersMerge merged = flashjit::cache::mergeWinners(files);
   if (int status = writeWinners(merged.rows))
     return status;
   outs() << formatv("  {0} conflicts\n", merged.conflicts.size());
   printNotes("conflict", merged.conflicts);
+  if (carry) {
+    outs() << formatv("  {0} rows stamped with their code\n", carryReport.stamped);
+    if (!carryReport.carried.empty()) {
+      outs() << "  carried to this generator, their code unchanged:";
+      for (const auto &[family, rows] : carryReport.carried)
+        outs() << formatv(" {0} ({1} rows)", family, rows);
+      outs() << "\n";
+    }
+    printNotes("carry", carryReport.notes);
+  }
   if (!staleRows.empty()) {
     outs() << "  left out as stale:";
     for (const auto &[family, rows] : staleRows)
@@ -346,8 +374,8 @@ int merge(ArrayRef<std::string> inputs) {
     return mergeWinnersFiles(inputs);
   if (format != "sqlite")
     return usage("--format '" + format + "': expected sqlite or json");
-  if (currentOnly)
-    return usage("--current-only merges winners files (--format json)");
+  if (currentOnly || carry)
+    return usage("--current-only and --carry merge winners files (--format json)");
   Expected<flashjit::cache::ShipReport> report = flashjit::cache::mergeDbs(inputs, outPath);
   if (!report)
     return fail(report.takeError());
