@@ -171,9 +171,15 @@ struct FwdWgmmaConfig {
   static constexpr bool kWindowMissesFirstTile =
       FeatureInfo::kLeftBound && !FeatureInfo::kTransforms && !Features_::kMaskMod &&
       Features_::kWindowLeft >= kBlockN && kHeadDim <= 64 && kBlockN >= 128;
+  // Causal ALiBi alone: its bias is linear over the whole tile, one FFMA a score
+  // (kScoreShift), which softmax_first applies to the groups the warp sees (+6 % at
+  // d = 64 N = 1024, docs/PERF.md f15). Not beside a window or a mask_mod: softmax_first
+  // masks only the causal bound (a window narrower than the tile cut it).
+  static constexpr bool kAlibiFirstTile = kCausal && kScoreShift && !FeatureInfo::kMasks;
   static constexpr bool kFirstTileSoftmax = kCausal && kFastSoftmax && kConsumers > 1 &&
                                             (kHeadDim < 128 || kFp8) &&
-                                            (!FeatureInfo::kAny || kWindowMissesFirstTile);
+                                            (!FeatureInfo::kAny || kWindowMissesFirstTile ||
+                                             kAlibiFirstTile);
   // Without a mask, with three consumer warpgroups: a warpgroup whose rows all lie past
   // the sequence end passes over the tile (pass_over_tile), and the walk spreads the
   // heads' last blocks, made lighter so, over the CTAs (TileWalk::next): +5 % at d = 64
@@ -729,6 +735,29 @@ __device__ __forceinline__ void hook_score(float &v, const ScoreHook<typename Cf
   else
     v = hook.apply(v, row, key0 + 2 * t, nt * 8 + (e & 1));
 }
+// ALiBi alone on a tile that lies on one side of the warp's diagonals (`before` them,
+// or after): the scores of the 8-key groups kFrom .. kTo - 1 take the key's part of the
+// bias, one FFMA each, and the rows' part goes to st.shift (ScoreHook::alibi_linear,
+// docs/PERF.md f14).
+template <typename Cfg, int kFrom = 0, int kTo = Cfg::kBlockN / 8>
+__device__ __forceinline__ void alibi_linear_tile(float (&acc_s)[Cfg::kBlockN / 2],
+                                                  RowState<Cfg> &st,
+                                                  const ScoreHook<typename Cfg::Features> &hook,
+                                                  int key0, const int (&row)[2], int t,
+                                                  bool before) {
+  float m[2];
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf)
+    hook.alibi_linear(row[hf], key0 + 2 * t, before, m[hf], st.shift[hf]);
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+    for (int nt = kFrom; nt < kTo; ++nt)
+#pragma unroll
+      for (int e = 2 * hf; e < 2 * hf + 2; ++e)
+        acc_s[nt * 4 + e] = hook.apply_linear(acc_s[nt * 4 + e], m[hf], nt * 8 + (e & 1));
+}
+
 // Masks keys past the sequence end and, when causal, past the diagonal (-inf scores).
 // With features: also what they mask, and (all of the tile when `mask` is false) their
 // transform of the scores. A partly masked tile of a block mask with a bit slot takes
@@ -790,18 +819,7 @@ __device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2], RowS
         }
       }
       if (linear) {
-        float m[2];
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf)
-          hook.alibi_linear(row[hf], key0 + 2 * t, before, m[hf], st.shift[hf]);
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-          for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
-#pragma unroll
-            for (int e = 2 * hf; e < 2 * hf + 2; ++e)
-              acc_s[nt * 4 + e] =
-                  hook.apply_linear(acc_s[nt * 4 + e], m[hf], nt * 8 + (e & 1));
+        alibi_linear_tile<Cfg>(acc_s, st, hook, key0, row, t, before);
       } else {
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf)
@@ -917,11 +935,15 @@ __device__ __forceinline__ void softmax_exact(float (&acc_s)[Cfg::kBlockN / 2],
 // group inside one body cost more through ptxas's schedule than they saved,
 // docs/PERF.md v5.11); a warp whose bounds straddle the halves returns false and takes
 // the loop's exact path, which masks the whole tile.
+// Causal ALiBi (kScoreShift) takes its bias here too, on the groups the warp sees: the
+// tile lies before every diagonal that counts (mask_tile).
 template <typename Cfg>
 __device__ __forceinline__ bool softmax_first(float (&acc_s)[Cfg::kBlockN / 2],
                                               RowState<Cfg> &st, float scale_log2,
-                                              const Work &w, int key0, const int (&row)[2],
-                                              int t, int warp_row0) {
+                                              const Work &w,
+                                              const ScoreHook<typename Cfg::Features> &hook,
+                                              int key0, const int (&row)[2], int t,
+                                              int warp_row0) {
   constexpr int NT = Cfg::kBlockN / 8, kHalf = NT / 2;
   // The last key the warp's first and last rows see, counted from key0.
   const int lo = mask_limit<Cfg>(w, key0, warp_row0, 0);
@@ -933,11 +955,15 @@ __device__ __forceinline__ bool softmax_first(float (&acc_s)[Cfg::kBlockN / 2],
   // descriptor arithmetic stays on the uniform datapath (without them the issue of
   // S and P V took twice the instructions and long lengths lost 2 to 4 %).
   if (__all_sync(0xffffffff, hi < 8 * kHalf)) {
+    if constexpr (Cfg::kScoreShift)
+      alibi_linear_tile<Cfg, 0, kHalf>(acc_s, st, hook, key0, row, t, true);
     mask_groups<Cfg, 0, kHalf>(acc_s, limit);
     softmax_exact<Cfg, kHalf>(acc_s, st, scale_log2);
     return true;
   }
   if (__all_sync(0xffffffff, lo >= 8 * kHalf - 1)) {
+    if constexpr (Cfg::kScoreShift)
+      alibi_linear_tile<Cfg>(acc_s, st, hook, key0, row, t, true);
     mask_groups<Cfg, kHalf, NT>(acc_s, limit);
     softmax_exact<Cfg>(acc_s, st, scale_log2);
     return true;
@@ -1479,7 +1505,7 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
       if constexpr (Cfg::kFirstTileSoftmax) {
         const int key0 = (w.n_first + w.n_blocks - 1) * Cfg::kBlockN;
         pin_registers(acc_s);  // S(0), after the wait
-        if (softmax_first<Cfg>(acc_s, st, score_scale, w, key0, row, t,
+        if (softmax_first<Cfg>(acc_s, st, score_scale, w, hook, key0, row, t,
                                w.q0 + wg_row0 + warp_in_wg * 16)) {
           release(sm.empty_k(kv_iter % Cfg::kStages));
           if (!Cfg::kStageO && w.n_blocks == 1)

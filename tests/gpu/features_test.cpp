@@ -169,25 +169,32 @@ TEST(FeaturesTiles, WindowOverTileShapes) {
 // Causal windows about one key tile wide: from block_n keys to the left fwd_wgmma gives
 // the diagonal's tile the causal kernel's own first-tile softmax at d = 64 with 128-key
 // tiles (no row's left bound can cut that tile), below it the loop masks the tile. Both
-// sides of that line, per tile (and the other family's tiles alike).
+// sides of that line, per tile (and the other family's tiles alike). With ALiBi too,
+// and narrower windows: causal ALiBi alone takes that softmax on every d = 64 tile, and
+// beside a window it must not (its first-tile path masks the causal bound only; windows
+// from block_n - 1 keys never cut the diagonal's tile, narrower ones do).
 TEST(FeaturesTiles, CausalWindowAboutOneKeyTile) {
   FLASHJIT_REQUIRE_GPU();
   for (generator::Family family : familiesHere())
     for (TileConfig tile : {TileConfig{128, 128, 12, 2}, TileConfig{192, 128, 16, 2},
                             TileConfig{128, 64, 8, 2}, TileConfig{64, 64, 4, 2}})
-      for (int left : {tile.blockN - 1, tile.blockN, tile.blockN + 1}) {
-        generator::Features window;
-        window.window = true;
-        window.windowLeft = left;
-        window.windowRight = 0;
-        KernelSpec spec = featureSpec(family, 64, DType::BF16, true, window);
-        if (llvm::Error err = generator::validateTile(spec, tile)) {
-          llvm::consumeError(std::move(err));
-          continue;
+      for (int left : {17, tile.blockN / 2 + 1, tile.blockN - 1, tile.blockN, tile.blockN + 1})
+        for (bool alibi : {false, true}) {
+          if (!alibi && left < tile.blockN - 1)
+            continue; // the loop's masked first tile, as for every narrower window
+          generator::Features window;
+          window.window = true;
+          window.windowLeft = left;
+          window.windowRight = 0;
+          window.alibi = alibi;
+          KernelSpec spec = featureSpec(family, 64, DType::BF16, true, window);
+          if (llvm::Error err = generator::validateTile(spec, tile)) {
+            llvm::consumeError(std::move(err));
+            continue;
+          }
+          EXPECT_EQ(checkShape(spec, tile, shapeOf(2, 4, 2, 777, 901), 7 + left), "")
+              << spec.key() << " " << tile.key();
         }
-        EXPECT_EQ(checkShape(spec, tile, shapeOf(2, 4, 2, 777, 901), 7 + left), "")
-            << spec.key() << " " << tile.key();
-      }
 }
 
 // Windows wider than a tile pair (block_m + block_n): the tiles at the window's left edge
