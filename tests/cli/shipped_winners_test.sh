@@ -104,4 +104,30 @@ grep -q "^stale families: $family\$" "$tmp/log" || fail "stale families not name
 grep -q "== re-tuning $family" "$tmp/log" || fail "$family was not re-tuned: $(cat "$tmp/log")"
 [ "$(grep -c '== re-tuning' "$tmp/log")" -eq 1 ] || fail "more than $family re-tuned"
 [ ! -e "$tmp/w3.json" ] || fail "retune-winners.sh failed but left $tmp/w3.json"
+# Carrying across a template change (tuner/carry_winners.h), without a GPU: a row of
+# another generator whose code is this build's is carried; with another code stamp it
+# is left out, named, and its family listed as stale.
+python3 - "$f" "$tmp/carry.json" <<'PY'
+import json, sys
+data = json.load(open(sys.argv[1]))
+row = next(r for r in data["winners"] if r["spec"] == "fwd_mma.bf16.d64.dv64.nocausal.sm90a")
+same, changed = dict(row), dict(row)
+same["generator_fingerprint"] = changed["generator_fingerprint"] = "0" * 64
+changed["bucket"] = "q2048.k2048.bh32"
+changed["code_sha256"] = "f" * 64
+data["winners"] = [same, changed]
+json.dump(data, open(sys.argv[2], "w"), indent=2)
+PY
+"$flashjit" cache merge --format json --carry "$tmp/carry.json" --out "$tmp/carried.json" \
+  >"$tmp/log" 2>"$tmp/progress" || fail "merge --carry: $(cat "$tmp/log" "$tmp/progress")"
+grep -q "carried to this generator, their code unchanged: fwd_mma (1 rows)" "$tmp/log" ||
+  fail "merge --carry did not carry the unchanged row: $(cat "$tmp/log")"
+grep -q "q2048.k2048.bh32: left out: its code changed" "$tmp/log" ||
+  fail "merge --carry did not name the changed row: $(cat "$tmp/log")"
+grep -q "^stale families: fwd_mma$" "$tmp/log" || fail "no stale family: $(cat "$tmp/log")"
+grep -q "\"generator_fingerprint\": \"${fingerprints[fwd_mma]}\"" "$tmp/carried.json" ||
+  fail "the carried row does not have this build's fingerprint"
+grep -q "\"carried_from\": \"$(printf '0%.0s' {1..64})\"" "$tmp/carried.json" ||
+  fail "the carried row does not name the generator it was measured with"
+[ "$(grep -cE '^      "spec": ' "$tmp/carried.json")" -eq 1 ] || fail "merge --carry kept the changed row"
 echo "shipped winners: ok"
