@@ -2,20 +2,19 @@
 
 #include "generator/templates.h"
 #include "runtime/code_identity.h"
-#include "support/error.h"
-#include "support/env.h"
-#include "support/hash.h"
 #include "runtime/nvrtc.h"
+#include "support/env.h"
+#include "support/error.h"
+#include "support/hash.h"
 #include "tuner/measure.h"
 #include "tuner/tuned_config.h"
 #include "tuner/variants.h"
 
-#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/ThreadPool.h"
 #include "llvm/Support/Threading.h"
-#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <set>
