@@ -161,6 +161,11 @@ llvm::Expected<EmittedKernel> emitKernel(const KernelSpec &spec, const TileConfi
 // The same, for the forward families only.
 llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConfig &tile);
 
+// An emitted source as flashjit `version` wrote it with the same generator: the version
+// is in its first line, a comment, and so in its binary key. Unchanged for "" or a source
+// this build did not emit.
+std::string sourceAsOfVersion(llvm::StringRef source, llvm::StringRef version);
+
 // The naive reference for the dtype (head dims, causal and layout are run-time
 // arguments). With emulateLowPrecision the output is in the dtype and the
 // intermediates are rounded to it; otherwise the output is fp32.

@@ -154,21 +154,24 @@ llvm::Expected<CompiledBinary> compile(llvm::StringRef source, const CompileOpti
                      options.programName, options.target, api->nvrtcGetErrorString(compiled),
                      binary.log);
 
-  if (!options.ptxOnly) {
-    if (nvrtcResult result = api->nvrtcGetCUBINSize(program, &size); result != NVRTC_SUCCESS)
-      return nvrtcError(*api, result, "nvrtcGetCUBINSize");
-    binary.cubin.resize(size);
-    if (nvrtcResult result = api->nvrtcGetCUBIN(program, binary.cubin.data());
-        result != NVRTC_SUCCESS)
-      return nvrtcError(*api, result, "nvrtcGetCUBIN");
-  }
+  // One of NVRTC's outputs (cubin, PTX) into `out`: its size, then its bytes.
+  auto fetch = [&](auto getSize, const char *sizeName, auto get, const char *getName,
+                   std::string &out) -> llvm::Error {
+    if (nvrtcResult result = getSize(program, &size); result != NVRTC_SUCCESS)
+      return nvrtcError(*api, result, sizeName);
+    out.resize(size);
+    if (nvrtcResult result = get(program, out.data()); result != NVRTC_SUCCESS)
+      return nvrtcError(*api, result, getName);
+    return llvm::Error::success();
+  };
+  if (!options.ptxOnly)
+    if (llvm::Error err = fetch(api->nvrtcGetCUBINSize, "nvrtcGetCUBINSize", api->nvrtcGetCUBIN,
+                                "nvrtcGetCUBIN", binary.cubin))
+      return std::move(err);
   if (options.keepPtx || options.ptxOnly) {
-    if (nvrtcResult result = api->nvrtcGetPTXSize(program, &size); result != NVRTC_SUCCESS)
-      return nvrtcError(*api, result, "nvrtcGetPTXSize");
-    binary.ptx.resize(size);
-    if (nvrtcResult result = api->nvrtcGetPTX(program, binary.ptx.data());
-        result != NVRTC_SUCCESS)
-      return nvrtcError(*api, result, "nvrtcGetPTX");
+    if (llvm::Error err = fetch(api->nvrtcGetPTXSize, "nvrtcGetPTXSize", api->nvrtcGetPTX,
+                                "nvrtcGetPTX", binary.ptx))
+      return std::move(err);
     if (!binary.ptx.empty() && binary.ptx.back() == '\0')
       binary.ptx.pop_back();
   }
