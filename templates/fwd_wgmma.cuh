@@ -710,17 +710,24 @@ __device__ __forceinline__ bool tile_needs_mask(const Work &w,
                                              w.q0 + wg_row0 + 63, partial);
   return crosses_end || crosses_diag || features;
 }
-// The mask of the 8-key groups kFrom .. kTo - 1, for this thread's two rows' limits.
-template <typename Cfg, int kFrom, int kTo>
-__device__ __forceinline__ void mask_groups(float (&acc_s)[Cfg::kBlockN / 2],
-                                            const int (&limit)[2]) {
+// f(hf, nt, e) for each of this thread's scores in the 8-key groups kFrom .. kTo - 1:
+// acc_s[nt * 4 + e], of row half hf (e = 2 hf, 2 hf + 1), unrolled.
+template <typename Cfg, int kFrom = 0, int kTo = Cfg::kBlockN / 8, typename F>
+__device__ __forceinline__ void for_each_score(F &&f) {
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
     for (int nt = kFrom; nt < kTo; ++nt)
 #pragma unroll
       for (int e = 2 * hf; e < 2 * hf + 2; ++e)
-        mask_score(acc_s[nt * 4 + e], nt, e, limit[hf]);
+        f(hf, nt, e);
+}
+// The mask of the 8-key groups kFrom .. kTo - 1, for this thread's two rows' limits.
+template <typename Cfg, int kFrom, int kTo>
+__device__ __forceinline__ void mask_groups(float (&acc_s)[Cfg::kBlockN / 2],
+                                            const int (&limit)[2]) {
+  for_each_score<Cfg, kFrom, kTo>(
+      [&](int hf, int nt, int e) { mask_score(acc_s[nt * 4 + e], nt, e, limit[hf]); });
 }
 // One score of this thread's row half hf, (nt, e) of the tile at key0, through the
 // features' hook: masked (-inf) when `mask` and the score lies past a bound, else
@@ -749,13 +756,9 @@ __device__ __forceinline__ void alibi_linear_tile(float (&acc_s)[Cfg::kBlockN / 
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf)
     hook.alibi_linear(row[hf], key0 + 2 * t, before, m[hf], st.shift[hf]);
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-    for (int nt = kFrom; nt < kTo; ++nt)
-#pragma unroll
-      for (int e = 2 * hf; e < 2 * hf + 2; ++e)
-        acc_s[nt * 4 + e] = hook.apply_linear(acc_s[nt * 4 + e], m[hf], nt * 8 + (e & 1));
+  for_each_score<Cfg, kFrom, kTo>([&](int hf, int nt, int e) {
+    acc_s[nt * 4 + e] = hook.apply_linear(acc_s[nt * 4 + e], m[hf], nt * 8 + (e & 1));
+  });
 }
 
 // Masks keys past the sequence end and, when causal, past the diagonal (-inf scores).
@@ -821,36 +824,32 @@ __device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2], RowS
       if (linear) {
         alibi_linear_tile<Cfg>(acc_s, st, hook, key0, row, t, before);
       } else {
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-          for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
-#pragma unroll
-            for (int e = 2 * hf; e < 2 * hf + 2; ++e)
-              acc_s[nt * 4 + e] =
-                  hook.apply(acc_s[nt * 4 + e], row[hf], key0 + 2 * t, nt * 8 + (e & 1));
+        for_each_score<Cfg>([&](int hf, int nt, int e) {
+          acc_s[nt * 4 + e] =
+              hook.apply(acc_s[nt * 4 + e], row[hf], key0 + 2 * t, nt * 8 + (e & 1));
+        });
       }
       if (!mask)
         return;
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-        for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
-#pragma unroll
-          for (int e = 2 * hf; e < 2 * hf + 2; ++e)
-            if (nt * 8 + (e & 1) > limit[hf] ||
-                !hook.keeps(row[hf], key0 + nt * 8 + 2 * t + (e & 1)))
-              acc_s[nt * 4 + e] = neg_inf();
+      for_each_score<Cfg>([&](int hf, int nt, int e) {
+        if (nt * 8 + (e & 1) > limit[hf] ||
+            !hook.keeps(row[hf], key0 + nt * 8 + 2 * t + (e & 1)))
+          acc_s[nt * 4 + e] = neg_inf();
+      });
       return;
     }
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-      for (int nt = 0; nt < Cfg::kBlockN / 8; ++nt)
-#pragma unroll
-        for (int e = 2 * hf; e < 2 * hf + 2; ++e)
-          hook_score<Cfg>(acc_s[nt * 4 + e], hook, key0, row[hf], t, nt, e, limit[hf], mask);
+    for_each_score<Cfg>([&](int hf, int nt, int e) {
+      hook_score<Cfg>(acc_s[nt * 4 + e], hook, key0, row[hf], t, nt, e, limit[hf], mask);
+    });
   }
+}
+
+// The base exp_row_half takes for row half hf against the row's max `base`: with
+// kScoreShift, less the part of the scores acc_s left out (RowState::shift).
+template <typename Cfg>
+__device__ __forceinline__ float exp_base(const RowState<Cfg> &st, int hf, float base,
+                                          float scale_log2) {
+  return Cfg::kScoreShift ? base - st.shift[hf] * scale_log2 : base;
 }
 
 // P = 2^(S * scale - base) in place for row half hf of this thread, and its sum.
@@ -920,8 +919,8 @@ __device__ __forceinline__ void softmax_exact(float (&acc_s)[Cfg::kBlockN / 2],
     const float base = new_max == neg_inf() ? 0.f : new_max;
     st.correction[hf] = moved ? fast_exp2(old_max - base) : 1.f;
     st.row_max[hf] = new_max;
-    const float sum = exp_row_half<Cfg, kLive>(
-        acc_s, hf, scale_log2, Cfg::kScoreShift ? base - st.shift[hf] * scale_log2 : base);
+    const float sum =
+        exp_row_half<Cfg, kLive>(acc_s, hf, scale_log2, exp_base(st, hf, base, scale_log2));
     st.row_sum[hf] = st.row_sum[hf] * st.correction[hf] + sum;
   }
 }
@@ -1039,9 +1038,7 @@ __device__ __forceinline__ SoftmaxLeft softmax_tile(float (&acc_s)[Cfg::kBlockN 
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf)
     sum[hf] = exp_row_half<Cfg>(acc_s, hf, scale_log2,
-                                Cfg::kScoreShift
-                                    ? st.row_max[hf] - st.shift[hf] * scale_log2
-                                    : st.row_max[hf]);
+                                exp_base(st, hf, st.row_max[hf], scale_log2));
   // NaN fails the test too (scores from NaN inputs) and is rebased, staying NaN.
   constexpr float kBound = Cfg::kFp8 ? kFastSumBoundFp8 : kFastSumBound;
   if (__builtin_expect(__any_sync(0xffffffff, !(sum[0] <= kBound) || !(sum[1] <= kBound)),
@@ -1153,11 +1150,15 @@ __device__ __forceinline__ void rescore_tile_16(float (&acc_s)[Cfg::kBlockN / 2]
   for (int i = 0; i < Cfg::kBlockN / 2; ++i)
     acc_s[i] = scores[i];
 }
+// S whole (hook.apply): nothing is left out of it (RowState::shift).
 template <typename Cfg>
 __device__ __forceinline__ void rescore_tile(float (&acc_s)[Cfg::kBlockN / 2],
-                                             const FjForwardParams &p, const Work &w,
+                                             RowState<Cfg> &st, const FjForwardParams &p,
+                                             const Work &w,
                                              const ScoreHook<typename Cfg::Features> &hook,
                                              int key0, const int (&row)[2], int t) {
+  if constexpr (Cfg::kScoreShift)
+    st.shift[0] = st.shift[1] = 0.f;
   if constexpr (Cfg::kFp8)
     rescore_tile_fp8<Cfg>(acc_s, p, w, key0, row, t);
   else
@@ -1553,13 +1554,10 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
           if (i > 0)
             release(sm.empty_v(sp));
           if (left != SoftmaxLeft::kNothing) {
-            if (__builtin_expect(left == SoftmaxLeft::kRescoreAndExact, 0)) {
-              rescore_tile<Cfg>(acc_s, p, w, hook, key0, row, t);  // masks as it scores
-              if constexpr (Cfg::kScoreShift)  // whole scores now (hook.apply)
-                st.shift[0] = st.shift[1] = 0.f;
-            } else if (needs_mask && !Cfg::FeatureInfo::kTransforms && !masked_now) {
+            if (__builtin_expect(left == SoftmaxLeft::kRescoreAndExact, 0))
+              rescore_tile<Cfg>(acc_s, st, p, w, hook, key0, row, t);  // masks as it scores
+            else if (needs_mask && !Cfg::FeatureInfo::kTransforms && !masked_now)
               mask_tile<Cfg>(acc_s, st, w, hook, key0, row, t, true, &p, bit_slot);
-            }
             softmax_exact<Cfg>(acc_s, st, score_scale);
           }
           rescale_o<Cfg>(st);
