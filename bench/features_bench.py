@@ -24,7 +24,13 @@ Shapes: bf16, head dims 64 and 128, N = 1k..16k, batch * N = 16384 tokens, heads
   document_varlen  the same documents as a variable-length batch (cu_seqlens), the way
               to run packed documents through flashjit; FlexAttention runs its mask
 FLOPs are the pairs each query actually sees (4 * d per pair, as the papers count), so
-a window's TFLOP/s are over the work it must do. With --backward (0.9: the features'
+a window's TFLOP/s are over the pairs in its band. The causal and window forwards also
+get flashjit_tile_tflops, over the key tiles each kernel must compute at the tile it ran
+(edge and diagonal tiles whole: issue 28's measure for the window), and the window
+vs_own_causal_tiles, the ratio of the two. Each flashjit handle is tuned at every N of the sweep
+(--tune-lengths ladder, the setting for a model called with many lengths; with 'hinted'
+every N ran on the first N's tile, which is how runs before 2026-11-28 measured the
+N > 1k shapes). With --backward (0.9: the features'
 backward pass) each call is a training step's attention, forward and backward
 (torch.autograd.grad of the output against a random dO): 3.5 times the forward's FLOPs
 (the backward's 2.5, as the papers count); the document variant's block mask serves the
@@ -95,6 +101,41 @@ def visible_pairs(variant, n, doc):
     # document (either way): pairs within each document (no causal)
     counts = torch.bincount(doc[:n].cpu())
     return int((counts.long() ** 2).sum())
+
+
+def causal_tile_pairs(n, block_m, block_n, window=None):
+    """The (query, key) pairs of the key tiles a causal kernel (with a left window of
+    `window` keys, or none) must compute at tile block_m x block_n: for each query block,
+    every block_n-key tile from its first row's left bound to its last row's diagonal,
+    whole (issue 28's "TFLOP/s counted over the tiles it must compute": the edge tiles'
+    masked pairs are computed too)."""
+    pairs = 0
+    for q0 in range(0, n, block_m):
+        rows = min(block_m, n - q0)
+        lo, hi = max(0, q0 - window) if window else 0, q0 + rows - 1
+        pairs += rows * (hi // block_n - lo // block_n + 1) * block_n
+    return pairs
+
+
+def causal_tile(q, k, v, window):
+    """(block_m, block_n) of the variant that the causal kernel handle with this window
+    ((WINDOW, 0) or None) and q's head dim runs for q, k, v (bshd), or None."""
+    import ctypes as C
+    from flashjit import _capi, _ops, _runtime
+    lib = _capi.library()
+    b, n = q.shape[0], q.shape[1]
+    for key, (handle, _, _) in list(_runtime._kernels.items()):
+        if key[9].window != window or not key[6] or key[2] != q.shape[3]:
+            continue
+        args = _ops.forward_args(q, k, v, "bshd", b, n, k.shape[1], None, None, None,
+                                 _capi.mod_args())
+        info = _capi.new(_capi.DispatchInfo)
+        if lib.lib.fj_forward_dispatch_info(handle, C.byref(args), C.byref(info)) != 0:
+            continue
+        vi = _capi.new(_capi.VariantInfo)
+        if lib.lib.fj_kernel_variant_info(handle, info.variant, C.byref(vi)) == 0:
+            return vi.block_m, vi.block_n
+    return None
 
 
 def documents(n, device):
@@ -212,11 +253,15 @@ def main():
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--budget-s", type=float, default=2.0)
+    ap.add_argument("--tune-lengths", default="ladder",
+                    help="flashjit.configure's tune_lengths: 'ladder' (default) tunes each "
+                         "handle at every N of the sweep, as a model called with many "
+                         "lengths is set up; 'hinted' runs every N on the first N's tile")
     ap.add_argument("--out", default="features")
     ap.add_argument("--backward", action="store_true",
                     help="time forward + backward (training) instead of the forward")
     a = ap.parse_args()
-    flashjit.configure(budget_s=a.budget_s)
+    flashjit.configure(budget_s=a.budget_s, tune_lengths=a.tune_lengths)
     torch.manual_seed(0)
     rows = []
     for d in map(int, a.head_dims.split(",")):
@@ -246,6 +291,14 @@ def main():
                 out_fj = fj()                                         # the kernel
                 row["flashjit_ms"] = time_ms(fj, a.iters)
                 row["flashjit_tflops"] = flops / row["flashjit_ms"] / 1e9
+                if variant in ("causal", "window1024") and not a.backward:
+                    window = (WINDOW, 0) if variant == "window1024" else None
+                    tile = causal_tile(q, k, v, window)
+                    if tile is not None:
+                        row["tile"] = "bm%d.bn%d" % tile
+                        pairs = causal_tile_pairs(n, *tile, window and WINDOW)
+                        row["flashjit_tile_tflops"] = (4.0 * d * b * heads * pairs /
+                                                       row["flashjit_ms"] / 1e9)
                 if mask is not None:
                     row["mask_build_ms"] = mask_build_ms(mask)
                     flex_build = flex_mask_build_ms(doc, n)
@@ -281,6 +334,12 @@ def main():
                "document": "document_nomask"}.get(r["variant"])
         if ref and (r["d"], r["n"], ref) in base:
             r["vs_own_" + ref] = r["flashjit_tflops"] / base[(r["d"], r["n"], ref)]
+            if r["variant"] == "window1024":
+                causal = next((c for c in rows if (c["d"], c["n"], c["variant"]) ==
+                               (r["d"], r["n"], "causal")), {})
+                if "flashjit_tile_tflops" in r and "flashjit_tile_tflops" in causal:
+                    r["vs_own_causal_tiles"] = (r["flashjit_tile_tflops"] /
+                                                causal["flashjit_tile_tflops"])
     os.makedirs(os.path.dirname(os.path.abspath(a.out + ".json")), exist_ok=True)
     with open(a.out + ".json", "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -295,6 +354,12 @@ def main():
               f"{own if own is not None else nan:>7.2f} "
               f"{r.get('max_diff_vs_flex', nan):>8.1e} {r.get('mask_build_ms', nan):>8.3f} "
               f"{r.get('flex_mask_build_ms', nan):>12.3f}")
+    for r in rows:
+        if "vs_own_causal_tiles" in r:
+            print(f"window1024 d {r['d']} N {r['n']}, tile {r['tile']}: "
+                  f"{r['flashjit_tile_tflops']:.1f} TF/s over the tiles it computes, "
+                  f"{r['vs_own_causal_tiles']:.2f}x the causal kernel's counted so "
+                  f"(band: {r['vs_own_causal']:.2f}x)")
     for variant in a.variants.split(","):
         ratios = [r["vs_flex"] for r in rows if r["variant"] == variant and "vs_flex" in r]
         if ratios:
