@@ -187,6 +187,15 @@ struct FwdWgmmaConfig {
   // and two-consumer tiles (which have a row-less warpgroup only when N % 128 is 1..64)
   // lost up to 3.6 % at lengths where it never runs: the code alone cost them that.
   static constexpr bool kPassEmptyWarpgroups = !kCausal && kConsumers == 3;
+  // A sliding window with three consumers: each warpgroup computes only the key tiles its
+  // own 64 rows see, and passes over the others of the work tile's walk (those past its
+  // rows' last diagonal at the walk's start, those before its rows' window at its end):
+  // at bm192 the work tile's walk spans its 192 rows' windows, each warpgroup's 64 rows
+  // need 128 keys fewer. Not with ping-pong turns (pass_over_tile takes none), a block
+  // mask's listed walk or the diagonal-first order.
+  static constexpr bool kNarrowWalks = kConsumers == 3 && !kFp8 && !kBlockMask &&
+                                       !kDiagonalFirst &&
+                                       (FeatureInfo::kLeftBound || FeatureInfo::kRightBound);
   // O leaves through shared memory: each warpgroup writes its normalised rows into its
   // own rows of the tile's Q buffer (free once the last S = Q K^T is done). With two Q
   // buffers one thread then stores them by TMA, so the consumers start the next tile at
@@ -1348,6 +1357,40 @@ __device__ __forceinline__ void pass_over_tile(const SmemLayout<Cfg> &sm, int kv
   }
 }
 
+// A count of 0..15 that is the same in every thread of the warp, rebuilt from votes:
+// ptxas cannot tell that a value derived from the warpgroup's index is uniform, and keeps
+// it and all that follows from it (the loop's stages, barriers, descriptors) off the
+// uniform datapath; from votes it can (with the values as computed, or passed through
+// __reduce_max_sync, bm192 tiles spilled 20 to 500 bytes).
+__device__ __forceinline__ int warp_uniform_count(int v) {
+  return (__all_sync(0xffffffff, v & 1) ? 1 : 0) | (__all_sync(0xffffffff, v & 2) ? 2 : 0) |
+         (__all_sync(0xffffffff, v & 4) ? 4 : 0) | (__all_sync(0xffffffff, v & 8) ? 8 : 0);
+}
+
+// kNarrowWalks: narrows the work tile's walk w to the key tiles that this warpgroup's rows
+// (wg_row0 .. wg_row0 + 63 of the tile) see by the causal bound and the window, and
+// returns how many tiles of the walk come before them (the walk runs last to first), to
+// pass over; w.n_first grows by those after them. A warpgroup without rows, or whose
+// rows see none of the walk's tiles, keeps the whole walk and masks it, as without
+// kNarrowWalks (a walk never narrows to nothing: an empty walk means that no Q was
+// loaded). Each count is at most (kBlockM - 64) / kBlockN + 1 <= 9 tiles.
+template <typename Cfg> __device__ __forceinline__ int narrow_walk(Work &w, int wg_row0) {
+  static_assert((Cfg::kBlockM - 64) / Cfg::kBlockN + 1 <= 15, "warp_uniform_count");
+  const int row_lo = w.q0 + wg_row0, row_hi = imin(row_lo + 63, w.seq.seqlen_q - 1);
+  int first = w.n_first, end = w.n_first + w.n_blocks;
+  if (Cfg::kCausal) {
+    const int last_key = row_hi + w.diag;
+    end = imin(end, last_key < 0 ? 0 : last_key / Cfg::kBlockN + 1);
+  }
+  window_tiles<typename Cfg::Features, Cfg::kBlockN>(row_lo, row_hi, w.diag, first, end);
+  const bool keep = w.n_blocks == 0 || row_lo > row_hi || end <= first;
+  const int head = warp_uniform_count(keep ? 0 : w.n_first + w.n_blocks - end);
+  const int tail = warp_uniform_count(keep ? 0 : first - w.n_first);
+  w.n_first += tail;
+  w.n_blocks -= head + tail;
+  return head;
+}
+
 // Consumer warpgroup `consumer` (0-based): rows q0 + 64 * consumer .. + 63 of each work
 // tile. With kOverlap, the softmax of key tile i runs while the tensor cores add
 // P(i-1) V(i-1): S(i) and P(i-1)V(i) are issued together and only S(i) is awaited.
@@ -1395,6 +1438,14 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
     const bool block_masked = Cfg::kBlockMask && p.block_counts != nullptr;
     if (block_masked)
       w.n_blocks = listed_blocks;
+    // kNarrowWalks: the tiles at the walk's start and end this warpgroup passes over
+    // (narrow_walk); w keeps its own.
+    int skip_head = 0, skip_tail = 0;
+    if constexpr (Cfg::kNarrowWalks) {
+      const int n_first = w.n_first;
+      skip_head = narrow_walk<Cfg>(w, wg_row0);
+      skip_tail = w.n_first - n_first;
+    }
     const int row[2] = {w.q0 + wg_row0 + warp_in_wg * 16 + g,
                         w.q0 + wg_row0 + warp_in_wg * 16 + g + 8};
     RowState<Cfg> st;
@@ -1423,6 +1474,10 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
         kv_iter += w.n_blocks;
         continue;
       }
+    }
+    if constexpr (Cfg::kNarrowWalks) {
+      pass_over_tile<Cfg>(sm, kv_iter, skip_head);
+      kv_iter += skip_head;
     }
     const u32 q_rows = sm.q(q_round) + wg_row0 * Cfg::kSwizzleD;
     const int q_this = q_round++;
@@ -1603,6 +1658,10 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
       }
     } else {
       store_rows<Cfg>(p, w, st, row, t);
+    }
+    if constexpr (Cfg::kNarrowWalks) {  // after O is out: the other warpgroups still work
+      pass_over_tile<Cfg>(sm, kv_iter, skip_tail);
+      kv_iter += skip_tail;
     }
   }
   settle_o_store();

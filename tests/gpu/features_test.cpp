@@ -220,6 +220,47 @@ TEST(FeaturesTiles, WindowWiderThanTiles) {
   }
 }
 
+// Windows on three-consumer tiles: fwd_wgmma's warpgroups each walk only the key tiles
+// their own 64 rows see and pass over the rest of the work tile's walk (kNarrowWalks),
+// at its start (past their diagonals, or their window's right side) and at its end
+// (before their window's left side). Over the block_n that take it, causal or not, left,
+// right or both bounds, lengths either way round (diagonals moved), a block whose
+// last warpgroups have no rows (113 rows), and a variable-length batch.
+TEST(FeaturesTiles, WindowWalksNarrowPerWarpgroup) {
+  FLASHJIT_REQUIRE_GPU();
+  if (openTestDevice()->properties().target() != "sm_90a")
+    GTEST_SKIP() << "fwd_wgmma needs sm_90a";
+  tuner::ForwardShape varlen = shapeOf(3, 4, 2, 0, 0);
+  varlen.seqlensQ = {37, 700, 250};
+  varlen.seqlensK = {200, 700, 129};
+  varlen.seqQ = 700;
+  varlen.seqK = 700;
+  const std::vector<tuner::ForwardShape> shapes = {shapeOf(2, 4, 2, 777, 901),
+                                                   shapeOf(2, 4, 2, 901, 777),
+                                                   shapeOf(1, 2, 1, 113, 500), varlen};
+  for (auto [left, right, causal] :
+       {std::tuple{100, 0, true}, std::tuple{300, 0, true}, std::tuple{70, -1, true},
+        std::tuple{40, 40, false}, std::tuple{-1, 50, false}, std::tuple{250, -1, false}}) {
+    generator::Features window;
+    window.window = true;
+    window.windowLeft = left;
+    window.windowRight = right;
+    for (int d : {64, 128})
+      for (int blockN : {64, 96, 128}) {
+        KernelSpec spec = featureSpec(generator::Family::FwdWgmma, d, DType::BF16, causal, window);
+        TileConfig tile{192, blockN, 16, 2};
+        if (llvm::Error err = generator::validateTile(spec, tile)) {
+          llvm::consumeError(std::move(err));
+          continue;
+        }
+        uint64_t seed = 31 + left + right + blockN;
+        for (const tuner::ForwardShape &shape : shapes)
+          EXPECT_EQ(checkShape(spec, tile, shape, ++seed), "")
+              << spec.key() << " " << tile.key() << " " << shape.seqQ << "x" << shape.seqK;
+      }
+  }
+}
+
 // ALiBi over tile shapes. Non-causal fwd_wgmma walks its key tiles from the diagonal
 // outwards and takes the fast softmax off the tiles where the bias rises; the order and
 // that rule move with block_m and block_n, and with seqlen_q > seqlen_k (diagonals left
