@@ -103,23 +103,25 @@ def visible_pairs(variant, n, doc):
     return int((counts.long() ** 2).sum())
 
 
-def causal_tile_pairs(n, block_m, block_n, window=None):
+def causal_tile_pairs(n, block_m, block_n, window=None, walk_rows=None):
     """The (query, key) pairs of the key tiles a causal kernel (with a left window of
-    `window` keys, or none) must compute at tile block_m x block_n: for each query block,
-    every block_n-key tile from its first row's left bound to its last row's diagonal,
-    whole (issue 28's "TFLOP/s counted over the tiles it must compute": the edge tiles'
-    masked pairs are computed too)."""
+    `window` keys, or none) must compute at tile block_m x block_n: for each query block
+    (or each walk_rows rows of it, where its warpgroups walk their own tiles), every
+    block_n-key tile from its first row's left bound to its last row's diagonal, whole
+    (issue 28's "TFLOP/s counted over the tiles it must compute": the edge tiles' masked
+    pairs are computed too)."""
     pairs = 0
-    for q0 in range(0, n, block_m):
-        rows = min(block_m, n - q0)
+    step = walk_rows or block_m
+    for q0 in range(0, n, step):
+        rows = min(step, n - q0)
         lo, hi = max(0, q0 - window) if window else 0, q0 + rows - 1
         pairs += rows * (hi // block_n - lo // block_n + 1) * block_n
     return pairs
 
 
 def causal_tile(q, k, v, window):
-    """(block_m, block_n) of the variant that the causal kernel handle with this window
-    ((WINDOW, 0) or None) and q's head dim runs for q, k, v (bshd), or None."""
+    """(block_m, block_n, warps) of the variant that the causal kernel handle with this
+    window ((WINDOW, 0) or None) and q's head dim runs for q, k, v (bshd), or None."""
     import ctypes as C
     from flashjit import _capi, _ops, _runtime
     lib = _capi.library()
@@ -134,7 +136,7 @@ def causal_tile(q, k, v, window):
             continue
         vi = _capi.new(_capi.VariantInfo)
         if lib.lib.fj_kernel_variant_info(handle, info.variant, C.byref(vi)) == 0:
-            return vi.block_m, vi.block_n
+            return vi.block_m, vi.block_n, vi.warps
     return None
 
 
@@ -295,8 +297,12 @@ def main():
                     window = (WINDOW, 0) if variant == "window1024" else None
                     tile = causal_tile(q, k, v, window)
                     if tile is not None:
-                        row["tile"] = "bm%d.bn%d" % tile
-                        pairs = causal_tile_pairs(n, *tile, window and WINDOW)
+                        bm, bn, warps = tile
+                        row["tile"] = "bm%d.bn%d.w%d" % tile
+                        # fwd_wgmma's three consumer warpgroups (bm192, 16 warps) walk
+                        # only their own 64 rows' tiles of a window (docs/PERF.md s63)
+                        walk_rows = 64 if window and bm == 192 and warps == 16 else None
+                        pairs = causal_tile_pairs(n, bm, bn, window and WINDOW, walk_rows)
                         row["flashjit_tile_tflops"] = (4.0 * d * b * heads * pairs /
                                                        row["flashjit_ms"] / 1e9)
                 if mask is not None:
