@@ -17,7 +17,8 @@
 //   through shared memory, by a TMA store where the output allows one. Without a mask
 //   and with three consumers, a consumer whose rows all lie past the sequence end only
 //   frees the tile's stages (pass_over_tile), and the walk spreads such lighter blocks
-//   over the CTAs.
+//   over the CTAs. With a sliding window, each of three consumers computes only the key
+//   tiles its own rows see and passes over the rest of the walk (narrow_walk).
 // A variable-length batch (cu_seqlens) is one packed sequence to the tensor maps: a work
 // tile offsets its loads by its sequence's first row, masks keys past its own end (rows
 // of the next sequence, loaded but unused) and stores only its own rows.
