@@ -70,6 +70,8 @@ llvm::Expected<DType> parseDType(llvm::StringRef name) {
                    "unknown dtype '{0}' (expected fp16, bf16 or e4m3)", name);
 }
 
+llvm::StringRef specKeyFamily(llvm::StringRef specKey) { return specKey.split('.').first; }
+
 llvm::Expected<Family> parseFamily(llvm::StringRef name) {
   if (name == "fwd_mma")
     return Family::FwdMma;

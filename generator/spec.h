@@ -27,6 +27,9 @@ llvm::StringRef operationName(Operation op);   // "forward", "backward", "decode
 Operation operationOf(Family family);
 llvm::Expected<DType> parseDType(llvm::StringRef name);
 llvm::Expected<Family> parseFamily(llvm::StringRef name);
+// The family part of a spec key (KernelSpec::key(): its text before the first '.'),
+// whether or not the rest parses.
+llvm::StringRef specKeyFamily(llvm::StringRef specKey);
 
 // Attention features compiled into a forward kernel (issue 28): each changes the
 // scores or the mask through the one hook of the softmax step (templates/fj_features.cuh),

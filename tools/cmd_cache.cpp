@@ -138,7 +138,7 @@ void printTable(const std::vector<std::vector<std::string>> &rows) {
 // Whether a spec key names a decode kernel (its family's operation).
 bool isDecodeSpec(StringRef spec) {
   Expected<flashjit::generator::Family> family =
-      flashjit::generator::parseFamily(spec.split('.').first);
+      flashjit::generator::parseFamily(flashjit::generator::specKeyFamily(spec));
   if (!family) {
     consumeError(family.takeError());
     return false;
@@ -333,7 +333,7 @@ int mergeWinnersFiles(ArrayRef<std::string> inputs) {
         else
           why = flashjit::tuner::staleReason(*spec, row.key);
         if (why)
-          ++staleRows[StringRef(row.key.spec).split('.').first.str()];
+          ++staleRows[flashjit::generator::specKeyFamily(row.key.spec).str()];
         return why.has_value();
       });
     files.push_back(std::move(*rows));

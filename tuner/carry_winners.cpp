@@ -6,8 +6,8 @@
 #include "runtime/nvrtc.h"
 #include "support/error.h"
 #include "support/hash.h"
-#include "tuner/measure.h"
 #include "tuner/tuned_config.h"
+#include "tuner/tuner.h"
 #include "tuner/variants.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -17,6 +17,7 @@
 #include "llvm/Support/Threading.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <optional>
 #include <set>
 
 namespace flashjit::tuner {
@@ -71,10 +72,6 @@ llvm::Expected<std::string> measuredKey(llvm::StringRef source, llvm::ArrayRef<s
     return nvrtc.takeError();
   return binaryKey(generator::sourceAsOfVersion(source, measuredVersion), options, *nvrtc,
                    spec.target);
-}
-
-std::string familyOf(const cache::TuningRow &row) {
-  return llvm::StringRef(row.key.spec).split('.').first.str();
 }
 
 } // namespace
@@ -169,7 +166,7 @@ carryWinners(std::vector<cache::TuningRow> rows, unsigned threads, CarryReport &
     cache::TuningRow &row = rows[i];
     const std::string label = row.key.spec + " " + row.key.bucket;
     auto leaveOut = [&](llvm::StringRef why) {
-      ++report.stale[familyOf(row)];
+      ++report.stale[generator::specKeyFamily(row.key.spec).str()];
       report.notes.push_back(llvm::formatv("{0}: left out: {1}", label, why));
     };
     llvm::Expected<generator::KernelSpec> spec = generator::KernelSpec::parse(row.key.spec);
@@ -177,13 +174,15 @@ carryWinners(std::vector<cache::TuningRow> rows, unsigned threads, CarryReport &
       leaveOut(llvm::toString(spec.takeError()));
       continue;
     }
-    if (row.key.protocolVersion != measurementProtocol(*spec)) {
-      leaveOut(llvm::formatv("measured with protocol {0}, this build uses {1}",
-                             row.key.protocolVersion, measurementProtocol(*spec))
-                   .str());
+    // Another measurement protocol: no stamp carries that (staleReason, asked as if the
+    // row were of this generator, names only the protocol).
+    const std::string &fingerprint = generator::familyFingerprint(spec->family);
+    cache::TuningKey asCurrent = row.key;
+    asCurrent.generatorFingerprint = fingerprint;
+    if (std::optional<std::string> why = staleReason(*spec, asCurrent)) {
+      leaveOut(*why);
       continue;
     }
-    const std::string &fingerprint = generator::familyFingerprint(spec->family);
     const bool current = row.key.generatorFingerprint == fingerprint;
     if (current && !row.codeSha256.empty()) {
       kept.push_back(std::move(row));
@@ -226,7 +225,7 @@ carryWinners(std::vector<cache::TuningRow> rows, unsigned threads, CarryReport &
     if (row.carriedFrom.empty())
       row.carriedFrom = row.key.generatorFingerprint;
     row.key.generatorFingerprint = fingerprint;
-    ++report.carried[familyOf(row)];
+    ++report.carried[generator::specKeyFamily(row.key.spec).str()];
     kept.push_back(std::move(row));
   }
   return kept;
