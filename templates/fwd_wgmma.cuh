@@ -302,6 +302,19 @@ struct TileId {
                   (int)ld_shared_u32(slot + 8), (int)ld_shared_u32(slot + 12)};
   }
 };
+// Narrows the key tiles [first, end) to those that rows row_lo .. row_hi may see: up to
+// the last row's diagonal when causal, and within the window.
+template <typename Cfg>
+__device__ __forceinline__ void clip_key_tiles(int row_lo, int row_hi, int diag, int &first,
+                                               int &end) {
+  if (Cfg::kCausal) {
+    const int last_key = row_hi + diag;
+    end = imin(end, last_key < 0 ? 0 : last_key / Cfg::kBlockN + 1);
+  }
+  if (Cfg::Features::kWindow && end > 0)
+    window_tiles<typename Cfg::Features, Cfg::kBlockN>(row_lo, row_hi, diag, first, end);
+}
+
 // The work tile of a TileId. With cu_seqlens the grid covers the longest sequence; a
 // block past a shorter one's end has no rows (and no key tiles).
 template <typename Cfg>
@@ -313,20 +326,11 @@ __device__ __forceinline__ Work work_of(const FjForwardParams &p, const TileId &
   w.seq = seq_extent(p, w.b);
   w.q0 = id.q0;
   w.diag = w.seq.seqlen_k - w.seq.seqlen_q;
-  w.n_blocks =
-      w.q0 < w.seq.seqlen_q ? (w.seq.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN : 0;
-  if (Cfg::kCausal) {
-    const int last_row = imin(w.q0 + Cfg::kBlockM, w.seq.seqlen_q) - 1;
-    const int last_key = last_row + w.diag;
-    w.n_blocks = imin(w.n_blocks, last_key < 0 ? 0 : last_key / Cfg::kBlockN + 1);
-  }
-  w.n_first = 0;
-  if (Cfg::Features::kWindow && w.n_blocks > 0) {
-    int end = w.n_blocks;
-    window_tiles<typename Cfg::Features, Cfg::kBlockN>(
-        w.q0, imin(w.q0 + Cfg::kBlockM, w.seq.seqlen_q) - 1, w.diag, w.n_first, end);
-    w.n_blocks = imax(end - w.n_first, 0);
-  }
+  int first = 0,
+      end = w.q0 < w.seq.seqlen_q ? (w.seq.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN : 0;
+  clip_key_tiles<Cfg>(w.q0, imin(w.q0 + Cfg::kBlockM, w.seq.seqlen_q) - 1, w.diag, first, end);
+  w.n_first = first;
+  w.n_blocks = Cfg::Features::kWindow ? imax(end - first, 0) : end;  // a window may empty it
   w.n_diag = w.n_first;
   if (Cfg::kDiagonalFirst && w.n_blocks > 0) {
     const int key = w.q0 + w.diag;  // the first row's diagonal
@@ -1379,11 +1383,7 @@ template <typename Cfg> __device__ __forceinline__ int narrow_walk(Work &w, int 
   static_assert((Cfg::kBlockM - 64) / Cfg::kBlockN + 1 <= 15, "warp_uniform_count");
   const int row_lo = w.q0 + wg_row0, row_hi = imin(row_lo + 63, w.seq.seqlen_q - 1);
   int first = w.n_first, end = w.n_first + w.n_blocks;
-  if (Cfg::kCausal) {
-    const int last_key = row_hi + w.diag;
-    end = imin(end, last_key < 0 ? 0 : last_key / Cfg::kBlockN + 1);
-  }
-  window_tiles<typename Cfg::Features, Cfg::kBlockN>(row_lo, row_hi, w.diag, first, end);
+  clip_key_tiles<Cfg>(row_lo, row_hi, w.diag, first, end);
   const bool keep = w.n_blocks == 0 || row_lo > row_hi || end <= first;
   const int head = warp_uniform_count(keep ? 0 : w.n_first + w.n_blocks - end);
   const int tail = warp_uniform_count(keep ? 0 : first - w.n_first);
