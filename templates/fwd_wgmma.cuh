@@ -188,6 +188,18 @@ struct FwdWgmmaConfig {
   // and two-consumer tiles (which have a row-less warpgroup only when N % 128 is 1..64)
   // lost up to 3.6 % at lengths where it never runs: the code alone cost them that.
   static constexpr bool kPassEmptyWarpgroups = !kCausal && kConsumers == 3;
+  // A sliding window's left edge: a tile that crosses its rows' left bounds and no other
+  // bound is masked in the loop, while the previous P V runs, and keeps the fast softmax
+  // (dropping scores cannot raise a row). Through the exact path it waited for that
+  // P V, then took the tile max: the last tile of every walk, one in ~9 at 1024 keys.
+  // Two consumers only: their turns made that wait the other warpgroup's too (bm128.bn128
+  // window 1024: +5 % at d = 64, +1-2 % at d = 128); with three, which take no turns,
+  // the code in the loop cost more than it saved (bm192.bn64 -2.5 %), and so it did on
+  // tiles narrower than 128 keys (bn96 -1.5 % at d = 64, -6 % at d = 128 non-causal;
+  // docs/PERF.md f17).
+  static constexpr bool kLeftEdgeInLoop = kFastSoftmax && kConsumers == 2 && kBlockN >= 128 &&
+                                          FeatureInfo::kLeftBound &&
+                                          !FeatureInfo::kTransforms && !Features_::kMaskMod;
   // A sliding window with three consumers: each warpgroup computes only the key tiles its
   // own 64 rows see, and passes over the others of the work tile's walk (those past its
   // rows' last diagonal at the walk's start, those before its rows' window at its end):
@@ -724,6 +736,15 @@ __device__ __forceinline__ bool tile_needs_mask(const Work &w,
                                              w.q0 + wg_row0 + 63, partial);
   return crosses_end || crosses_diag || features;
 }
+// kLeftEdgeInLoop: whether the tile at key0 crosses no bound of this warpgroup's rows
+// but the window's left one (the caller knows it needs a mask).
+template <typename Cfg>
+__device__ __forceinline__ bool only_left_edge(const Work &w, int key0, int wg_row0) {
+  const int last = key0 + Cfg::kBlockN - 1, first_diag = w.q0 + wg_row0 + w.diag;
+  return last < w.seq.seqlen_k && (!Cfg::kCausal || last <= first_diag) &&
+         (!Cfg::FeatureInfo::kRightBound || last <= first_diag + Cfg::Features::kWindowRight);
+}
+
 // f(hf, nt, e) for each of this thread's scores in the 8-key groups kFrom .. kTo - 1:
 // acc_s[nt * 4 + e], of row half hf (e = 2 hf, 2 hf + 1), unrolled.
 template <typename Cfg, int kFrom = 0, int kTo = Cfg::kBlockN / 8, typename F>
@@ -742,6 +763,18 @@ __device__ __forceinline__ void mask_groups(float (&acc_s)[Cfg::kBlockN / 2],
                                             const int (&limit)[2]) {
   for_each_score<Cfg, kFrom, kTo>(
       [&](int hf, int nt, int e) { mask_score(acc_s[nt * 4 + e], nt, e, limit[hf]); });
+}
+// The window's left bound alone (kLeftEdgeInLoop): a score is dropped for a key before
+// its row's first, nt * 8 + (e & 1) < lower; one compare with a constant per score.
+template <typename Cfg>
+__device__ __forceinline__ void mask_left_edge(float (&acc_s)[Cfg::kBlockN / 2], const Work &w,
+                                               int key0, const int (&row)[2], int t) {
+  const int lower[2] = {row[0] + w.diag - Cfg::Features::kWindowLeft - key0 - 2 * t,
+                        row[1] + w.diag - Cfg::Features::kWindowLeft - key0 - 2 * t};
+  for_each_score<Cfg>([&](int hf, int nt, int e) {
+    if (nt * 8 + (e & 1) < lower[hf])
+      acc_s[nt * 4 + e] = neg_inf();
+  });
 }
 // One score of this thread's row half hf, (nt, e) of the tile at key0, through the
 // features' hook: masked (-inf) when `mask` and the score lies past a bound, else
@@ -1590,10 +1623,17 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
           const bool needs_mask = tile_needs_mask<Cfg>(w, hook, key0, wg_row0, partial);
           if (Cfg::FeatureInfo::kTransforms || (!Cfg::kFastSoftmax && needs_mask))
             mask_tile<Cfg>(acc_s, st, w, hook, key0, row, t, needs_mask, &p, bit_slot);
-          // A partly masked tile with keep bits is masked here, while the previous P V
-          // runs, and keeps the fast softmax: with a block mask at short lengths nearly
-          // every tile is partial, and the exact path would serialise each after its P V.
+          // Two kinds of masked tile are masked here, while the previous P V runs, and
+          // keep the fast softmax: a window's left edge, and a partly masked tile with keep
+          // bits (with a block mask at short lengths nearly every tile is partial, and the
+          // exact path would serialise each after its P V).
           bool masked_now = false;
+          if constexpr (Cfg::kLeftEdgeInLoop) {
+            if (needs_mask && only_left_edge<Cfg>(w, key0, wg_row0)) {
+              mask_left_edge<Cfg>(acc_s, w, key0, row, t);
+              masked_now = true;
+            }
+          }
           if constexpr (Cfg::kBlockMask && Cfg::kFastSoftmax &&
                         !Cfg::FeatureInfo::kTransforms) {
             if (needs_mask && bit_slot >= 0) {

@@ -261,6 +261,46 @@ TEST(FeaturesTiles, WindowWalksNarrowPerWarpgroup) {
   }
 }
 
+// A window's left edge on two-consumer tiles of 128 keys or more: fwd_wgmma masks a tile
+// that crosses its rows' left bounds and no other bound inside the loop, under the
+// previous tile's P V, and keeps the fast softmax (kLeftEdgeInLoop); a tile that also
+// crosses a diagonal, a right bound or the sequence end takes the exact path. Windows
+// whose left edge lies next to the diagonal's tile (129 keys) and far from it, causal or
+// not, lengths either way round, and a variable-length batch.
+TEST(FeaturesTiles, WindowLeftEdgeMaskedInLoop) {
+  FLASHJIT_REQUIRE_GPU();
+  if (openTestDevice()->properties().target() != "sm_90a")
+    GTEST_SKIP() << "fwd_wgmma needs sm_90a";
+  tuner::ForwardShape varlen = shapeOf(3, 4, 2, 0, 0);
+  varlen.seqlensQ = {37, 1300, 250};
+  varlen.seqlensK = {200, 1300, 129};
+  varlen.seqQ = 1300;
+  varlen.seqK = 1300;
+  const std::vector<tuner::ForwardShape> shapes = {shapeOf(2, 4, 2, 1500, 1709),
+                                                   shapeOf(2, 4, 2, 1709, 1500), varlen};
+  for (auto [left, right, causal] : {std::tuple{129, 0, true}, std::tuple{300, 0, true},
+                                     std::tuple{1000, 0, true}, std::tuple{500, 200, false},
+                                     std::tuple{700, -1, false}}) {
+    generator::Features window;
+    window.window = true;
+    window.windowLeft = left;
+    window.windowRight = right;
+    for (int d : {64, 128})
+      for (int blockN : {128, 176}) {
+        KernelSpec spec = featureSpec(generator::Family::FwdWgmma, d, DType::BF16, causal, window);
+        TileConfig tile{128, blockN, 12, 2};
+        if (llvm::Error err = generator::validateTile(spec, tile)) {
+          llvm::consumeError(std::move(err));
+          continue;
+        }
+        uint64_t seed = 71 + left + right + blockN;
+        for (const tuner::ForwardShape &shape : shapes)
+          EXPECT_EQ(checkShape(spec, tile, shape, ++seed), "")
+              << spec.key() << " " << tile.key() << " " << shape.seqQ << "x" << shape.seqK;
+      }
+  }
+}
+
 // ALiBi over tile shapes. Non-causal fwd_wgmma walks its key tiles from the diagonal
 // outwards and takes the fast softmax off the tiles where the bias rises; the order and
 // that rule move with block_m and block_n, and with seqlen_q > seqlen_k (diagonals left
