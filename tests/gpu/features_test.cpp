@@ -13,6 +13,7 @@
 
 #include "runtime/driver.h"
 
+#include <algorithm>
 #include <memory>
 #include <tuple>
 
@@ -220,6 +221,42 @@ TEST(FeaturesTiles, WindowWiderThanTiles) {
   }
 }
 
+// A variable-length batch of three sequences: its lengths, the grid by the longest.
+tuner::ForwardShape varlenShape(std::vector<int> seqlensQ, std::vector<int> seqlensK) {
+  tuner::ForwardShape shape = shapeOf((int)seqlensQ.size(), 4, 2, 0, 0);
+  shape.seqQ = *std::max_element(seqlensQ.begin(), seqlensQ.end());
+  shape.seqK = *std::max_element(seqlensK.begin(), seqlensK.end());
+  shape.seqlensQ = std::move(seqlensQ);
+  shape.seqlensK = std::move(seqlensK);
+  return shape;
+}
+
+// Each window (left, right, causal) of fwd_wgmma at d 64 and 128, bf16, on each tile
+// (bm, block_n from blockNs, warps) that fits, against the reference over the shapes.
+void checkWindowTiles(const std::vector<std::tuple<int, int, bool>> &windows, int blockM,
+                      int warps, std::initializer_list<int> blockNs,
+                      const std::vector<tuner::ForwardShape> &shapes, uint64_t seedBase) {
+  for (auto [left, right, causal] : windows) {
+    generator::Features window;
+    window.window = true;
+    window.windowLeft = left;
+    window.windowRight = right;
+    for (int d : {64, 128})
+      for (int blockN : blockNs) {
+        KernelSpec spec = featureSpec(generator::Family::FwdWgmma, d, DType::BF16, causal, window);
+        TileConfig tile{blockM, blockN, warps, 2};
+        if (llvm::Error err = generator::validateTile(spec, tile)) {
+          llvm::consumeError(std::move(err));
+          continue;
+        }
+        uint64_t seed = seedBase + left + right + blockN;
+        for (const tuner::ForwardShape &shape : shapes)
+          EXPECT_EQ(checkShape(spec, tile, shape, ++seed), "")
+              << spec.key() << " " << tile.key() << " " << shape.seqQ << "x" << shape.seqK;
+      }
+  }
+}
+
 // Windows on three-consumer tiles: fwd_wgmma's warpgroups each walk only the key tiles
 // their own 64 rows see and pass over the rest of the work tile's walk (kNarrowWalks),
 // at its start (past their diagonals, or their window's right side) and at its end
@@ -230,35 +267,12 @@ TEST(FeaturesTiles, WindowWalksNarrowPerWarpgroup) {
   FLASHJIT_REQUIRE_GPU();
   if (openTestDevice()->properties().target() != "sm_90a")
     GTEST_SKIP() << "fwd_wgmma needs sm_90a";
-  tuner::ForwardShape varlen = shapeOf(3, 4, 2, 0, 0);
-  varlen.seqlensQ = {37, 700, 250};
-  varlen.seqlensK = {200, 700, 129};
-  varlen.seqQ = 700;
-  varlen.seqK = 700;
-  const std::vector<tuner::ForwardShape> shapes = {shapeOf(2, 4, 2, 777, 901),
-                                                   shapeOf(2, 4, 2, 901, 777),
-                                                   shapeOf(1, 2, 1, 113, 500), varlen};
-  for (auto [left, right, causal] :
-       {std::tuple{100, 0, true}, std::tuple{300, 0, true}, std::tuple{70, -1, true},
-        std::tuple{40, 40, false}, std::tuple{-1, 50, false}, std::tuple{250, -1, false}}) {
-    generator::Features window;
-    window.window = true;
-    window.windowLeft = left;
-    window.windowRight = right;
-    for (int d : {64, 128})
-      for (int blockN : {64, 96, 128}) {
-        KernelSpec spec = featureSpec(generator::Family::FwdWgmma, d, DType::BF16, causal, window);
-        TileConfig tile{192, blockN, 16, 2};
-        if (llvm::Error err = generator::validateTile(spec, tile)) {
-          llvm::consumeError(std::move(err));
-          continue;
-        }
-        uint64_t seed = 31 + left + right + blockN;
-        for (const tuner::ForwardShape &shape : shapes)
-          EXPECT_EQ(checkShape(spec, tile, shape, ++seed), "")
-              << spec.key() << " " << tile.key() << " " << shape.seqQ << "x" << shape.seqK;
-      }
-  }
+  checkWindowTiles({{100, 0, true}, {300, 0, true}, {70, -1, true}, {40, 40, false},
+                    {-1, 50, false}, {250, -1, false}},
+                   192, 16, {64, 96, 128},
+                   {shapeOf(2, 4, 2, 777, 901), shapeOf(2, 4, 2, 901, 777),
+                    shapeOf(1, 2, 1, 113, 500), varlenShape({37, 700, 250}, {200, 700, 129})},
+                   31);
 }
 
 // A window's left edge on two-consumer tiles of 128 keys or more: fwd_wgmma masks a tile
@@ -271,34 +285,12 @@ TEST(FeaturesTiles, WindowLeftEdgeMaskedInLoop) {
   FLASHJIT_REQUIRE_GPU();
   if (openTestDevice()->properties().target() != "sm_90a")
     GTEST_SKIP() << "fwd_wgmma needs sm_90a";
-  tuner::ForwardShape varlen = shapeOf(3, 4, 2, 0, 0);
-  varlen.seqlensQ = {37, 1300, 250};
-  varlen.seqlensK = {200, 1300, 129};
-  varlen.seqQ = 1300;
-  varlen.seqK = 1300;
-  const std::vector<tuner::ForwardShape> shapes = {shapeOf(2, 4, 2, 1500, 1709),
-                                                   shapeOf(2, 4, 2, 1709, 1500), varlen};
-  for (auto [left, right, causal] : {std::tuple{129, 0, true}, std::tuple{300, 0, true},
-                                     std::tuple{1000, 0, true}, std::tuple{500, 200, false},
-                                     std::tuple{700, -1, false}}) {
-    generator::Features window;
-    window.window = true;
-    window.windowLeft = left;
-    window.windowRight = right;
-    for (int d : {64, 128})
-      for (int blockN : {128, 176}) {
-        KernelSpec spec = featureSpec(generator::Family::FwdWgmma, d, DType::BF16, causal, window);
-        TileConfig tile{128, blockN, 12, 2};
-        if (llvm::Error err = generator::validateTile(spec, tile)) {
-          llvm::consumeError(std::move(err));
-          continue;
-        }
-        uint64_t seed = 71 + left + right + blockN;
-        for (const tuner::ForwardShape &shape : shapes)
-          EXPECT_EQ(checkShape(spec, tile, shape, ++seed), "")
-              << spec.key() << " " << tile.key() << " " << shape.seqQ << "x" << shape.seqK;
-      }
-  }
+  checkWindowTiles({{129, 0, true}, {300, 0, true}, {1000, 0, true}, {500, 200, false},
+                    {700, -1, false}},
+                   128, 12, {128, 176},
+                   {shapeOf(2, 4, 2, 1500, 1709), shapeOf(2, 4, 2, 1709, 1500),
+                    varlenShape({37, 1300, 250}, {200, 1300, 129})},
+                   71);
 }
 
 // ALiBi over tile shapes. Non-causal fwd_wgmma walks its key tiles from the diagonal
