@@ -31,7 +31,8 @@
 // (softmax_first). Features (window, softcap, ALiBi, user code) enter through
 // fj_features.cuh's hook where the scores are masked (mask_tile, rescore_tile) and, for
 // those that change scores, on every tile before its softmax; a window also narrows the
-// key tiles of a work tile (work_of), and a mask_mod's block mask lists them (produce).
+// key tiles of a work tile (work_of), and its left edge is masked under the previous
+// P V (mask_left_edge); a mask_mod's block mask lists the key tiles (produce).
 #pragma once
 
 #include "fj_block_mask.cuh"
