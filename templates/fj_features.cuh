@@ -125,12 +125,15 @@ template <typename F> struct ScoreHook {
                                                   bool partial = true) const {
     if (F::kMaskMod)
       return partial;
-    bool crosses = false;
-    if (Traits::kLeftBound)
-      crosses |= key0 < row_hi + diag - F::kWindowLeft;
-    if (Traits::kRightBound)
-      crosses |= key0 + n - 1 > row_lo + diag + F::kWindowRight;
-    return crosses;
+    return tile_crosses_left(key0, row_hi) | tile_crosses_right(key0, n, row_lo);
+  }
+  // Whether the window's left bound drops a key of tile [key0, ...) for a row up to
+  // row_hi, and its right bound one of [key0, key0 + n) for a row from row_lo on.
+  __device__ __forceinline__ bool tile_crosses_left(int key0, int row_hi) const {
+    return Traits::kLeftBound && key0 < row_hi + diag - F::kWindowLeft;
+  }
+  __device__ __forceinline__ bool tile_crosses_right(int key0, int n, int row_lo) const {
+    return Traits::kRightBound && key0 + n - 1 > row_lo + diag + F::kWindowRight;
   }
 
   // Whether the features keep key j (< seqlen_k) for row i. The user's code is never

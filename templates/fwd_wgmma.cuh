@@ -722,28 +722,37 @@ __device__ __forceinline__ void mask_score(float &v, int nt, int e, int limit) {
     v = neg_inf();
 }
 
-// Whether a tile crosses the sequence end or, when causal, the diagonal of one of this
-// warpgroup's rows, or holds a score the features mask: only those tiles are masked.
-// `partial`: the tile's class in the block mask (true without one).
+// Whether the tile at key0 crosses the sequence end or, when causal, the diagonal of one
+// of this warpgroup's rows (the family's own bounds).
+template <typename Cfg>
+__device__ __forceinline__ bool tile_crosses_bounds(const Work &w, int key0, int wg_row0) {
+  const bool crosses_end = key0 + Cfg::kBlockN > w.seq.seqlen_k;
+  const bool crosses_diag =
+      Cfg::kCausal && key0 + Cfg::kBlockN - 1 > w.q0 + wg_row0 + w.diag;
+  return crosses_end || crosses_diag;
+}
+// Whether a tile crosses the family's own bounds or holds a score the features mask: only
+// those tiles are masked. `partial`: the tile's class in the block mask (true without
+// one). Both tests are evaluated, as before only_left_edge shared them (the same PTX for
+// every kernel without kLeftEdgeInLoop).
 template <typename Cfg>
 __device__ __forceinline__ bool tile_needs_mask(const Work &w,
                                                 const ScoreHook<typename Cfg::Features> &hook,
                                                 int key0, int wg_row0, bool partial) {
-  const bool crosses_end = key0 + Cfg::kBlockN > w.seq.seqlen_k;
-  const bool crosses_diag =
-      Cfg::kCausal && key0 + Cfg::kBlockN - 1 > w.q0 + wg_row0 + w.diag;
+  const bool own = tile_crosses_bounds<Cfg>(w, key0, wg_row0);
   const bool features = Cfg::FeatureInfo::kMasks &&
                         hook.tile_needs_mask(key0, Cfg::kBlockN, w.q0 + wg_row0,
                                              w.q0 + wg_row0 + 63, partial);
-  return crosses_end || crosses_diag || features;
+  return own | features;
 }
-// kLeftEdgeInLoop: whether the tile at key0 crosses no bound of this warpgroup's rows
-// but the window's left one (the caller knows it needs a mask).
+// kLeftEdgeInLoop: whether a tile that needs a mask crosses no bound of this warpgroup's
+// rows but the window's left one.
 template <typename Cfg>
-__device__ __forceinline__ bool only_left_edge(const Work &w, int key0, int wg_row0) {
-  const int last = key0 + Cfg::kBlockN - 1, first_diag = w.q0 + wg_row0 + w.diag;
-  return last < w.seq.seqlen_k && (!Cfg::kCausal || last <= first_diag) &&
-         (!Cfg::FeatureInfo::kRightBound || last <= first_diag + Cfg::Features::kWindowRight);
+__device__ __forceinline__ bool only_left_edge(const Work &w,
+                                               const ScoreHook<typename Cfg::Features> &hook,
+                                               int key0, int wg_row0) {
+  return !tile_crosses_bounds<Cfg>(w, key0, wg_row0) &&
+         !hook.tile_crosses_right(key0, Cfg::kBlockN, w.q0 + wg_row0);
 }
 
 // f(hf, nt, e) for each of this thread's scores in the 8-key groups kFrom .. kTo - 1:
@@ -1630,7 +1639,7 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
           // exact path would serialise each after its P V).
           bool masked_now = false;
           if constexpr (Cfg::kLeftEdgeInLoop) {
-            if (needs_mask && only_left_edge<Cfg>(w, key0, wg_row0)) {
+            if (needs_mask && only_left_edge<Cfg>(w, hook, key0, wg_row0)) {
               mask_left_edge<Cfg>(acc_s, w, key0, row, t);
               masked_now = true;
             }
