@@ -113,6 +113,9 @@ data = json.load(open(sys.argv[1]))
 row = next(r for r in data["winners"] if r["spec"] == "fwd_mma.bf16.d64.dv64.nocausal.sm90a")
 same, changed = dict(row), dict(row)
 same["generator_fingerprint"] = changed["generator_fingerprint"] = "0" * 64
+# As measured by generator 0...0: a shipped row carried before names its own origin.
+same.pop("carried_from", None)
+changed.pop("carried_from", None)
 changed["bucket"] = "q2048.k2048.bh32"
 changed["code_sha256"] = "f" * 64
 data["winners"] = [same, changed]
