@@ -26,8 +26,19 @@ typedef char fj_check_args_fp8_after_block_mask[
     offsetof(fj_forward_args, q_descale) == offsetof(fj_forward_args, block_mask) + sizeof(fj_block_mask) ? 1 : -1];
 typedef char fj_check_args_workspace_last[
     offsetof(fj_forward_args, workspace_bytes) + sizeof(size_t) == sizeof(fj_forward_args) ? 1 : -1];
-typedef char fj_check_desc_out_dtype_last[  /* then 4 bytes of tail padding */
-    offsetof(fj_attention_desc, out_dtype) + 2 * sizeof(int32_t) == sizeof(fj_attention_desc) ? 1 : -1];
+/* 0.12: kv_cache_dtype follows 0.7's tail padding (reserved_07), so that a 0.7 caller's
+ * sizeof ends before it, and ends fj_attention_desc before its own padding; the FP8
+ * cache's factors end fj_decode_args and fj_kv_append_args. */
+typedef char fj_check_desc_kv_cache_dtype_after_07[
+    offsetof(fj_attention_desc, kv_cache_dtype) == offsetof(fj_attention_desc, out_dtype) + 8 ? 1 : -1];
+typedef char fj_check_desc_kv_cache_dtype_last[  /* then 4 bytes of tail padding */
+    offsetof(fj_attention_desc, kv_cache_dtype) + 2 * sizeof(int32_t) == sizeof(fj_attention_desc) ? 1 : -1];
+typedef char fj_check_decode_args_descale_after_workspace[
+    offsetof(fj_decode_args, k_descale) == offsetof(fj_decode_args, workspace_bytes) + sizeof(size_t) ? 1 : -1];
+typedef char fj_check_decode_args_descale_last[
+    offsetof(fj_decode_args, descale_head_stride) + sizeof(int64_t) == sizeof(fj_decode_args) ? 1 : -1];
+typedef char fj_check_kv_append_args_descale_last[
+    offsetof(fj_kv_append_args, descale_head_stride) + sizeof(int64_t) == sizeof(fj_kv_append_args) ? 1 : -1];
 /* ... past 0.6's tail padding (reserved_06), so that a 0.6 caller's sizeof ends before it. */
 typedef char fj_check_desc_out_dtype_after_06[
     offsetof(fj_attention_desc, out_dtype) == offsetof(fj_attention_desc, tune_lengths) + 8 ? 1 : -1];

@@ -334,6 +334,10 @@ llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attentio
     // The decode kernels (dec_mma on every target): tuned and cached like the forward,
     // chosen now for the same reason (fj_decode never compiles or blocks).
     generator::KernelSpec dec = specFor(*desc, context->target, context->families.decode);
+    if (desc->fp8Cache()) {  // an FP8 cache: e4m3 K/V, q and o of the dtype
+      dec.outDtype = dec.dtype;
+      dec.dtype = generator::DType::E4M3;
+    }
     if (llvm::Error error = generator::validateSpec(dec))
       return std::move(error);
     // Decode's own bucket: a decode step's query rows (the hint when it is one, else

@@ -329,6 +329,8 @@ llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *in) {
       return std::move(error);
   if (llvm::Error error = checkFp8Desc(d, out))
     return std::move(error);
+  if (llvm::Error error = checkKvCacheDtype(d, out))
+    return std::move(error);
   return out;
 }
 

@@ -70,6 +70,9 @@ struct AttentionDesc {
   }
   bool backward = false;  // the kernel also carries the backward pass
   bool decode = false;    // the kernel also carries the decode kernels (dec_mma)
+  // The decode cache's type: dtype, or FJ_DTYPE_E4M3 (desc.kv_cache_dtype).
+  fj_dtype kvCacheDtype = FJ_DTYPE_BF16;
+  bool fp8Cache() const { return kvCacheDtype == FJ_DTYPE_E4M3; }
   // Window, softcap, ALiBi and the user's code (copied), checked; all off for a
   // description older than 0.3. tuningArgs are the caller's, valid during fj_kernel_get
   // only.
@@ -84,6 +87,9 @@ std::string featureFields(const generator::Features &features);
 // FP8 (api/validate_fp8.cpp): the description's out_dtype into `out` (for any dtype) and,
 // for FJ_DTYPE_E4M3, what it cannot have yet (features, backward, decode: NotSupported).
 llvm::Error checkFp8Desc(const fj_attention_desc &desc, AttentionDesc &out);
+// desc.kv_cache_dtype into `out` (after dtype and decode): 0 or the dtype, or
+// FJ_DTYPE_E4M3 with a 16-bit dtype, desc.decode and head dims multiples of 16.
+llvm::Error checkKvCacheDtype(const fj_attention_desc &desc, AttentionDesc &out);
 // An FP8 call's own arguments (checkFp8Sizes, byte strides multiples of 16, descale
 // factors, workspace) into `params`, after checkForwardArgs' common checks.
 llvm::Error checkFp8ForwardArgs(const AttentionDesc &desc, const fj_forward_args &args,

@@ -20,13 +20,16 @@ struct CacheFields {
   int32_t batch, seqlenK, pageSize, numPages, tableStride;
   int64_t kPageStride, kRowStride, kHeadStride;
   int64_t vPageStride, vRowStride, vHeadStride;
+  const float *kDescale, *vDescale;  // an FP8 cache's factors
+  int64_t descaleBatchStride, descaleHeadStride;
 };
 
 template <typename Args> CacheFields cacheFields(const Args &a) {
   return {a.k_cache,       a.v_cache,       a.block_table,   a.cache_seqlens,
           a.batch,         a.seqlen_k,      a.page_size,     a.num_pages,
           a.table_stride,  a.k_page_stride, a.k_row_stride,  a.k_head_stride,
-          a.v_page_stride, a.v_row_stride,  a.v_head_stride};
+          a.v_page_stride, a.v_row_stride,  a.v_head_stride, a.k_descale,
+          a.v_descale,     a.descale_batch_stride,           a.descale_head_stride};
 }
 
 // The block table's shape and the pointers' alignment: scalars and host-side facts,
@@ -59,6 +62,30 @@ llvm::Error checkCacheLayout(const CacheFields &c) {
   return llvm::Error::success();
 }
 
+// An FP8 cache: strides of whole 16-byte chunks (its elements are bytes, and the kernels
+// copy 16 bytes at a time), and its factors' pointers and strides.
+llvm::Error checkFp8Cache(const CacheFields &c) {
+  for (auto [field, stride] :
+       {std::pair{"k_page_stride", c.kPageStride}, std::pair{"k_row_stride", c.kRowStride},
+        std::pair{"k_head_stride", c.kHeadStride}, std::pair{"v_page_stride", c.vPageStride},
+        std::pair{"v_row_stride", c.vRowStride}, std::pair{"v_head_stride", c.vHeadStride}})
+    if (stride % 16 != 0)
+      return makeError(ErrorCode::InvalidValue,
+                       "args->{0} is {1}: an FP8 cache (desc->kv_cache_dtype FJ_DTYPE_E4M3) "
+                       "needs strides that are multiples of 16 elements (16 bytes)",
+                       field, stride);
+  if (llvm::Error error = checkAligned("k_descale", c.kDescale, 4))
+    return error;
+  if (llvm::Error error = checkAligned("v_descale", c.vDescale, 4))
+    return error;
+  for (auto [field, stride] : {std::pair{"descale_batch_stride", c.descaleBatchStride},
+                               std::pair{"descale_head_stride", c.descaleHeadStride}})
+    if (stride < 0 || stride > (INT64_C(1) << 40))
+      return makeError(ErrorCode::InvalidValue, "args->{0} is {1}: must be from 0 to 2^40",
+                       field, stride);
+  return llvm::Error::success();
+}
+
 // The caches as the kernels walk them: [pages, page_size] rows when paged, [batch,
 // seqlen_k] when contiguous (the page stride then steps over sequences).
 llvm::Error checkCacheTensors(const AttentionDesc &desc, const CacheFields &c) {
@@ -76,7 +103,11 @@ llvm::Error checkCacheTensors(const AttentionDesc &desc, const CacheFields &c) {
                  desc.headDimV};
   if (llvm::Error error = checkTensor(k))
     return error;
-  return checkTensor(v);
+  if (llvm::Error error = checkTensor(v))
+    return error;
+  if (desc.fp8Cache())
+    return checkFp8Cache(c);
+  return llvm::Error::success();
 }
 
 void fillCache(FjDecodeParams &p, const CacheFields &c) {
@@ -90,6 +121,10 @@ void fillCache(FjDecodeParams &p, const CacheFields &c) {
   p.v_head_stride = c.vHeadStride;
   p.page_size = c.blockTable ? c.pageSize : 0;
   p.table_stride = c.blockTable ? c.tableStride : 0;
+  p.k_descale = c.kDescale;
+  p.v_descale = c.vDescale;
+  p.descale_batch_stride = c.descaleBatchStride;
+  p.descale_head_stride = c.descaleHeadStride;
 }
 
 } // namespace

@@ -37,6 +37,34 @@ llvm::Error checkFp8Desc(const fj_attention_desc &d, AttentionDesc &out) {
   return llvm::Error::success();
 }
 
+llvm::Error checkKvCacheDtype(const fj_attention_desc &d, AttentionDesc &out) {
+  out.kvCacheDtype = out.dtype;
+  if (d.kv_cache_dtype == 0 || d.kv_cache_dtype == d.dtype)
+    return llvm::Error::success();
+  if (d.kv_cache_dtype != FJ_DTYPE_E4M3)
+    return makeError(ErrorCode::InvalidValue,
+                     "desc->kv_cache_dtype is {0}: expected 0 (the dtype's cache), the dtype "
+                     "({1}) or FJ_DTYPE_E4M3 ({2})",
+                     d.kv_cache_dtype, d.dtype, (int)FJ_DTYPE_E4M3);
+  if (d.dtype == FJ_DTYPE_E4M3)
+    return makeError(ErrorCode::NotSupported,
+                     "desc->kv_cache_dtype is FJ_DTYPE_E4M3 with an FP8 dtype: an FP8 cache "
+                     "is read by the decode kernels, whose q and o are 16-bit (dtype "
+                     "FJ_DTYPE_BF16 or FJ_DTYPE_FP16)");
+  if (!out.decode)
+    return makeError(ErrorCode::InvalidValue,
+                     "desc->kv_cache_dtype is FJ_DTYPE_E4M3 but desc->decode is 0: the cache's "
+                     "type is the decode kernels' (set desc->decode)");
+  if (out.headDim % 16 != 0 || out.headDimV % 16 != 0)
+    return makeError(ErrorCode::NotSupported,
+                     "desc->kv_cache_dtype is FJ_DTYPE_E4M3 with head_dim {0} and head_dim_v "
+                     "{1}: an FP8 cache takes head dims that are multiples of 16 (rows of "
+                     "16-byte chunks)",
+                     out.headDim, out.headDimV);
+  out.kvCacheDtype = FJ_DTYPE_E4M3;
+  return llvm::Error::success();
+}
+
 namespace {
 // The FP8 kernels load q, k and v by TMA in bytes: every stride a multiple of 16 from 0
 // to below 2^39 (tuner::fp8ArgumentProblem's rule, also for dimensions of one element).

@@ -32,10 +32,18 @@ template <> constexpr size_t minStructSize<struct fj_kernel_info>() {
 template <> constexpr size_t minStructSize<fj_variant_info>() {
   return offsetof(fj_variant_info, calls);  // 0.1
 }
+template <> constexpr size_t minStructSize<fj_decode_args>() {
+  return offsetof(fj_decode_args, k_descale);  // 0.4
+}
+template <> constexpr size_t minStructSize<fj_kv_append_args>() {
+  return offsetof(fj_kv_append_args, k_descale);  // 0.4
+}
 // The version whose size minStructSize is, for messages.
 template <typename T> constexpr const char *minStructVersion() { return "0.1"; }
 template <> constexpr const char *minStructVersion<fj_forward_args>() { return "0.2"; }
 template <> constexpr const char *minStructVersion<fj_backward_args>() { return "0.2"; }
+template <> constexpr const char *minStructVersion<fj_decode_args>() { return "0.4"; }
+template <> constexpr const char *minStructVersion<fj_kv_append_args>() { return "0.4"; }
 
 // How many of an older caller's `size` bytes are fields. A version's sizeof may end in
 // padding where a later version put a field: those bytes are whatever the caller's
@@ -66,8 +74,16 @@ template <> constexpr size_t fieldBytes<fj_attention_desc>(size_t size) {
   static_assert(offsetof(fj_attention_desc, out_dtype) == fields06 + sizeof(int32_t) &&
                     offsetof(fj_attention_desc, out_dtype) % alignof(fj_attention_desc) == 0,
                 "out_dtype starts at 0.6's sizeof");
-  return versionFields(versionFields(versionFields(size, fields02, align), fields04, align),
-                       fields06, align);
+  // 0.7 ends with `out_dtype` and 4 bytes of padding (now reserved_07, never read), so
+  // its sizeof is where `kv_cache_dtype` starts.
+  constexpr size_t fields07 = offsetof(fj_attention_desc, out_dtype) + sizeof(int32_t);
+  static_assert(offsetof(fj_attention_desc, kv_cache_dtype) == fields07 + sizeof(int32_t) &&
+                    offsetof(fj_attention_desc, kv_cache_dtype) % alignof(fj_attention_desc) == 0,
+                "kv_cache_dtype starts at 0.7's sizeof");
+  return versionFields(
+      versionFields(versionFields(versionFields(size, fields02, align), fields04, align),
+                    fields06, align),
+      fields07, align);
 }
 
 // The host pointer field (one the library dereferences) that an older version's

@@ -30,9 +30,12 @@ int registerEstimate(const KernelSpec &spec, const TileConfig &tile) {
 } // namespace
 
 int decMmaSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
+  // An FP8 cache's tiles hold bytes: a row of d values is d / 2 16-bit units
+  // (DecMmaConfig::kCachePerUnit).
+  const int perUnit = spec.dtype == DType::E4M3 ? 2 : 1;
   int pipe = smemTileBytes(tile.blockM, spec.headDim) +
-             tile.stages * (smemTileBytes(tile.blockN, spec.headDim) +
-                            smemTileBytes(tile.blockN, spec.headDimV));
+             tile.stages * (smemTileBytes(tile.blockN, spec.headDim / perUnit) +
+                            smemTileBytes(tile.blockN, spec.headDimV / perUnit));
   int merge = keySlices(tile) > 1 ? tile.warps * 16 * (spec.headDimV + 2) * 4 : 0;
   return std::max(pipe, merge);
 }
@@ -92,7 +95,7 @@ TileConfig decMmaDefaultTile(const KernelSpec &spec) {
 std::string decMmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
   return llvm::formatv(
              "// ---- configuration: {0} / {1} ----\n"
-             "typedef fj::DecMmaConfig<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}> FjConfig;\n"
+             "typedef fj::DecMmaConfig<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}{11}> FjConfig;\n"
              "static_assert(FjConfig::kSmemBytes == {10}, \"host and device disagree on "
              "shared memory\");\n\n"
              "extern \"C\" __global__ void __launch_bounds__(FjConfig::kThreads)\n"
@@ -106,11 +109,12 @@ std::string decMmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
              "}\n"
              "extern \"C\" __global__ void __launch_bounds__(128)\n"
              "flashjit_dec_append(const FjDecodeParams params) {{\n"
-             "  fj::dec_mma::run_append<{3}, {4}>(params);\n"
+             "  fj::dec_mma::run_append<{2}, {3}, {4}{11}>(params);\n"
              "}\n",
-             spec.key(), tile.key(), elementTypeName(spec.dtype), spec.headDim, spec.headDimV,
-             tile.blockM, tile.blockN, tile.warps, tile.stages, spec.causal ? "true" : "false",
-             decMmaSharedBytes(spec, tile))
+             spec.key(), tile.key(), elementTypeName(spec.outputDtype()), spec.headDim,
+             spec.headDimV, tile.blockM, tile.blockN, tile.warps, tile.stages,
+             spec.causal ? "true" : "false", decMmaSharedBytes(spec, tile),
+             spec.dtype == DType::E4M3 ? ", true" : "")
       .str();
 }
 
@@ -119,9 +123,10 @@ llvm::Expected<EmittedKernel> emitDecMma(const KernelSpec &spec, const TileConfi
   if (!body)
     return body.takeError();
   EmittedKernel kernel;
+  // An FP8 cache's kernels see the params' descale fields (fj_decode_params.h).
   kernel.source = generatedHeader(spec.key() + " / " + tile.key(),
                                   familyFingerprint(Family::DecMma)) +
-                  *body +
+                  (spec.dtype == DType::E4M3 ? "#define FJ_DECODE_FP8_CACHE 1\n" : "") + *body +
                   decMmaConfigBlock(spec, tile);
   kernel.entryName = "flashjit_dec_split";
   kernel.decode.enabled = true;

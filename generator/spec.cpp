@@ -283,20 +283,21 @@ llvm::Error validateSpec(const KernelSpec &spec) {
                      "use fwd_mma there",
                      spec.target);
   if (spec.dtype == DType::E4M3) {
-    if (spec.family != Family::FwdWgmma)
+    // fwd_wgmma: FP8 q, k and v. dec_mma: an FP8 KV cache, q and o of outDtype.
+    if (spec.family != Family::FwdWgmma && spec.family != Family::DecMma)
       return makeError(ErrorCode::NotSupported,
                        "{0} does not take FP8 (e4m3) inputs: only the forward on sm_90a "
-                       "(fwd_wgmma) does",
+                       "(fwd_wgmma) and decode over an FP8 KV cache (dec_mma) do",
                        familyName(spec.family));
     if (spec.outDtype == DType::E4M3)
       return makeError(ErrorCode::NotSupported,
-                       "an FP8 (e4m3) forward writes O as bf16 or fp16, not e4m3");
+                       "an FP8 (e4m3) kernel writes O as bf16 or fp16, not e4m3");
     // One byte an element: a contiguous head of 8 elements would be an 8-byte stride,
-    // and TMA's strides are multiples of 16 bytes.
+    // and TMA's strides (fwd_wgmma) and cp.async's chunks (dec_mma) are 16 bytes.
     if (spec.headDim % 16 != 0 || spec.headDimV % 16 != 0)
       return makeError(ErrorCode::NotSupported,
-                       "FP8 (e4m3) takes head dims that are multiples of 16 (TMA reads rows "
-                       "of 16-byte multiples); head_dim {0} / head_dim_v {1}",
+                       "FP8 (e4m3) takes head dims that are multiples of 16 (rows of 16-byte "
+                       "multiples); head_dim {0} / head_dim_v {1}",
                        spec.headDim, spec.headDimV);
     if (spec.features.any())
       return makeError(ErrorCode::NotSupported,

@@ -11,7 +11,8 @@
 
 namespace flashjit::generator {
 
-// E4M3: FP8 inputs (Q, K, V) with a 16-bit output (KernelSpec::outDtype); fwd_wgmma only.
+// E4M3: FP8 inputs with a 16-bit output (KernelSpec::outDtype): Q, K and V for
+// fwd_wgmma; the KV cache for dec_mma, whose Q is outDtype too.
 enum class DType { FP16, BF16, E4M3 };
 // A kernel family is one schedule of one operation (DESIGN.md, "Adding an operation").
 enum class Family { FwdMma, FwdWgmma, BwdMma, BwdWgmma, DecMma };
@@ -82,7 +83,8 @@ std::string userCodeHash(llvm::StringRef text);
 struct KernelSpec {
   Family family = Family::FwdMma;
   DType dtype = DType::BF16;
-  // O's type: dtype, except with E4M3 inputs, where it is BF16 or FP16.
+  // O's type: dtype, except with E4M3 inputs, where it is BF16 or FP16 (and, for
+  // dec_mma's FP8 cache, Q's type too).
   DType outDtype = DType::BF16;
   int headDim = 128;
   int headDimV = 128;

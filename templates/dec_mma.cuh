@@ -12,18 +12,27 @@
 // online softmax, merged through shared memory at the end.
 // K and V pages are read in place with cp.async: each loaded row looks up its page in
 // the block table, so any page size works and nothing is gathered first.
+// An FP8 (e4m3) cache (kFp8Cache) is loaded as bytes and widened to the 16-bit type in
+// registers (fj_fp8_cache.cuh): the bytes of a 16-byte chunk are 16 head dims, so a
+// thread's ldmatrix fragment of K holds dims 4t .. 4t+3 of its key where the 16-bit
+// layout has 2t, 2t+1, 2t+8, 2t+9. Q K^T sums over the dims in any order, so Q's
+// fragments are loaded in K's order (load_q_fp8). For P V, V's transposed fragment holds
+// dims 2g and 2g+1 of two keys; the even dims feed one n-tile of O and the odd ones the
+// next, and the epilogue writes O's columns in that order (fp8_out_column).
 #pragma once
 
 #include "fj_common.cuh"
 #include "fj_decode_params.h"
+#include "fj_fp8_cache.cuh"
 #include "fj_smem.cuh"
 
 namespace fj {
 
 template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_,
-          int kWarps_, int kStages_, bool kCausal_>
+          int kWarps_, int kStages_, bool kCausal_, bool kFp8Cache_ = false>
 struct DecMmaConfig {
-  typedef Element_ Element;
+  typedef Element_ Element;  // q, o and a 16-bit cache
+  static constexpr bool kFp8Cache = kFp8Cache_;  // the cache holds e4m3 bytes
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kBlockM = kBlockM_;  // packed query rows per CTA
@@ -47,10 +56,15 @@ struct DecMmaConfig {
   static_assert(kBlockN % kKeySlices == 0 && kKeysPerWarp % 16 == 0,
                 "each warp takes a multiple of 16 keys of a tile");
   static_assert(kStages >= 2, "the K/V ring needs at least two stages");
+  static_assert(!kFp8Cache || (kHeadDim % 16 == 0 && kHeadDimV % 16 == 0),
+                "an FP8 cache needs head dims that are multiples of 16 (16-byte chunks)");
 
+  // Cache elements per 16-bit unit of the shared-memory tiles (SmemTile counts 16-bit
+  // elements): an FP8 row of d bytes is d / 2 units.
+  static constexpr int kCachePerUnit = kFp8Cache ? 2 : 1;
   typedef SmemTile<kBlockM, kHeadDim> QTile;
-  typedef SmemTile<kBlockN, kHeadDim> KTile;
-  typedef SmemTile<kBlockN, kHeadDimV> VTile;
+  typedef SmemTile<kBlockN, kHeadDim / kCachePerUnit> KTile;
+  typedef SmemTile<kBlockN, kHeadDimV / kCachePerUnit> VTile;
   static constexpr int kStageBytes = KTile::kBytes + VTile::kBytes;
   static constexpr int kPipeBytes = QTile::kBytes + kStages * kStageBytes;
   // The merge of the key slices reuses the pipeline's memory: each warp's O (16 rows,
@@ -98,21 +112,23 @@ __device__ __forceinline__ long long slot_offset(CacheSlot s, long long page_str
 // - smaller pages: each row's page, all of a thread's lookups issued before its first
 //   copy, so that their latencies overlap (rows past `valid` look up the tile's first
 //   row, which exists, and copy nothing).
-template <typename Cfg>
-__device__ __forceinline__ void load_kv_tile(u32 s_k, u32 s_v, const u16 *kc, const u16 *vc,
+// C is the cache's element (u16, or u8 for FP8), whose 16-byte chunks hold kChunkElems.
+template <typename Cfg, typename C>
+__device__ __forceinline__ void load_kv_tile(u32 s_k, u32 s_v, const C *kc, const C *vc,
                                              const FjDecodeParams &p, const FastDiv &per_page,
                                              int b, int key0, int valid, int tid) {
   typedef typename Cfg::KTile KT;
   typedef typename Cfg::VTile VT;
   constexpr int kChunks = KT::kChunks > VT::kChunks ? KT::kChunks : VT::kChunks;
+  constexpr int kChunkElems = 16 / (int)sizeof(C);
   // Chunk c of key row r of K and of V (where the head has that many chunks), the row
   // starting at element offsets k_row and v_row of kc and vc.
   auto copy = [&](int r, int c, long long k_row, long long v_row) {
     const bool ok = r < valid;
     if (c < KT::kChunks)
-      cp_async_16(s_k + KT::offset(r, c), kc + (ok ? k_row + c * 8 : 0), ok);
+      cp_async_16(s_k + KT::offset(r, c), kc + (ok ? k_row + c * kChunkElems : 0), ok);
     if (c < VT::kChunks)
-      cp_async_16(s_v + VT::offset(r, c), vc + (ok ? v_row + c * 8 : 0), ok);
+      cp_async_16(s_v + VT::offset(r, c), vc + (ok ? v_row + c * kChunkElems : 0), ok);
   };
   if constexpr (Cfg::kThreads % kChunks == 0) {
     constexpr int kRowStep = Cfg::kThreads / kChunks;
@@ -169,6 +185,38 @@ __device__ __forceinline__ void load_kv_tile(u32 s_k, u32 s_v, const u16 *kc, co
   }
 }
 
+// The cache's element: 16-bit, or an FP8 cache's byte.
+template <bool kFp8> struct CacheElement { typedef u16 type; };
+template <> struct CacheElement<true> { typedef u8 type; };
+
+// An FP8 cache's factors for (b, h_kv) (the params' fields exist only in its kernels).
+struct CacheScales {
+  float k, v;
+};
+__device__ __forceinline__ CacheScales cache_scales(const FjDecodeParams &p, int b, int h_kv) {
+  CacheScales s = {1.f, 1.f};
+#ifdef FJ_DECODE_FP8_CACHE
+  const long long at = b * p.descale_batch_stride + h_kv * p.descale_head_stride;
+  if (p.k_descale)
+    s.k = p.k_descale[at];
+  if (p.v_descale)
+    s.v = p.v_descale[at];
+#endif
+  return s;
+}
+
+// FP8 cache: the row's columns of O that a thread holds, in the order the P V products
+// leave them (see the top of the file): n-tiles 2c and 2c + 1 hold the even and odd
+// columns of chunk c's 16, so the thread's four values of row half hf of chunk c are
+// columns 16 c + 4 t .. 16 c + 4 t + 3, taken from acc[2c][2hf], acc[2c+1][2hf],
+// acc[2c][2hf+1], acc[2c+1][2hf+1].
+template <int OT>
+__device__ __forceinline__ float4 fp8_out_columns(const float (&acc)[OT][4], int c, int hf,
+                                                  float scale) {
+  return make_float4(acc[2 * c][2 * hf] * scale, acc[2 * c + 1][2 * hf] * scale,
+                     acc[2 * c][2 * hf + 1] * scale, acc[2 * c + 1][2 * hf + 1] * scale);
+}
+
 // Row (b, i, h) of o, and its lse slot.
 __device__ __forceinline__ u16 *out_row(const FjDecodeParams &p, int b, int i, int h) {
   return (u16 *)p.o + (long long)b * p.o_batch_stride + (long long)i * p.o_row_stride +
@@ -181,6 +229,9 @@ __device__ __forceinline__ float &lse_of(const FjDecodeParams &p, int b, int i, 
 template <typename Cfg>
 __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem) {
   typedef typename Cfg::Element T;
+  // P V's type: T, or for an FP8 cache on sm_89+ fp16 (V widened by the hardware).
+  typedef typename fp8_cache::Select<Cfg::kFp8Cache, typename fp8_cache::PvType<T>::type,
+                                     T>::type TP;
   constexpr int NT = Cfg::kNTiles, OT = Cfg::kOTiles;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -253,8 +304,9 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
   const FastDiv per_page(p.block_table ? p.page_size : 1);
   const u32 s_q = smem_addr(smem);
   const u32 s_kv = s_q + Cfg::QTile::kBytes;
-  const u16 *kc = (const u16 *)p.k + (long long)h_kv * p.k_head_stride;
-  const u16 *vc = (const u16 *)p.v + (long long)h_kv * p.v_head_stride;
+  typedef typename CacheElement<Cfg::kFp8Cache>::type C;
+  const C *kc = (const C *)p.k + (long long)h_kv * p.k_head_stride;
+  const C *vc = (const C *)p.v + (long long)h_kv * p.v_head_stride;
 
   // Q: the packed rows, each from its own (query, head).
   {
@@ -298,13 +350,29 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
       Cfg::KTile::offset(warp_key0 + (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
   const u32 v_lane =
       Cfg::VTile::offset(warp_key0 + (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+  // FP8 cache: Q's A fragment of k-step ks in K's order of dims. K's fragment of key g
+  // holds dims 4t .. 4t+3 (of 16 ks +), widened as (4t, 4t+2) for k 2t, 2t+1 and
+  // (4t+1, 4t+3) for k 2t+8, 2t+9; Q's rows g and g + 8 take the same dims there.
+  auto load_q_fp8 = [&](int ks, u32(&a)[4]) {
+    const u32 at = ((t & 1) << 3);
+    const uint2 r0 = fp8_cache::ld_shared_8(s_q + Cfg::QTile::offset(warp_row0 + g, 2 * ks + (t >> 1)) + at);
+    const uint2 r8 =
+        fp8_cache::ld_shared_8(s_q + Cfg::QTile::offset(warp_row0 + g + 8, 2 * ks + (t >> 1)) + at);
+    a[0] = __byte_perm(r0.x, r0.y, 0x5410);
+    a[1] = __byte_perm(r8.x, r8.y, 0x5410);
+    a[2] = __byte_perm(r0.x, r0.y, 0x7632);
+    a[3] = __byte_perm(r8.x, r8.y, 0x7632);
+  };
   u32 q_frag[Cfg::kQInRegs ? Cfg::kKSteps + 1 : 1][4];
   if (Cfg::kQInRegs) {
     cp_async_wait<Cfg::kStages - 2>();
     __syncthreads();
 #pragma unroll
     for (int ks = 0; ks < Cfg::kKSteps; ++ks)
-      ldmatrix_x4(q_frag[Cfg::kQInRegs ? ks : 0], s_q + Cfg::QTile::step(q_lane, 0, ks * 2));
+      if constexpr (Cfg::kFp8Cache)
+        load_q_fp8(ks, q_frag[Cfg::kQInRegs ? ks : 0]);
+      else
+        ldmatrix_x4(q_frag[Cfg::kQInRegs ? ks : 0], s_q + Cfg::QTile::step(q_lane, 0, ks * 2));
     if (Cfg::kKTail) {
       u32 tail[2];
       ldmatrix_x2(tail, s_q + Cfg::QTile::offset(warp_row0 + (lane & 15), Cfg::kKSteps * 2));
@@ -320,6 +388,17 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
     for (int e = 0; e < 4; ++e)
       acc_o[ot][e] = 0.f;
   float row_max[2] = {neg_inf(), neg_inf()}, row_sum[2] = {0.f, 0.f};
+  // An FP8 cache's K factor scales the scores with the softmax scale; V's scales O at the
+  // end.
+  CacheScales scales = {1.f, 1.f};
+  if constexpr (Cfg::kFp8Cache)
+    scales = cache_scales(p, b, h_kv);
+  const float fp8_scale_log2 = p.scale_log2 * scales.k;
+  // Read where it is used: a 16-bit cache's kernel keeps the code it had before FP8.
+  auto scale_log2 = [&] { return Cfg::kFp8Cache ? fp8_scale_log2 : p.scale_log2; };
+  // An FP8 cache's K fragments: lane l gives row l of 32 keys (ldmatrix x4: 4 n-tiles of
+  // one k-step), or row l % 16 of 16 (x2).
+  const u32 k8_lane = Cfg::KTile::offset(warp_key0 + (Cfg::kFp8Cache ? lane : 0), 0);
 
   for (int n = n_begin; n < n_end; ++n) {
     cp_async_wait<Cfg::kStages - 2>();
@@ -344,8 +423,36 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           a[e] = q_frag[Cfg::kQInRegs ? ks : 0][e];
+      } else if constexpr (Cfg::kFp8Cache) {
+        load_q_fp8(ks, a);
       } else {
         ldmatrix_x4(a, s_q + Cfg::QTile::step(q_lane, 0, ks * 2));
+      }
+      if constexpr (Cfg::kFp8Cache) {
+        // Each 32-bit fragment holds dims 4t .. 4t+3 of key g of its n-tile (16 ks +):
+        // (4t, 4t+2) for the first register of B, (4t+1, 4t+3) for the second.
+#pragma unroll
+        for (int nq = 0; nq < NT / 4; ++nq) {
+          u32 bk[4];
+          ldmatrix_x4(bk, s_k + Cfg::KTile::step(k8_lane, nq * 32, ks));
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            u32 b0, b1;
+            fp8_cache::widen<T>(bk[i], b0, b1);
+            mma_16816<T>(acc_s[4 * nq + i], a, b0, b1);
+          }
+        }
+        if (NT % 4) {
+          u32 bk[2];
+          ldmatrix_x2(bk, s_k + Cfg::KTile::step(k8_lane, (NT / 4) * 32, ks));
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            u32 b0, b1;
+            fp8_cache::widen<T>(bk[i], b0, b1);
+            mma_16816<T>(acc_s[NT - 2 + i], a, b0, b1);
+          }
+        }
+        continue;
       }
 #pragma unroll
       for (int np = 0; np < NT / 2; ++np) {
@@ -397,7 +504,7 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
       const float old_max = row_max[hf];
-      const float block_max = mx * p.scale_log2;
+      const float block_max = mx * scale_log2();
       const bool moved = block_max > old_max + kRescaleSlack;
       const float new_max = moved ? block_max : old_max;
       rescale |= moved;
@@ -409,7 +516,7 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
-          const float pv = fast_exp2(acc_s[nt][e] * p.scale_log2 - base);
+          const float pv = fast_exp2(acc_s[nt][e] * scale_log2() - base);
           acc_s[nt][e] = pv;
           sum += pv;
         }
@@ -423,14 +530,44 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
           acc_o[ot][e] *= correction[e >> 1];
     }
 
-    // O += P V over this warp's keys.
+    // O += P V over this warp's keys (an FP8 cache's in TP, fj_fp8_cache.cuh's PvType).
 #pragma unroll
     for (int kk = 0; kk < NT / 2; ++kk) {
       u32 a[4];
-      a[0] = pack2<T>(acc_s[2 * kk][0], acc_s[2 * kk][1]);
-      a[1] = pack2<T>(acc_s[2 * kk][2], acc_s[2 * kk][3]);
-      a[2] = pack2<T>(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
-      a[3] = pack2<T>(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
+      a[0] = pack2<TP>(acc_s[2 * kk][0], acc_s[2 * kk][1]);
+      a[1] = pack2<TP>(acc_s[2 * kk][2], acc_s[2 * kk][3]);
+      a[2] = pack2<TP>(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
+      a[3] = pack2<TP>(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
+      if constexpr (Cfg::kFp8Cache) {
+        // V's transposed fragments of chunk c (16 dims) for keys 2t, 2t+1 (bv[0]) and
+        // 2t+8, 2t+9 (bv[1]) hold dims 2g and 2g+1 of each: bytes 0 and 2 the even dim
+        // (n-tile 2c of O), bytes 1 and 3 the odd one (n-tile 2c + 1).
+#pragma unroll
+        for (int cp = 0; cp < OT / 4; ++cp) {
+          u32 bv[4];
+          ldmatrix_x4_trans(bv, s_v + Cfg::VTile::step(v_lane, kk * 16, cp * 2));
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int c = 2 * cp + h;
+            u32 lo_even, lo_odd, hi_even, hi_odd;
+            fp8_cache::widen<TP>(bv[2 * h], lo_even, lo_odd);
+            fp8_cache::widen<TP>(bv[2 * h + 1], hi_even, hi_odd);
+            mma_16816<TP>(acc_o[2 * c], a, lo_even, hi_even);
+            mma_16816<TP>(acc_o[2 * c + 1], a, lo_odd, hi_odd);
+          }
+        }
+        if (OT % 4) {
+          u32 bv[2];
+          const int key = warp_key0 + kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+          ldmatrix_x2_trans(bv, s_v + Cfg::VTile::offset(key, OT / 2 - 1));
+          u32 lo_even, lo_odd, hi_even, hi_odd;
+          fp8_cache::widen<TP>(bv[0], lo_even, lo_odd);
+          fp8_cache::widen<TP>(bv[1], hi_even, hi_odd);
+          mma_16816<TP>(acc_o[OT - 2], a, lo_even, hi_even);
+          mma_16816<TP>(acc_o[OT - 1], a, lo_odd, hi_odd);
+        }
+        continue;
+      }
 #pragma unroll
       for (int op = 0; op < OT / 2; ++op) {
         u32 bv[4];
@@ -522,18 +659,32 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
     if (partial) {
       const long long row = split * partial_rows + ((long long)b * p.heads_q + h) * p.seqlen_q + i;
       float *o = p.o_partial + row * Cfg::kHeadDimV;
+      if constexpr (Cfg::kFp8Cache) {
 #pragma unroll
-      for (int ot = 0; ot < OT; ++ot)
-        *(float2 *)(o + ot * 8 + 2 * t) =
-            make_float2(acc_o[ot][2 * hf] * inv, acc_o[ot][2 * hf + 1] * inv);
+        for (int c = 0; c < OT / 2; ++c)
+          *(float4 *)(o + 16 * c + 4 * t) = fp8_out_columns(acc_o, c, hf, inv * scales.v);
+      } else {
+#pragma unroll
+        for (int ot = 0; ot < OT; ++ot)
+          *(float2 *)(o + ot * 8 + 2 * t) =
+              make_float2(acc_o[ot][2 * hf] * inv, acc_o[ot][2 * hf + 1] * inv);
+      }
       if (t == 0)
         p.lse_partial[row] = lse;
     } else {
       u16 *o = out_row(p, b, i, h);
+      if constexpr (Cfg::kFp8Cache) {
 #pragma unroll
-      for (int ot = 0; ot < OT; ++ot)
-        *(u32 *)(o + ot * 8 + 2 * t) =
-            pack2<T>(acc_o[ot][2 * hf] * inv, acc_o[ot][2 * hf + 1] * inv);
+        for (int c = 0; c < OT / 2; ++c) {
+          const float4 x = fp8_out_columns(acc_o, c, hf, inv * scales.v);
+          *(uint2 *)(o + 16 * c + 4 * t) = make_uint2(pack2<T>(x.x, x.y), pack2<T>(x.z, x.w));
+        }
+      } else {
+#pragma unroll
+        for (int ot = 0; ot < OT; ++ot)
+          *(u32 *)(o + ot * 8 + 2 * t) =
+              pack2<T>(acc_o[ot][2 * hf] * inv, acc_o[ot][2 * hf + 1] * inv);
+      }
       if (p.lse && t == 0)
         lse_of(p, b, i, h) = lse;
     }
@@ -636,8 +787,9 @@ __device__ __forceinline__ void run_combine(const FjDecodeParams &p) {
 }
 
 // The append: new K/V rows into their cache tokens (block (new row, sequence), one
-// thread per 16-byte chunk of every KV head).
-template <int kHeadDim, int kHeadDimV>
+// thread per 16-byte chunk of every KV head). New rows are T; an FP8 cache stores each
+// value divided by its head's factor, as the nearest e4m3 (saturated), 16 a chunk.
+template <typename T, int kHeadDim, int kHeadDimV, bool kFp8Cache = false>
 __device__ __forceinline__ void run_append(const FjDecodeParams &p) {
   const int t_new = blockIdx.x, b = blockIdx.y;
   const int seqlen_k = p.cache_seqlens ? p.cache_seqlens[b] : p.seqlen_k;
@@ -645,13 +797,42 @@ __device__ __forceinline__ void run_append(const FjDecodeParams &p) {
   if (j < 0)
     return;
   const FastDiv per_page(p.block_table ? p.page_size : 1);
-  constexpr int kKChunks = kHeadDim / 8, kVChunks = kHeadDimV / 8;
+  constexpr int kKChunks = kHeadDim / (kFp8Cache ? 16 : 8);
+  constexpr int kVChunks = kHeadDimV / (kFp8Cache ? 16 : 8);
   const CacheSlot slot = cache_slot(p, per_page, b, j);
   const long long k_row = slot_offset(slot, p.k_page_stride, p.k_row_stride);
   const long long v_row = slot_offset(slot, p.v_page_stride, p.v_row_stride);
   for (int idx = threadIdx.x; idx < p.heads_kv * (kKChunks + kVChunks); idx += blockDim.x) {
     const int h = idx / (kKChunks + kVChunks), c = idx % (kKChunks + kVChunks);
-    if (c < kKChunks) {
+    if constexpr (kFp8Cache) {
+      const bool is_k = c < kKChunks;
+      const int cc = is_k ? c : c - kKChunks;
+      const u16 *src =
+          is_k ? (const u16 *)p.k_new + (long long)b * p.k_new_batch_stride +
+                     (long long)t_new * p.k_new_row_stride + (long long)h * p.k_new_head_stride
+               : (const u16 *)p.v_new + (long long)b * p.v_new_batch_stride +
+                     (long long)t_new * p.v_new_row_stride + (long long)h * p.v_new_head_stride;
+      src += cc * 16;
+      const CacheScales scales = cache_scales(p, b, h);
+      const float factor = is_k ? scales.k : scales.v;
+      u8 *dst = (u8 *)(is_k ? p.k : p.v) + (is_k ? k_row : v_row) +
+                (long long)h * (is_k ? p.k_head_stride : p.v_head_stride) + cc * 16;
+      const uint4 lo = *(const uint4 *)src, hi = *(const uint4 *)(src + 8);
+      const u32 in[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+      u32 out[4];
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        u32 word = 0;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const u32 pair = in[2 * w + e / 2];
+          const float x = to_float<T>((u16)(e % 2 ? pair >> 16 : pair & 0xffffu));
+          word |= fp8_cache::float_to_e4m3(__fdiv_rn(x, factor)) << (8 * e);
+        }
+        out[w] = word;
+      }
+      *(uint4 *)dst = make_uint4(out[0], out[1], out[2], out[3]);
+    } else if (c < kKChunks) {
       const u16 *src = (const u16 *)p.k_new + (long long)b * p.k_new_batch_stride +
                        (long long)t_new * p.k_new_row_stride +
                        (long long)h * p.k_new_head_stride + c * 8;

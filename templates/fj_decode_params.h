@@ -44,4 +44,15 @@ struct FjDecodeParams {
   int new_len;
   long long k_new_batch_stride, k_new_row_stride, k_new_head_stride;
   long long v_new_batch_stride, v_new_row_stride, v_new_head_stride;
+#if !defined(__CUDACC__) || defined(FJ_DECODE_FP8_CACHE)
+  // An FP8 (e4m3) cache: a value of (sequence b, KV head h) is its byte's times
+  // k_descale[b * descale_batch_stride + h * descale_head_stride] (NULL: 1), v's by
+  // v_descale; the append divides by them. The host always passes these fields; a
+  // kernel of a 16-bit cache is compiled without them and reads the struct's first part
+  // (its parameter, and so its code, is the one it had before FP8 caches existed, which
+  // keeps the shipped measurements of those kernels valid: tuner/carry_winners.h).
+  const float *k_descale;
+  const float *v_descale;
+  long long descale_batch_stride, descale_head_stride;
+#endif
 };

@@ -29,7 +29,9 @@ cl::SubCommand decodeCommand("bench-decode",
                              "Time the decode kernels (dec_mma) against the copy bandwidth");
 cl::list<int> headDims("head-dims", cl::desc("Head dims (default 128)"), cl::CommaSeparated,
                        cl::sub(decodeCommand));
-cl::list<std::string> dtypes("dtypes", cl::desc("bf16,fp16 (default bf16)"),
+cl::list<std::string> dtypes("dtypes",
+                             cl::desc("bf16,fp16,e4m3 (default bf16; e4m3: an FP8 cache, bf16 "
+                                      "q and o)"),
                              cl::CommaSeparated, cl::sub(decodeCommand));
 cl::list<int> batches("batches", cl::desc("Batch sizes (default 1,4,16,64,256)"),
                       cl::CommaSeparated, cl::sub(decodeCommand));
@@ -188,7 +190,8 @@ int runBenchDecode() {
       for (int batch : bs)
         for (int len : lens)
           for (int requested : splitList) {
-          const double kvBytes = (double)batch * len * headsKV * 2.0 * d * 2;
+          const double kvBytes =
+              (double)batch * len * headsKV * 2.0 * d * generator::elementBytes(*dtype);
           if (kvBytes > maxCacheGb * 1e9)
             continue;
           tuner::ForwardShape shape;

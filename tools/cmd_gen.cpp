@@ -32,7 +32,9 @@ cl::opt<int> headDim("head-dim", cl::desc("Head dim of Q and K (multiple of 8, <
                      cl::init(128), cl::sub(genCommand));
 cl::opt<int> headDimV("head-dim-v", cl::desc("Head dim of V (default: --head-dim)"),
                       cl::init(0), cl::sub(genCommand));
-cl::opt<std::string> dtype("dtype", cl::desc("fp16, bf16 or e4m3 (FP8 inputs, fwd_wgmma)"),
+cl::opt<std::string> dtype("dtype",
+                           cl::desc("fp16, bf16 or e4m3 (FP8 inputs of fwd_wgmma; dec_mma: an "
+                                    "FP8 KV cache, q and o of --out-dtype)"),
                            cl::init("bf16"), cl::sub(genCommand));
 cl::opt<std::string> outDtype("out-dtype", cl::desc("O's type with e4m3 inputs: bf16 or fp16"),
                               cl::init("bf16"), cl::sub(genCommand));

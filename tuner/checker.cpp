@@ -68,7 +68,7 @@ std::string CheckReport::summary() const {
 
 llvm::Expected<std::unique_ptr<ForwardChecker>>
 ForwardChecker::create(const generator::KernelSpec &spec, const ForwardShape &shape,
-                       uint64_t seed, CUstream stream) {
+                       uint64_t seed, CUstream stream, const InputHook &adjustInputs) {
   auto checker = std::unique_ptr<ForwardChecker>(new ForwardChecker());
   checker->spec_ = spec;
   checker->shape_ = withFeatureInputs(spec, shape);
@@ -82,6 +82,9 @@ ForwardChecker::create(const generator::KernelSpec &spec, const ForwardShape &sh
   std::mt19937_64 rng(seed);
   for (runtime::DeviceBuffer *buffer : {&b.q, &b.k, &b.v})
     if (auto err = fillNormal(*buffer, spec.dtype, rng))
+      return std::move(err);
+  if (adjustInputs)
+    if (auto err = adjustInputs(b))
       return std::move(err);
 
   auto ref32 =

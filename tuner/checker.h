@@ -13,6 +13,7 @@
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,9 +53,12 @@ forwardReference(generator::DType dtype, bool emulate, const std::string &target
 class ForwardChecker : public Checker {
 public:
   // Random inputs (normal, fixed seed) for the shape, and both references, once.
+  // `adjustInputs`, when given, may change the inputs before the references run (the
+  // decode of an FP8 cache puts K and V on the values it dequantizes to).
+  using InputHook = std::function<llvm::Error(ForwardBuffers &)>;
   static llvm::Expected<std::unique_ptr<ForwardChecker>>
   create(const generator::KernelSpec &spec, const ForwardShape &shape, uint64_t seed,
-         CUstream stream);
+         CUstream stream, const InputHook &adjustInputs = nullptr);
 
   llvm::Expected<CheckReport> check(const LoadedKernel &kernel, CUstream stream) override;
 

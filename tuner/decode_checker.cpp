@@ -4,6 +4,8 @@
 #include "tuner/check_support.h"
 #include "tuner/decode_kernel.h"
 
+#include <tuple>
+
 namespace flashjit::tuner {
 
 llvm::Expected<std::unique_ptr<DecodeChecker>>
@@ -13,12 +15,30 @@ DecodeChecker::create(const generator::KernelSpec &spec, const ForwardShape &sha
   checker->shape_ = shape;
   checker->shape_.headDim = spec.headDim;
   checker->shape_.headDimV = spec.headDimV;
-  // The reference: the same attention as a plain variable-length forward problem.
+  // The reference: the same attention as a plain variable-length forward problem. An
+  // FP8 cache's is the 16-bit problem whose K and V are the values the cache dequantizes
+  // to (so the kernel's result must match it to the 16-bit kernels' bar).
+  const bool fp8 = spec.dtype == generator::DType::E4M3;
   generator::KernelSpec forward = spec;
   forward.family = generator::Family::FwdMma;
   forward.features = {};
-  auto reference =
-      ForwardChecker::create(forward, decodeAsForward(checker->shape_), seed, stream);
+  forward.dtype = spec.outputDtype();
+  const ForwardShape &decodeShape = checker->shape_;
+  auto onCacheValues = [&](ForwardBuffers &b) -> llvm::Error {
+    for (auto [buffer, ofV, dim] : {std::tuple{&b.k, false, decodeShape.headDim},
+                                    std::tuple{&b.v, true, decodeShape.headDimV}}) {
+      auto rows = downloadAll<uint16_t>(*buffer);
+      if (!rows)
+        return rows.takeError();
+      quantizeDecodeRows(decodeShape, forward.dtype, ofV, dim, *rows);
+      if (llvm::Error err = buffer->upload(rows->data(), rows->size() * 2))
+        return err;
+    }
+    return llvm::Error::success();
+  };
+  auto reference = ForwardChecker::create(forward, decodeAsForward(checker->shape_), seed,
+                                          stream, fp8 ? ForwardChecker::InputHook(onCacheValues)
+                                                      : ForwardChecker::InputHook());
   if (!reference)
     return reference.takeError();
   checker->reference_ = std::move(*reference);
@@ -28,7 +48,8 @@ DecodeChecker::create(const generator::KernelSpec &spec, const ForwardShape &sha
   auto v = downloadAll<uint16_t>(checker->reference_->buffers().v);
   if (!v)
     return v.takeError();
-  auto buffers = allocateDecodeBuffers(spec.dtype, checker->shape_, *k, *v, seed + 1);
+  auto buffers =
+      allocateDecodeBuffers(spec.dtype, checker->shape_, *k, *v, seed + 1, spec.outputDtype());
   if (!buffers)
     return buffers.takeError();
   checker->buffers_ = std::move(*buffers);

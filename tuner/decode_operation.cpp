@@ -30,7 +30,8 @@ public:
       problem->shape_.pageSize = kTimingPageSize;
     int sets = 1;
     for (int i = 0; i < sets; ++i) {
-      auto buffers = allocateDecodeBuffers(spec.dtype, problem->shape_, {}, {}, 1 + 7 * i);
+      auto buffers = allocateDecodeBuffers(spec.dtype, problem->shape_, {}, {}, 1 + 7 * i,
+                                           spec.outputDtype());
       if (!buffers)
         return buffers.takeError();
       if (i == 0)

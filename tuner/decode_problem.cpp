@@ -3,16 +3,39 @@
 #include "support/error.h"
 #include "tuner/check_support.h"
 #include "tuner/decode_kernel.h"
+#include "tuner/half_precision.h"
 #include "tuner/measure.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
+#include <tuple>
 #include <random>
 
 namespace flashjit::tuner {
 
 int decodeCacheLength(const ForwardShape &shape, int b) {
   return shape.seqlensK.empty() ? shape.seqK : shape.seqlensK[b];
+}
+
+float decodeCacheFactor(bool ofV, int b, int h) {
+  const int e = ((ofV ? 2 * b + h : b + 2 * h) % 5) - 2;
+  return std::ldexp(1.f, e);
+}
+
+void quantizeDecodeRows(const ForwardShape &s, generator::DType outDtype, bool ofV, int dim,
+                        std::vector<uint16_t> &rows) {
+  const size_t rowValues = (size_t)s.headsKV * dim;
+  size_t row = 0;
+  for (int b = 0; b < s.batch; ++b)
+    for (int j = 0; j < decodeCacheLength(s, b); ++j, ++row)
+      for (int h = 0; h < s.headsKV; ++h) {
+        const float f = decodeCacheFactor(ofV, b, h);
+        for (int c = 0; c < dim; ++c) {
+          uint16_t &x = rows[row * rowValues + (size_t)h * dim + c];
+          x = floatToHalf(outDtype, e4m3ToFloat(floatToE4m3(halfToFloat(outDtype, x) / f)) * f);
+        }
+      }
 }
 
 ForwardShape decodeAsForward(const ForwardShape &shape) {
@@ -33,8 +56,12 @@ llvm::Expected<DecodeBuffers> allocateDecodeBuffers(generator::DType dtype,
                                                     const ForwardShape &s,
                                                     const std::vector<uint16_t> &kRows,
                                                     const std::vector<uint16_t> &vRows,
-                                                    uint64_t seed) {
+                                                    uint64_t seed, generator::DType outDtype) {
   DecodeBuffers out;
+  const bool fp8 = dtype == generator::DType::E4M3;
+  const generator::DType qDtype = fp8 ? outDtype : dtype;  // q and o
+  const size_t cacheBytes = fp8 ? 1 : 2;
+  out.fp8 = fp8;
   const bool paged = s.pageSize > 0;
   const int tokensPerPage = paged ? s.pageSize : std::max(1, s.seqK);
   // Pages: each sequence owns ceil(len / page) of them; a few more nobody owns.
@@ -73,7 +100,8 @@ llvm::Expected<DecodeBuffers> allocateDecodeBuffers(generator::DType dtype,
   const long long oElems = (long long)s.batch * s.seqQ * s.headsQ * s.headDimV;
   for (auto [buffer, bytes] :
        {std::pair{&out.q, (size_t)qElems * 2}, std::pair{&out.o, (size_t)oElems * 2},
-        std::pair{&out.k, (size_t)(tokens * kRow * 2)}, std::pair{&out.v, (size_t)(tokens * vRow * 2)},
+        std::pair{&out.k, (size_t)(tokens * kRow) * cacheBytes},
+        std::pair{&out.v, (size_t)(tokens * vRow) * cacheBytes},
         std::pair{&out.lse, (size_t)s.batch * s.headsQ * s.seqQ * 4},
         std::pair{&out.blockTable, out.table.size() * 4},
         std::pair{&out.cacheSeqlens, (size_t)s.batch * 4},
@@ -90,6 +118,18 @@ llvm::Expected<DecodeBuffers> allocateDecodeBuffers(generator::DType dtype,
   if (paged)
     if (llvm::Error err = out.blockTable.upload(out.table.data(), out.table.size() * 4))
       return std::move(err);
+  if (fp8) {
+    for (auto [buffer, ofV] : {std::pair{&out.kDescale, false}, std::pair{&out.vDescale, true}}) {
+      std::vector<float> factors((size_t)s.batch * s.headsKV);
+      for (int b = 0; b < s.batch; ++b)
+        for (int h = 0; h < s.headsKV; ++h)
+          factors[(size_t)b * s.headsKV + h] = decodeCacheFactor(ofV, b, h);
+      if (llvm::Error err = alloc(*buffer, factors.size() * 4))
+        return std::move(err);
+      if (llvm::Error err = buffer->upload(factors.data(), factors.size() * 4))
+        return std::move(err);
+    }
+  }
 
   if (kRows.empty()) {
     // Timing: random values everywhere. Caches of many GB take one block of random
@@ -97,14 +137,48 @@ llvm::Expected<DecodeBuffers> allocateDecodeBuffers(generator::DType dtype,
     // being zeros), made quickly.
     constexpr size_t kBlockValues = 8u << 20;
     for (runtime::DeviceBuffer *buffer : {&out.q, &out.k, &out.v}) {
-      const size_t values = buffer->size() / 2;
-      std::vector<uint16_t> block =
-          randomHalves(std::min(values, kBlockValues), dtype, seed++);
-      for (size_t at = 0; at < values; at += block.size())
-        if (llvm::Error err = buffer->upload(block.data(),
-                                             std::min(block.size(), values - at) * 2, at * 2))
+      const size_t bytesPerValue = fp8 && buffer != &out.q ? 1 : 2;
+      const size_t values = buffer->size() / bytesPerValue;
+      const size_t count = std::min(values, kBlockValues);
+      std::vector<uint16_t> halves;
+      std::vector<uint8_t> bytes;
+      if (bytesPerValue == 1)
+        bytes = randomE4m3(count, seed++);
+      else
+        halves = randomHalves(count, qDtype, seed++);
+      const void *block = bytesPerValue == 1 ? (const void *)bytes.data() : halves.data();
+      for (size_t at = 0; at < values; at += count)
+        if (llvm::Error err = buffer->upload(block, std::min(count, values - at) * bytesPerValue,
+                                             at * bytesPerValue))
           return std::move(err);
     }
+    return std::move(out);
+  }
+  if (fp8) {
+    // The cache's bytes: NaN (0xff; read as -480, far off any value the check expects),
+    // then each value divided by its factor, exact on the e4m3 grid.
+    std::vector<uint8_t> k((size_t)(tokens * kRow), 0xFF), v((size_t)(tokens * vRow), 0xFF);
+    long long packed = 0;
+    for (int b = 0; b < s.batch; ++b) {
+      for (int j = 0; j < lengths[b]; ++j) {
+        const int page = paged ? out.table[(size_t)b * out.tableStride + j / tokensPerPage] : b;
+        const long long token = (long long)page * tokensPerPage + j % tokensPerPage;
+        for (auto [rows, cache, dim, ofV] :
+             {std::tuple{&kRows, &k, s.headDim, false}, std::tuple{&vRows, &v, s.headDimV, true}})
+          for (int h = 0; h < s.headsKV; ++h) {
+            const float f = decodeCacheFactor(ofV, b, h);
+            const long long rowValues = (long long)s.headsKV * dim;
+            for (int c = 0; c < dim; ++c)
+              (*cache)[token * rowValues + h * dim + c] = floatToE4m3(
+                  halfToFloat(qDtype, (*rows)[(packed + j) * rowValues + h * dim + c]) / f);
+          }
+      }
+      packed += lengths[b];
+    }
+    if (llvm::Error err = out.k.upload(k.data(), k.size()))
+      return std::move(err);
+    if (llvm::Error err = out.v.upload(v.data(), v.size()))
+      return std::move(err);
     return std::move(out);
   }
   // The cache: NaN, then each sequence's tokens where its table puts them.
@@ -163,6 +237,12 @@ FjDecodeParams makeDecodeParams(const ForwardShape &s, const DecodeBuffers &b) {
   p.page_size = paged ? s.pageSize : 0;
   p.table_stride = b.tableStride;
   p.scale_log2 = s.scale() * 1.4426950408889634f;
+  if (b.fp8) {  // factors [batch, heads_kv]
+    p.k_descale = (const float *)b.kDescale.ptr();
+    p.v_descale = (const float *)b.vDescale.ptr();
+    p.descale_batch_stride = s.headsKV;
+    p.descale_head_stride = 1;
+  }
   p.num_splits = 1;
   p.tiles_per_split = 1 << 30;
   return p;

@@ -56,8 +56,8 @@ extern "C" {
 #endif
 
 #define FLASHJIT_VERSION_MAJOR 0
-#define FLASHJIT_VERSION_MINOR 11
-#define FLASHJIT_VERSION_PATCH 1
+#define FLASHJIT_VERSION_MINOR 12
+#define FLASHJIT_VERSION_PATCH 0
 
 /* ---- Status codes ------------------------------------------------------------ */
 
@@ -93,7 +93,8 @@ FJ_API const char *fj_version(void);
 /* Element type of q, k, v and o. 0 is deliberately not a type: a description whose
  * dtype was never set is reported rather than silently taken as fp16.
  * FJ_DTYPE_E4M3 (added in 0.7): FP8 q, k and v (float8_e4m3fn, one byte), o of the
- * description's out_dtype; the forward pass only, on sm_90a (H100, H200). */
+ * description's out_dtype; the forward pass only, on sm_90a (H100, H200). Since 0.12
+ * also the type of a decode KV cache (desc.kv_cache_dtype), on every target. */
 typedef enum fj_dtype {
   FJ_DTYPE_FP16 = 1,
   FJ_DTYPE_BF16 = 2,
@@ -308,6 +309,17 @@ typedef struct fj_attention_desc {
    * backward and no decode (FJ_ERROR_NOT_SUPPORTED) and needs an sm_90a device.
    * (Added in 0.7: a struct_size that ends before this field is accepted and reads as 0.) */
   int32_t out_dtype;
+  int32_t reserved_07;  /* 0.7's tail padding: never read */
+  /* With desc.decode: the type of the KV cache that fj_decode reads and fj_kv_append
+   * writes. 0 or the dtype: a 16-bit cache, as q. FJ_DTYPE_E4M3: an FP8 cache, one byte a
+   * value (float8_e4m3fn), that the decode kernels dequantize as they read it, by the
+   * factors fj_decode_args.k_descale / v_descale; q, o and fj_kv_append's new rows keep
+   * the 16-bit dtype. Needs a 16-bit dtype, desc.decode, and head_dim and head_dim_v
+   * multiples of 16; runs on every target the decode kernels do (sm_80 and newer). The
+   * forward and backward passes of the handle are not affected. (Added in 0.12: a
+   * struct_size that ends before this field is accepted and reads as 0.) */
+  int32_t kv_cache_dtype;
+  int32_t reserved_12;  /* 0.12's tail padding: never read */
 } fj_attention_desc;
 
 /* Zeroes `desc` and sets its struct_size (dtype must still be chosen). */
@@ -689,6 +701,18 @@ typedef struct fj_decode_args {
    * `stream`. Need not be initialised; undefined afterwards. */
   void *workspace;
   size_t workspace_bytes;
+  /* An FP8 cache (desc.kv_cache_dtype FJ_DTYPE_E4M3; added in 0.12, a struct_size that
+   * ends before them reads them as NULL and 0): the dequantization factors, device fp32
+   * arrays, 4-byte aligned. Key d of token j, KV head h of sequence b is its stored byte's
+   * value times k_descale[b * descale_batch_stride + h * descale_head_stride], and v's
+   * likewise by v_descale; both strides 0 for one factor per tensor (strides >= 0).
+   * NULL: a factor of 1. Factors must be finite and > 0 (not checked on the device).
+   * Ignored with a 16-bit cache. A stored byte of NaN (0x7f, 0xff) reads as -+480, not
+   * NaN: fj_kv_append never writes one from a finite value. */
+  const float *k_descale;
+  const float *v_descale;
+  int64_t descale_batch_stride;
+  int64_t descale_head_stride;
 } fj_decode_args;
 
 /* Zeroes `args` and sets its struct_size. */
@@ -736,6 +760,15 @@ typedef struct fj_kv_append_args {
   int32_t new_len;     /* rows per sequence, >= 0 (0: no-op) */
   int64_t k_new_batch_stride, k_new_seq_stride, k_new_head_stride;
   int64_t v_new_batch_stride, v_new_seq_stride, v_new_head_stride;
+  /* An FP8 cache (desc.kv_cache_dtype FJ_DTYPE_E4M3; added in 0.12, a struct_size that
+   * ends before them reads them as NULL and 0): the factors of fj_decode_args, the same
+   * arrays fj_decode will be given. Each new value x of (b, h) is stored as x divided by
+   * its factor, rounded to the nearest e4m3 value (ties to even) and saturated to +-448.
+   * Ignored with a 16-bit cache. */
+  const float *k_descale;
+  const float *v_descale;
+  int64_t descale_batch_stride;
+  int64_t descale_head_stride;
 } fj_kv_append_args;
 
 /* Zeroes `args` and sets its struct_size. */

@@ -2,7 +2,8 @@
 // (shuffled pages, last page partly full) and contiguous caches, against the fp32
 // forward reference on the same tensors (tuner::DecodeChecker; outputs and lse poisoned
 // first), with the workspace fj_decode_workspace_size asks for; and the calls it must
-// refuse: a handle without decode, no or too small a workspace.
+// refuse: a handle without decode, no or too small a workspace. The same over an FP8
+// cache (desc.kv_cache_dtype, 0.12).
 #include "api_context.h"
 #include "gpu_skip.h"
 
@@ -57,6 +58,9 @@ fj_decode_args argsOf(const FjDecodeParams &p, const tuner::DecodeBuffers &b) {
   a.o_batch_stride = p.o_batch_stride, a.o_seq_stride = p.o_row_stride;
   a.o_head_stride = p.o_head_stride;
   a.num_splits = p.num_splits;
+  a.k_descale = p.k_descale, a.v_descale = p.v_descale;  // an FP8 cache's (else NULL)
+  a.descale_batch_stride = p.descale_batch_stride;
+  a.descale_head_stride = p.descale_head_stride;
   return a;
 }
 
@@ -68,7 +72,79 @@ struct Case {
   std::vector<int> lens;
 };
 
+// Runs one case through fj_decode (its workspace asked for) and the decode checker; an
+// FP8 cache (desc.kv_cache_dtype) when fp8Cache. "" or the failure.
+std::string checkCase(const ApiContext &ctx, const Case &c, bool fp8Cache, uint64_t seed) {
+  fj_attention_desc desc = decodeDesc(c.dtype, c.d, c.hq, c.hkv, c.causal, true);
+  desc.kv_cache_dtype = fp8Cache ? FJ_DTYPE_E4M3 : 0;
+  Kernel kernel;
+  if (fj_kernel_get(ctx.handle, &desc, &kernel.handle) != FJ_SUCCESS)
+    return std::string("fj_kernel_get: ") + fj_last_error_message();
+  generator::KernelSpec spec;
+  spec.family = generator::Family::DecMma;
+  spec.dtype = c.dtype == FJ_DTYPE_FP16 ? generator::DType::FP16 : generator::DType::BF16;
+  if (fp8Cache) {
+    spec.outDtype = spec.dtype;
+    spec.dtype = generator::DType::E4M3;
+  }
+  spec.headDim = spec.headDimV = c.d;
+  spec.causal = c.causal;
+  tuner::ForwardShape shape;
+  shape.batch = (int)c.lens.size();
+  shape.headsQ = c.hq;
+  shape.headsKV = c.hkv;
+  shape.seqQ = c.seqQ;
+  shape.seqK = *std::max_element(c.lens.begin(), c.lens.end());
+  shape.seqlensK = c.lens;
+  shape.pageSize = c.page;
+  shape.decodeSplits = c.splits;
+  auto checker = tuner::DecodeChecker::create(spec, shape, seed, nullptr);
+  if (!checker)
+    return llvm::toString(checker.takeError());
+  runtime::DeviceBuffer workspace;
+  auto report = (*checker)->checkWith(
+      [&](const FjDecodeParams &p, const tuner::DecodeBuffers &b) -> llvm::Error {
+        fj_decode_args args = argsOf(p, b);
+        size_t bytes = 0;
+        if (fj_decode_workspace_size(kernel.handle, &args, &bytes) != FJ_SUCCESS)
+          return makeError(ErrorCode::Internal, "fj_decode_workspace_size: {0}",
+                           fj_last_error_message());
+        if (bytes) {
+          auto buffer = runtime::DeviceBuffer::allocate(bytes);
+          if (!buffer)
+            return buffer.takeError();
+          workspace = std::move(*buffer);
+          args.workspace = (void *)workspace.ptr();
+          args.workspace_bytes = bytes;
+        }
+        if (fj_decode(kernel.handle, &args, nullptr) != FJ_SUCCESS)
+          return makeError(ErrorCode::Internal, "fj_decode: {0}", fj_last_error_message());
+        return llvm::Error::success();
+      },
+      nullptr);
+  if (!report)
+    return llvm::toString(report.takeError());
+  return report->passed ? "" : report->summary();
+}
+
 } // namespace
+
+// An FP8 cache (kv_cache_dtype FJ_DTYPE_E4M3) through the C API: the factors of every
+// (sequence, KV head) passed in fj_decode_args, fp16 and bf16 queries.
+TEST(ApiDecodeGpu, Fp8CacheMatchesReference) {
+  FLASHJIT_REQUIRE_GPU();
+  ApiContext ctx;
+  const Case cases[] = {
+      {FJ_DTYPE_BF16, 128, 32, 8, false, 1, 16, 0, {5000, 17, 1025}},
+      {FJ_DTYPE_FP16, 128, 32, 8, true, 5, 64, 0, {3, 4099}},
+      {FJ_DTYPE_BF16, 64, 16, 1, false, 16, 32, 4, {1500, 301, 9}},
+      {FJ_DTYPE_FP16, 256, 8, 2, true, 3, 0, 0, {12000, 700}},
+  };
+  int checked = 0;
+  for (const Case &c : cases)
+    EXPECT_EQ(checkCase(ctx, c, true, 40 + checked++), "") << "case " << checked - 1;
+  EXPECT_EQ(checked, 4);
+}
 
 TEST(ApiDecodeGpu, MatchesReference) {
   FLASHJIT_REQUIRE_GPU();
@@ -81,52 +157,8 @@ TEST(ApiDecodeGpu, MatchesReference) {
       {FJ_DTYPE_BF16, 256, 8, 2, true, 3, 256, 0, {12000}},
   };
   int checked = 0;
-  for (const Case &c : cases) {
-    fj_attention_desc desc = decodeDesc(c.dtype, c.d, c.hq, c.hkv, c.causal, true);
-    Kernel kernel;
-    ASSERT_EQ(fj_kernel_get(ctx.handle, &desc, &kernel.handle), FJ_SUCCESS)
-        << fj_last_error_message();
-    generator::KernelSpec spec;
-    spec.family = generator::Family::DecMma;
-    spec.dtype = c.dtype == FJ_DTYPE_FP16 ? generator::DType::FP16 : generator::DType::BF16;
-    spec.headDim = spec.headDimV = c.d;
-    spec.causal = c.causal;
-    tuner::ForwardShape shape;
-    shape.batch = (int)c.lens.size();
-    shape.headsQ = c.hq;
-    shape.headsKV = c.hkv;
-    shape.seqQ = c.seqQ;
-    shape.seqK = *std::max_element(c.lens.begin(), c.lens.end());
-    shape.seqlensK = c.lens;
-    shape.pageSize = c.page;
-    shape.decodeSplits = c.splits;
-    auto checker = tuner::DecodeChecker::create(spec, shape, 21 + checked, nullptr);
-    ASSERT_TRUE((bool)checker) << llvm::toString(checker.takeError());
-    runtime::DeviceBuffer workspace;
-    auto report = (*checker)->checkWith(
-        [&](const FjDecodeParams &p, const tuner::DecodeBuffers &b) -> llvm::Error {
-          fj_decode_args args = argsOf(p, b);
-          size_t bytes = 0;
-          if (fj_decode_workspace_size(kernel.handle, &args, &bytes) != FJ_SUCCESS)
-            return makeError(ErrorCode::Internal, "fj_decode_workspace_size: {0}",
-                             fj_last_error_message());
-          if (bytes) {
-            auto buffer = runtime::DeviceBuffer::allocate(bytes);
-            if (!buffer)
-              return buffer.takeError();
-            workspace = std::move(*buffer);
-            args.workspace = (void *)workspace.ptr();
-            args.workspace_bytes = bytes;
-          }
-          if (fj_decode(kernel.handle, &args, nullptr) != FJ_SUCCESS)
-            return makeError(ErrorCode::Internal, "fj_decode: {0}", fj_last_error_message());
-          return llvm::Error::success();
-        },
-        nullptr);
-    ASSERT_TRUE((bool)report) << llvm::toString(report.takeError());
-    EXPECT_TRUE(report->passed) << report->summary() << " case " << checked;
-    ++checked;
-  }
+  for (const Case &c : cases)
+    EXPECT_EQ(checkCase(ctx, c, false, 21 + checked++), "") << "case " << checked - 1;
   EXPECT_EQ(checked, 5);
 }
 

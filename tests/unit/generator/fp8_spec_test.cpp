@@ -196,8 +196,7 @@ TEST(Fp8Validation, RefusesOtherFamiliesNamingThem) {
   };
   for (Case c : {Case{Family::FwdMma, "sm_90a"}, Case{Family::FwdMma, "sm_80"},
                  Case{Family::BwdMma, "sm_90a"}, Case{Family::BwdMma, "sm_80"},
-                 Case{Family::BwdWgmma, "sm_90a"}, Case{Family::DecMma, "sm_90a"},
-                 Case{Family::DecMma, "sm_80"}}) {
+                 Case{Family::BwdWgmma, "sm_90a"}}) {
     KernelSpec spec = fp8Spec(128);
     spec.family = c.family;
     spec.target = c.target;
