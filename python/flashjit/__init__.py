@@ -5,6 +5,8 @@
     o = flashjit.attention(q, k, v, causal=True)          # [batch, seq, heads, dim]
     o = flashjit.sdpa(query, key, value, is_causal=True)   # F.scaled_dot_product_attention's call
     o = flashjit.decode(q, k_cache, v_cache, cache_seqlens, block_table)  # a decode step
+    o = flashjit.decode(q, k8_cache, v8_cache, cache_seqlens, block_table,
+                        k_descale=ks, v_descale=vs)               # an FP8 (e4m3) KV cache
     mask = flashjit.create_block_mask(q, k, v, mask_mod=doc_mask, mod_tensors=(doc_ids,))
     o = flashjit.attention(q, k, v, block_mask=mask)       # skips the tiles the mask drops
     o = flashjit.attention(q8, k8, v8, q_descale=qs, k_descale=ks, v_descale=vs)  # FP8 -> bf16
@@ -24,11 +26,12 @@ from ._checks import (check_alibi_slopes, check_decode, check_descales, check_fe
 from . import _block_mask, _runtime
 from ._block_mask import BlockMask
 
-__version__ = "0.11.1"  # the package's version (python/pyproject.toml reads it from here)
+__version__ = "0.12.0"  # the package's version (python/pyproject.toml reads it from here)
 
 __all__ = ["attention", "sdpa", "decode", "kv_append", "create_block_mask", "BlockMask",
            "info", "configure", "tuning", "FlashJitError", "library_path", "version",
-           "has_backward", "has_decode", "has_block_mask", "has_fp8", "__version__"]
+           "has_backward", "has_decode", "has_block_mask", "has_fp8", "has_fp8_kv_cache",
+           "__version__"]
 
 
 def library_path():
@@ -62,6 +65,13 @@ def has_fp8():
     (H100, H200): elsewhere the first FP8 call raises FlashJitError
     (FJ_ERROR_NOT_SUPPORTED)."""
     return getattr(library(), "has_fp8", False)
+
+
+def has_fp8_kv_cache():
+    """Whether the library's decode kernels take an FP8 (torch.float8_e4m3fn) KV cache
+    (desc.kv_cache_dtype, the factors of fj_decode_args / fj_kv_append_args; 0.12 and
+    later), on every GPU the decode kernels run on (sm_80 and newer)."""
+    return getattr(library(), "has_fp8_kv_cache", False)
 
 
 def _torch_ops():
@@ -130,11 +140,12 @@ def _default_cache_path():
 
 def info():
     """What flashjit has, as a dict: the library (path, version, whether it has the
-    backward pass, the decode kernels, block masks and FP8), the package's version, the
-    environment variables the library reads, the settings and the user cache they point
-    to, each context opened so far (device, its name and compile target, tune mode, cache
-    path, compilations and tunes) and each kernel handle got so far (its description, o's
-    dtype, family, tile, origin, backward and decode families).
+    backward pass, the decode kernels, block masks, FP8 and the FP8 KV cache), the
+    package's version, the environment variables the library reads, the settings and the
+    user cache they point to, each context opened so far (device, its name and compile
+    target, tune mode, cache path, compilations and tunes) and each kernel handle got so
+    far (its description, o's dtype, a decode handle's cache dtype, family, tile, origin,
+    backward and decode families).
     The C API describes devices only through a context: there is no device list here
     before the first call on a GPU."""
     lib = library()
@@ -143,6 +154,7 @@ def info():
         library=lib.path, version=lib.version(), package_version=__version__,
         backward=lib.has_backward, decode=getattr(lib, "has_decode", False),
         block_mask=getattr(lib, "has_block_mask", False), fp8=getattr(lib, "has_fp8", False),
+        fp8_kv_cache=getattr(lib, "has_fp8_kv_cache", False),
         environment={k: os.environ[k] for k in ("FLASHJIT_CACHE", "FLASHJIT_TUNE",
                                                 "FLASHJIT_FAMILY",
                                                 "FLASHJIT_BACKWARD_FAMILY",
@@ -455,9 +467,11 @@ def _load_decode_ops():
 
 
 def decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, *, causal=False,
-           softmax_scale=None, num_splits=0, return_lse=False, out=None, max_seqlen_k=None):
+           softmax_scale=None, num_splits=0, return_lse=False, out=None, max_seqlen_k=None,
+           k_descale=None, v_descale=None):
     """Attention of a few new query rows per sequence against a KV cache (a decode step;
-    fj_decode), on CUDA fp16/bf16 tensors, launched on the current stream.
+    fj_decode), on CUDA fp16/bf16 tensors (the cache may be FP8, below), launched on the
+    current stream.
 
     q [batch, seqlen_q, heads_q, d]. The cache is either contiguous, k_cache
     [batch, seqlen_k, heads_kv, d] and v_cache [batch, seqlen_k, heads_kv, dv] with
@@ -477,29 +491,42 @@ def decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, *, causal=
     int; None: the cache's capacity, seqlen_k or max_pages * page_size), which sizes the
     splits; every entry must be at most it. The split workspace is allocated with torch.
 
+    FP8 KV cache (C API 0.12; docs/PYTHON.md, "FP8 KV cache"): k_cache and v_cache both
+    torch.float8_e4m3fn (one byte a value; head dims multiples of 16, cache strides
+    multiples of 16 elements), q (and o) fp16 or bf16. The value of a stored key of
+    sequence b, key/value head h is its e4m3 value times k_descale's factor for (b, h),
+    likewise for values with v_descale: each None (a factor of 1) or a torch.float32 CUDA
+    tensor on q's device, () or (1,) (one factor), [heads_kv] (one per key/value head) or
+    [batch, heads_kv] (one per sequence and key/value head); given together they must
+    have the same shape and strides (the C API takes one stride pair for both). They are
+    read on the device at each launch; with a 16-bit cache they must be None (ValueError).
+
     Returns o [batch, seqlen_q, heads_q, dv] (contiguous, or written into `out`), and with
     return_lse also the log-sum-exp, fp32 [batch, heads_q, seqlen_q], natural log.
     Inference only: no gradient flows through it (the result has no autograd history).
-    The handle is got per (device, dtype, d, dv, heads_q, heads_kv, causal, scale) with
-    the decode kernels (desc.decode): its first call may tune or compile, later ones
-    launch only (CUDA graphs can capture them; torch.compile traces the flashjit::decode
-    operator)."""
+    The handle is got per (device, dtype, d, dv, heads_q, heads_kv, causal, scale, the
+    cache's dtype) with the decode kernels (desc.decode): its first call may tune or
+    compile, later ones launch only (CUDA graphs can capture them; torch.compile traces
+    the flashjit::decode operator)."""
     ops = _decode_ops
     if ops is not None:
         result = ops.fast_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal,
-                                 softmax_scale, num_splits, return_lse, out, max_seqlen_k)
+                                 softmax_scale, num_splits, return_lse, out, max_seqlen_k,
+                                 k_descale, v_descale)
         if result is not None:
             return result
     # The data pointers' alignment is checked when the call's plan is made (not here:
     # torch.compile cannot trace data_ptr()).
     sizes = check_decode(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale,
-                         num_splits, out, max_seqlen_k)
+                         num_splits, out, max_seqlen_k, k_descale=k_descale,
+                         v_descale=v_descale)
     return _load_decode_ops().decode(q, k_cache, v_cache, cache_seqlens, block_table, causal,
                                      softmax_scale, num_splits, return_lse, out,
-                                     max_seqlen_k, sizes)
+                                     max_seqlen_k, sizes, k_descale, v_descale)
 
 
-def kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table=None):
+def kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table=None, *,
+              k_descale=None, v_descale=None):
     """Writes new_len new rows per sequence into a KV cache (fj_kv_append), on the current
     stream: k_new [batch, new_len, heads_kv, d] and v_new [batch, new_len, heads_kv, dv]
     go to tokens cache_seqlens[b] - new_len .. cache_seqlens[b] - 1 of sequence b, i.e.
@@ -509,14 +536,20 @@ def kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table=None):
     [num_pages, page_size, heads_kv, d] with block_table int32 [batch, max_pages], whose
     entries for the new tokens' pages must be set. In place; returns None.
 
-    The append kernel depends only on (dtype, d, dv, heads_kv): it uses a decode handle
-    already got for them, else gets one for the MHA description without tuning (the
-    heuristic tile; none compiled when the tune mode is 'cached')."""
+    An FP8 cache (torch.float8_e4m3fn k_cache and v_cache, 0.12): k_new and v_new stay
+    fp16 or bf16; each new value is stored divided by its factor (k_descale / v_descale,
+    as in decode(): the same tensors decode will be given), rounded to the nearest e4m3
+    value and saturated to +-448. With a 16-bit cache the factors must be None.
+
+    The append kernel depends only on (dtype, d, dv, heads_kv, the cache's dtype): it uses
+    a decode handle already got for them, else gets one for the MHA description without
+    tuning (the heuristic tile; none compiled when the tune mode is 'cached')."""
     ops = _decode_ops
     if ops is not None and ops.fast_kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens,
-                                              block_table):
+                                              block_table, k_descale, v_descale):
         return None
-    sizes = check_kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table)
+    sizes = check_kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table,
+                            k_descale=k_descale, v_descale=v_descale)
     _load_decode_ops().kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table,
-                                 sizes)
+                                 sizes, k_descale, v_descale)
     return None

@@ -6,7 +6,8 @@ import logging
 import os
 
 FJ_DTYPE_FP16, FJ_DTYPE_BF16 = 1, 2
-FJ_DTYPE_E4M3 = 3  # FP8 q, k, v (0.7): the forward pass alone, o of desc.out_dtype
+FJ_DTYPE_E4M3 = 3  # FP8 q, k, v (0.7): the forward pass alone, o of desc.out_dtype; also
+                   # a decode KV cache's type (0.12, desc.kv_cache_dtype)
 # The package's dtype names (the kernel key's) as fj_dtype values.
 DTYPES = {"fp16": FJ_DTYPE_FP16, "bf16": FJ_DTYPE_BF16, "e4m3": FJ_DTYPE_E4M3}
 TUNE_MODES = {"auto": 0, "default": 1, "cached": 2, "heuristic": 3, "exhaustive": 4}
@@ -75,7 +76,10 @@ class AttentionDesc(C.Structure):
                 # one handle, every length (0.5): an fj_tune_lengths
                 ("reserved_04", C.c_int32), ("tune_lengths", C.c_int32),
                 # FP8 (0.7): 0.6's tail padding, then o's type for FJ_DTYPE_E4M3 inputs
-                ("reserved_06", C.c_int32), ("out_dtype", C.c_int32)]
+                ("reserved_06", C.c_int32), ("out_dtype", C.c_int32),
+                # FP8 KV cache (0.12): 0.7's tail padding, then the decode cache's type
+                ("reserved_07", C.c_int32), ("kv_cache_dtype", C.c_int32),
+                ("reserved_12", C.c_int32)]
 
 
 class ForwardArgs(C.Structure):
@@ -123,6 +127,9 @@ class BackwardArgs(C.Structure):
 # Decode over a KV cache (0.4): fj_decode_args and fj_kv_append_args. The cache's strides
 # are (page, row, head): the page stride is the batch stride of a contiguous cache.
 _CACHE_STRIDES = ("page", "row", "head")
+# An FP8 cache's factors (0.12), at the end of the decode and append args.
+_FP8_CACHE_FIELDS = [("k_descale", C.c_void_p), ("v_descale", C.c_void_p),
+                     ("descale_batch_stride", C.c_int64), ("descale_head_stride", C.c_int64)]
 
 
 class DecodeArgs(C.Structure):
@@ -135,7 +142,7 @@ class DecodeArgs(C.Structure):
                [(f"{t}_{s}_stride", C.c_int64) for t in "kv" for s in _CACHE_STRIDES] + \
                [(f"o_{s}_stride", C.c_int64) for s in _STRIDES] + \
                [("num_splits", C.c_int32), ("workspace", C.c_void_p),
-                ("workspace_bytes", C.c_size_t)]
+                ("workspace_bytes", C.c_size_t)] + _FP8_CACHE_FIELDS
 
 
 class KvAppendArgs(C.Structure):
@@ -145,7 +152,8 @@ class KvAppendArgs(C.Structure):
                                          "table_stride")] + \
                [(f"{t}_{s}_stride", C.c_int64) for t in "kv" for s in _CACHE_STRIDES] + \
                [("k_new", C.c_void_p), ("v_new", C.c_void_p), ("new_len", C.c_int32)] + \
-               [(f"{t}_new_{s}_stride", C.c_int64) for t in "kv" for s in _STRIDES]
+               [(f"{t}_new_{s}_stride", C.c_int64) for t in "kv" for s in _STRIDES] + \
+               _FP8_CACHE_FIELDS
 
 
 class KernelInfo(C.Structure):
@@ -318,6 +326,11 @@ class Library:
             L.fj_block_mask_options_init.argtypes = [C.POINTER(BlockMaskOptions)]
             L.fj_block_mask_options_init.restype = None
         self.has_fp8 = all(hasattr(L, name) for name in _FP8)
+        # An FP8 KV cache for the decode kernels (0.12, desc.kv_cache_dtype and the
+        # factors of fj_decode_args / fj_kv_append_args): a version check, since the entry
+        # points are the same.
+        self.has_fp8_kv_cache = self.has_decode and _version_tuple(
+            L.fj_version().decode()) >= (0, 12)
         if self.has_fp8:
             for name, args in _FP8.items():
                 fn = getattr(L, name)

@@ -8,7 +8,8 @@ from collections import namedtuple
 
 SUPPORTED_DTYPES = {"torch.float16": "fp16", "torch.bfloat16": "bf16"}
 # FP8 inputs (C API 0.7, FJ_DTYPE_E4M3): flashjit.attention's forward pass alone, o of a
-# 16-bit type (OUT_DTYPES), on sm_90a.
+# 16-bit type (OUT_DTYPES), on sm_90a. Also the type of an FP8 KV cache (0.12,
+# desc.kv_cache_dtype): flashjit.decode's and kv_append's k_cache and v_cache, on sm_80+.
 FP8_DTYPES = {"torch.float8_e4m3fn": "e4m3"}
 OUT_DTYPES = SUPPORTED_DTYPES  # o's types for FP8 inputs; None: bf16, as FlashAttention-3
 FP8_HEAD_DIM_STEP = 16  # FP8 head dims: multiples of 16 (TMA rows of 16-byte multiples)
@@ -252,8 +253,8 @@ def check_fp8_features(features, block_mask=None):
 DESCALES = ("q_descale", "k_descale", "v_descale")
 
 
-def _check_float32_on(t, name, device, shapes, why=""):
-    """That `t` is a torch.float32 tensor on q's device: TypeError or ValueError naming
+def _check_float32_on(t, name, device, shapes, why="", ref="q"):
+    """That `t` is a torch.float32 tensor on `ref`'s device: TypeError or ValueError naming
     `name`; `shapes` ends the TypeError's expectation, `why` the device's."""
     for attr in ("shape", "stride", "dtype", "device"):
         if not hasattr(t, attr):
@@ -262,7 +263,7 @@ def _check_float32_on(t, name, device, shapes, why=""):
     if str(t.dtype) != "torch.float32":
         raise TypeError(f"{name}.dtype is {t.dtype}: expected torch.float32")
     if str(t.device) != str(device):
-        raise ValueError(f"{name} is on {t.device}, q on {device}: they must be on one "
+        raise ValueError(f"{name} is on {t.device}, {ref} on {device}: they must be on one "
                          f"device{why}")
 
 
@@ -468,13 +469,23 @@ MIN_DECODE_ROW_TILE = 16  # dec_mma's smallest row tile (the grid's y dimension)
 
 # The checked sizes of a decode call. seqlen_k: the bound of cache_seqlens (fj_decode_args.
 # seqlen_k); page_size, num_pages, table_stride: 0 for a contiguous cache; scale 0.0 for
-# 1/sqrt(head_dim).
+# 1/sqrt(head_dim); kv_cache_dtype: None for a 16-bit cache (q's dtype), 'e4m3' for an FP8
+# one (0.12); descale_strides: the FP8 cache's factors' (descale_batch_stride,
+# descale_head_stride), (0, 0) without factors or with a 16-bit cache.
 DecodeSizes = namedtuple("DecodeSizes", "batch seqlen_q heads_q heads_kv head_dim head_dim_v "
                                         "seqlen_k paged page_size num_pages table_stride "
-                                        "scale num_splits")
-# The checked sizes of an append: seqlen_k the cache's capacity per sequence.
+                                        "scale num_splits kv_cache_dtype descale_strides",
+                         defaults=(None, (0, 0)))
+# The checked sizes of an append: seqlen_k the cache's capacity per sequence; the cache's
+# type and its factors' strides as in DecodeSizes.
 AppendSizes = namedtuple("AppendSizes", "batch new_len heads_kv head_dim head_dim_v seqlen_k "
-                                        "paged page_size num_pages table_stride")
+                                        "paged page_size num_pages table_stride "
+                                        "kv_cache_dtype descale_strides",
+                         defaults=(None, (0, 0)))
+# An FP8 KV cache (0.12): the factors' names, and the step of its strides and head dims
+# (its elements are bytes; the kernels move 16-byte chunks).
+CACHE_DESCALES = ("k_descale", "v_descale")
+FP8_CACHE_STEP = 16
 
 
 def _is_tensor(name, t, what):
@@ -483,9 +494,12 @@ def _is_tensor(name, t, what):
             raise TypeError(f"{name} is a {type(t).__name__}, not a tensor: expected {what}")
 
 
-def _check_strided(name, t, axes, pointers):
+def _check_strided(name, t, axes, pointers, fp8=False):
     """The C API's memory rules (see _check_memory) for a 4-D tensor whose first three
-    dimensions are named `axes` in messages; empty tensors are not checked."""
+    dimensions are named `axes` in messages; empty tensors are not checked. fp8: an FP8
+    KV cache, whose strides (of dimensions with more than one element) must be multiples
+    of 16 elements (16 bytes); those of one element are sent as 0 when they are not
+    (fp8_stride)."""
     shape, st = tuple(t.shape), t.stride()
     if 0 in shape:
         return
@@ -498,19 +512,32 @@ def _check_strided(name, t, axes, pointers):
                 f"{name}'s {axis} stride is {stride} elements (strides {tuple(st)}): flashjit "
                 f"reads 16-byte vectors, so every stride but the last must be a positive "
                 f"multiple of 8; call {name}.contiguous()")
+        if fp8 and size > 1 and stride % FP8_CACHE_STEP:
+            raise ValueError(
+                f"{name}'s {axis} stride is {stride} elements (strides {tuple(st)}): an FP8 "
+                f"KV cache (torch.float8_e4m3fn) is read in 16-byte chunks, so every stride "
+                f"but the last must be a multiple of {FP8_CACHE_STEP} elements; call "
+                f"{name}.contiguous()")
     if pointers and t.data_ptr() % 16:
         raise ValueError(f"{name}'s data is at {t.data_ptr():#x}, not 16-byte aligned (a view "
                          f"with an offset?); call {name}.contiguous() or .clone()")
 
 
-def _check_4d(name, t, what):
+def _check_4d(name, t, what, cache=False):
+    """A 4-D CUDA tensor of fp16/bf16; `cache`: a KV cache, which may also be
+    torch.float8_e4m3fn (an FP8 cache, 0.12)."""
     _is_tensor(name, t, what)
     if len(t.shape) != 4:
         raise ValueError(f"{name} has {len(t.shape)} dimensions {tuple(t.shape)}: expected 4, "
                          f"{what}")
-    if dtype_name(t) is None:
+    if dtype_name(t, fp8=cache) is None:
+        if is_fp8(t):
+            raise TypeError(f"{name}.dtype is {t.dtype}: {name} must be torch.float16 or "
+                            f"torch.bfloat16 (with an FP8 KV cache, torch.float8_e4m3fn "
+                            f"k_cache and v_cache, q, o and the new rows stay 16-bit)")
         raise TypeError(f"{name}.dtype is {t.dtype}: flashjit takes torch.float16 or "
-                        f"torch.bfloat16")
+                        f"torch.bfloat16" + (" (or torch.float8_e4m3fn: an FP8 KV cache)"
+                                             if cache else ""))
     if str(t.device).split(":")[0] != "cuda":
         raise ValueError(f"{name} is on {t.device}: flashjit runs on CUDA tensors")
 
@@ -525,6 +552,92 @@ def _same(names, tensors):
     if devices.count(devices[0]) != len(devices):
         raise ValueError(f"{', '.join(names)} are on {', '.join(devices)}: they must be on "
                          f"one device")
+
+
+def _cache_dtype(k_cache, v_cache, rows, row_names):
+    """The KV cache's type, checked with the 16-bit tensors that go with it (`rows`: q, or
+    k_new and v_new): None for a 16-bit cache (the rows' dtype, all on one device), 'e4m3'
+    for an FP8 one (k_cache and v_cache both torch.float8_e4m3fn, the rows fp16 or bf16
+    alike, all on one device)."""
+    if not (is_fp8(k_cache) or is_fp8(v_cache)):
+        if row_names[0] == "q":
+            _same(row_names + ("k_cache", "v_cache"), rows + (k_cache, v_cache))
+        else:
+            _same(("k_cache", "v_cache") + row_names, (k_cache, v_cache) + rows)
+        return None
+    if not (is_fp8(k_cache) and is_fp8(v_cache)):
+        raise TypeError(f"k_cache and v_cache have dtypes {k_cache.dtype}, {v_cache.dtype}: "
+                        f"an FP8 KV cache takes both as torch.float8_e4m3fn (a 16-bit one "
+                        f"both of {row_names[0]}'s dtype)")
+    _same(row_names, rows)
+    tensors = rows + (k_cache, v_cache)
+    devices = [str(t.device) for t in tensors]
+    if devices.count(devices[0]) != len(devices):
+        raise ValueError(f"{', '.join(row_names + ('k_cache', 'v_cache'))} are on "
+                         f"{', '.join(devices)}: they must be on one device")
+    return "e4m3"
+
+
+def _fp8_cache_head_dims(d, dv, k_name="k_cache", v_name="v_cache"):
+    for name, value in ((f"{k_name}'s head dim", d), (f"{v_name}'s head dim", dv)):
+        if value % FP8_CACHE_STEP:
+            raise ValueError(f"{name} is {value}: an FP8 KV cache (torch.float8_e4m3fn) takes "
+                             f"head dims that are multiples of {FP8_CACHE_STEP}")
+
+
+def _cache_descale(name, t, batch, heads_kv, device, pointers, ref):
+    """One factor of an FP8 KV cache: its (descale_batch_stride, descale_head_stride)."""
+    _check_float32_on(t, name, device, ", () or (1,) (per tensor), [num_heads_kv] (per "
+                                       "key/value head) or [batch, num_heads_kv]",
+                      " (the kernels read the factors)", ref)
+    if pointers and t.data_ptr() % 4:
+        raise ValueError(f"{name}'s data is not 4-byte aligned")
+    shape = tuple(t.shape)
+    if shape in ((), (1,)):
+        return (0, 0)
+    st = t.stride()
+    if shape == (heads_kv,):
+        strides = (0, st[0] if heads_kv > 1 else 0)
+    elif shape == (batch, heads_kv):
+        strides = (st[0] if batch > 1 else 0, st[1] if heads_kv > 1 else 0)
+    else:
+        raise ValueError(f"{name} is {shape}: expected () or (1,) (one factor per tensor), "
+                         f"({heads_kv},), [num_heads_kv] (one per key/value head), or "
+                         f"({batch}, {heads_kv}), [batch, num_heads_kv] (one per sequence and "
+                         f"key/value head)")
+    if min(strides) < 0:
+        raise ValueError(f"{name} has strides {tuple(st)}: they must not be negative")
+    return strides
+
+
+def check_cache_descales(k_descale, v_descale, kv_cache_dtype, batch, heads_kv, device,
+                         pointers=False, ref="q"):
+    """The dequantization factors of an FP8 KV cache (the value of a stored byte is its e4m3
+    value times its (sequence, key/value head)'s factor): each None (a factor of 1) or a
+    torch.float32 tensor on q's device, () or (1,) (one factor per tensor), [num_heads_kv]
+    (one per key/value head) or [batch, num_heads_kv] (one per sequence and key/value
+    head). The C API takes one (batch, head) stride pair for both: given together, they
+    must be laid out alike (the same shape and strides). Returns that pair, (0, 0) when
+    neither is given. With a 16-bit cache (kv_cache_dtype None) they must be None. `ref`
+    names the tensor whose device is `device` in messages."""
+    given = [(name, t) for name, t in zip(CACHE_DESCALES, (k_descale, v_descale))
+             if t is not None]
+    if kv_cache_dtype is None:
+        if given:
+            raise ValueError(f"{given[0][0]} is given, but the KV cache is not FP8: "
+                             f"dequantization factors are for a torch.float8_e4m3fn k_cache "
+                             f"and v_cache (a 16-bit cache holds the values themselves)")
+        return (0, 0)
+    strides = [_cache_descale(name, t, batch, heads_kv, device, pointers, ref)
+               for name, t in given]
+    if len(strides) == 2 and strides[0] != strides[1]:
+        k, v = k_descale, v_descale
+        raise ValueError(f"k_descale is {tuple(k.shape)} (strides {tuple(k.stride())}) and "
+                         f"v_descale {tuple(v.shape)} (strides {tuple(v.stride())}): the C "
+                         f"API takes one (batch, head) stride pair for both factors, so they "
+                         f"must have the same shape and strides (e.g. both [num_heads_kv], "
+                         f"or both contiguous [batch, num_heads_kv])")
+    return strides[0] if strides else (0, 0)
 
 
 def _check_head_dims(d, dk, dv, q_name="q", k_name="k_cache", v_name="v_cache"):
@@ -601,20 +714,25 @@ def _seqlens(cache_seqlens, batch, device, pointers):
 
 
 def check_decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, softmax_scale=None,
-                 num_splits=0, out=None, max_seqlen_k=None, pointers=False):
+                 num_splits=0, out=None, max_seqlen_k=None, pointers=False, k_descale=None,
+                 v_descale=None):
     """Checks flashjit.decode's arguments (TypeError / ValueError naming the argument and
-    the value, the C API's rules: api/validate_decode.cpp); returns their DecodeSizes."""
+    the value, the C API's rules: api/validate_decode.cpp); returns their DecodeSizes.
+    k_cache and v_cache of torch.float8_e4m3fn: an FP8 cache (0.12), with its factors
+    k_descale and v_descale (check_cache_descales)."""
     paged = block_table is not None
     what_cache = "[num_pages, page_size, heads_kv, head_dim] (paged: block_table given)" \
         if paged else "[batch, seqlen_k, heads_kv, head_dim] (a contiguous cache; pass " \
                       "block_table for a paged one)"
     _check_4d("q", q, "[batch, seqlen_q, heads_q, head_dim]")
-    _check_4d("k_cache", k_cache, what_cache)
-    _check_4d("v_cache", v_cache, what_cache.replace("head_dim", "head_dim_v", 1))
-    _same(("q", "k_cache", "v_cache"), (q, k_cache, v_cache))
+    _check_4d("k_cache", k_cache, what_cache, cache=True)
+    _check_4d("v_cache", v_cache, what_cache.replace("head_dim", "head_dim_v", 1), cache=True)
+    kv_cache_dtype = _cache_dtype(k_cache, v_cache, (q,), ("q",))
     batch, seqlen_q, heads_q, d = q.shape
     heads_kv, dk, dv = k_cache.shape[2], k_cache.shape[3], v_cache.shape[3]
     _check_head_dims(d, dk, dv)
+    if kv_cache_dtype:
+        _fp8_cache_head_dims(dk, dv)
     paged, page_size, num_pages, table_stride, capacity = _cache_layout(
         k_cache, v_cache, batch, block_table, q.device, pointers, "q")
     if heads_kv == 0 or heads_q == 0 or heads_q % heads_kv:
@@ -663,6 +781,8 @@ def check_decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, soft
         raise ValueError(f"num_splits is {num_splits}: expected 0 (automatic) or 1 to "
                          f"{MAX_DECODE_SPLITS}")
     scale = _scale(softmax_scale, d)
+    descale_strides = check_cache_descales(k_descale, v_descale, kv_cache_dtype, batch,
+                                           heads_kv, q.device, pointers)
     if out is not None:
         _check_4d("out", out, f"[batch, seqlen_q, heads_q, head_dim_v] = "
                               f"{(batch, seqlen_q, heads_q, dv)}")
@@ -678,10 +798,11 @@ def check_decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, soft
             _check_strided("out", out, ("batch", "sequence", "head"), pointers)
         if seqlen_k > 0:
             axes = ("page", "row", "head") if paged else ("batch", "sequence", "head")
-            _check_strided("k_cache", k_cache, axes, pointers)
-            _check_strided("v_cache", v_cache, axes, pointers)
+            _check_strided("k_cache", k_cache, axes, pointers, kv_cache_dtype is not None)
+            _check_strided("v_cache", v_cache, axes, pointers, kv_cache_dtype is not None)
     return DecodeSizes(batch, seqlen_q, heads_q, heads_kv, d, dv, seqlen_k, paged, page_size,
-                       num_pages, table_stride, scale, num_splits)
+                       num_pages, table_stride, scale, num_splits, kv_cache_dtype,
+                       descale_strides)
 
 
 def _scale(softmax_scale, d):
@@ -702,17 +823,19 @@ def _scale(softmax_scale, d):
 
 
 def check_kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens=None, block_table=None,
-                    pointers=False):
-    """Checks flashjit.kv_append's arguments; returns their AppendSizes."""
+                    pointers=False, k_descale=None, v_descale=None):
+    """Checks flashjit.kv_append's arguments; returns their AppendSizes. An FP8 cache
+    (torch.float8_e4m3fn, 0.12) takes 16-bit k_new and v_new, stored divided by
+    k_descale / v_descale (check_cache_descales)."""
     paged = block_table is not None
     what_cache = "[num_pages, page_size, heads_kv, head_dim] (paged: block_table given)" \
         if paged else "[batch, seqlen_k, heads_kv, head_dim] (a contiguous cache; pass " \
                       "block_table for a paged one)"
     _check_4d("k_new", k_new, "[batch, new_len, heads_kv, head_dim]")
     _check_4d("v_new", v_new, "[batch, new_len, heads_kv, head_dim_v]")
-    _check_4d("k_cache", k_cache, what_cache)
-    _check_4d("v_cache", v_cache, what_cache.replace("head_dim", "head_dim_v", 1))
-    _same(("k_cache", "v_cache", "k_new", "v_new"), (k_cache, v_cache, k_new, v_new))
+    _check_4d("k_cache", k_cache, what_cache, cache=True)
+    _check_4d("v_cache", v_cache, what_cache.replace("head_dim", "head_dim_v", 1), cache=True)
+    kv_cache_dtype = _cache_dtype(k_cache, v_cache, (k_new, v_new), ("k_new", "v_new"))
     batch, new_len, heads_kv, d = k_new.shape
     if tuple(v_new.shape[:3]) != (batch, new_len, heads_kv):
         raise ValueError(f"k_new is {tuple(k_new.shape)} and v_new {tuple(v_new.shape)}: "
@@ -726,6 +849,8 @@ def check_kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens=None, block_ta
                          f"must be equal")
     if heads_kv == 0:
         raise ValueError("k_new has 0 heads")
+    if kv_cache_dtype:
+        _fp8_cache_head_dims(k_cache.shape[3], v_cache.shape[3])
     paged, page_size, num_pages, table_stride, capacity = _cache_layout(
         k_cache, v_cache, batch, block_table, k_new.device, pointers, "k_new")
     if batch > MAX_GRID:
@@ -739,11 +864,13 @@ def check_kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens=None, block_ta
     if new_len > capacity:
         raise ValueError(f"k_new has {new_len} rows per sequence: more than the cache holds, "
                          f"{capacity}")
+    descale_strides = check_cache_descales(k_descale, v_descale, kv_cache_dtype, batch,
+                                           heads_kv, k_new.device, pointers, "k_new")
     if batch > 0 and new_len > 0:
         _check_strided("k_new", k_new, ("batch", "sequence", "head"), pointers)
         _check_strided("v_new", v_new, ("batch", "sequence", "head"), pointers)
         axes = ("page", "row", "head") if paged else ("batch", "sequence", "head")
-        _check_strided("k_cache", k_cache, axes, pointers)
-        _check_strided("v_cache", v_cache, axes, pointers)
+        _check_strided("k_cache", k_cache, axes, pointers, kv_cache_dtype is not None)
+        _check_strided("v_cache", v_cache, axes, pointers, kv_cache_dtype is not None)
     return AppendSizes(batch, new_len, heads_kv, d, v_cache.shape[3], capacity, paged,
-                       page_size, num_pages, table_stride)
+                       page_size, num_pages, table_stride, kv_cache_dtype, descale_strides)

@@ -2,7 +2,9 @@
 eager calls launch through a plan (the checks done, the handle got, the argument struct
 laid out once per shapes and strides, as _ops' fast path), calls under torch.compile go
 through the operators flashjit::decode and flashjit::kv_append (fake implementations for
-tracing). Inference only: nothing here records autograd history."""
+tracing). Inference only: nothing here records autograd history. An FP8 KV cache (0.12:
+torch.float8_e4m3fn k_cache and v_cache) gets a handle of its own (desc.kv_cache_dtype);
+its factors' pointers are set per call, their strides are the plan's."""
 import ctypes as C
 import threading
 from typing import Optional, Tuple
@@ -38,16 +40,30 @@ def _require_decode():
     return lib
 
 
+def _cache_three(t, fp8):
+    """A cache's (page, row, head) strides as the C API takes them: _three's, but for an
+    FP8 cache 0 for a dimension of one element whose stride is not a multiple of 16 (the
+    C API asks it of every FP8 cache stride; such a stride is never multiplied by an
+    index but 0)."""
+    st = t.stride()
+    if not fp8:
+        return st[0], st[1], st[2]
+    shape = t.shape
+    return tuple(_checks.fp8_stride(shape[i], st[i]) for i in range(3))
+
+
 def _decode_template(sizes, q, k_cache, v_cache, o_strides):
     """fj_decode_args with the sizes and strides of a call, no pointers."""
     a = _capi.new(_capi.DecodeArgs, batch=sizes.batch, seqlen_q=sizes.seqlen_q,
                   seqlen_k=sizes.seqlen_k, page_size=sizes.page_size,
                   num_pages=sizes.num_pages, table_stride=sizes.table_stride,
                   num_splits=sizes.num_splits)
+    fp8 = sizes.kv_cache_dtype is not None
     a.q_batch_stride, a.q_seq_stride, a.q_head_stride = _three(q)
-    a.k_page_stride, a.k_row_stride, a.k_head_stride = _three(k_cache)
-    a.v_page_stride, a.v_row_stride, a.v_head_stride = _three(v_cache)
+    a.k_page_stride, a.k_row_stride, a.k_head_stride = _cache_three(k_cache, fp8)
+    a.v_page_stride, a.v_row_stride, a.v_head_stride = _cache_three(v_cache, fp8)
     a.o_batch_stride, a.o_seq_stride, a.o_head_stride = o_strides[:3]
+    a.descale_batch_stride, a.descale_head_stride = sizes.descale_strides
     return a
 
 
@@ -64,7 +80,7 @@ def _decode_handle(q, sizes, causal):
     handle, _ = _runtime.kernel(index, _checks.dtype_name(q), sizes.head_dim, sizes.head_dim_v,
                                 sizes.heads_q, sizes.heads_kv, bool(causal), float(sizes.scale),
                                 False, (sizes.seqlen_q, sizes.seqlen_k, sizes.batch),
-                                decode=True)
+                                decode=True, kv_cache_dtype=sizes.kv_cache_dtype)
     return index, handle
 
 
@@ -76,9 +92,10 @@ def _workspace_bytes(lib, handle, args):
 
 
 # ---- the eager path ------------------------------------------------------------------
-# Plans per (shapes, strides, dtypes, devices of every tensor, causal, scale, num_splits,
-# max_seqlen_k, thread): the handle, the argument struct with sizes and strides, the
-# output shapes and the workspace size. A call sets the pointers of its plan's struct and
+# Plans per (shapes, strides, dtypes, devices of every tensor, the FP8 cache's factors'
+# included, causal, scale, num_splits, max_seqlen_k, thread): the handle, the argument
+# struct with sizes and strides (the factors' strides too), the output shapes and the
+# workspace size. A call sets the pointers of its plan's struct (the factors' too) and
 # launches; a plan belongs to one thread (see _ops' fast path).
 _plans = {}
 _runtime.plan_caches.append(_plans)
@@ -100,15 +117,16 @@ _PLAIN = (bool, int, float, type(None))
 
 
 def _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale, num_splits,
-         out, max_seqlen_k):
+         out, max_seqlen_k, k_descale=None, v_descale=None):
     """The plan's key, or None when a number argument is not a plain Python value (a
-    tensor's hash is its identity, not its value: such calls are never planned)."""
+    tensor's hash is its identity, not its value: such calls are never planned). The
+    factors' shapes and strides are part of it (they give the plan's factor strides)."""
     if not (type(causal) in _PLAIN and type(softmax_scale) in _PLAIN and
             type(num_splits) in _PLAIN and type(max_seqlen_k) in _PLAIN):
         return None
     return (q.shape, q.stride(), q.dtype, q.get_device(), _meta(k_cache), _meta(v_cache),
             _meta(cache_seqlens), _meta(block_table), _meta(out), causal, softmax_scale,
-            num_splits, max_seqlen_k, _thread_id())
+            num_splits, max_seqlen_k, _meta(k_descale), _meta(v_descale), _thread_id())
 
 
 def _make_plan(q, k_cache, v_cache, sizes, causal, out):
@@ -139,44 +157,48 @@ def _plan(key, q, k_cache, v_cache, sizes, causal, out):
 
 
 def fast_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
-                num_splits, return_lse, out, max_seqlen_k):
+                num_splits, return_lse, out, max_seqlen_k, k_descale=None, v_descale=None):
     """The result, or None when there is no plan yet (or the call is being traced, or its
     arguments are not all tensors): then flashjit.decode checks them and calls decode()."""
     if _is_compiling():
         return None
     try:
         key = _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
-                   num_splits, out, max_seqlen_k)
+                   num_splits, out, max_seqlen_k, k_descale, v_descale)
         plan = _plans.get(key) if key is not None else None
     except (AttributeError, TypeError):
         return None
     if plan is None:
         return None
-    return _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, return_lse, out)
+    return _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, return_lse, out,
+                   k_descale, v_descale)
 
 
 def decode(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale, num_splits,
-           return_lse, out, max_seqlen_k, sizes):
+           return_lse, out, max_seqlen_k, sizes, k_descale=None, v_descale=None):
     """flashjit.decode after its checks (`sizes`, a _checks.DecodeSizes)."""
     if _is_compiling():
         o, lse = torch.ops.flashjit.decode(q, k_cache, v_cache, cache_seqlens, block_table,
                                            bool(causal), float(sizes.scale), sizes.num_splits,
-                                           sizes.seqlen_k)
+                                           sizes.seqlen_k, k_descale, v_descale)
         if out is not None:
             out.copy_(o)
             o = out
         return (o, lse) if return_lse else o
     key = _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
-               num_splits, out, max_seqlen_k)
+               num_splits, out, max_seqlen_k, k_descale, v_descale)
     plan = _plans.get(key) if key is not None else None
     if plan is None:  # a new plan: the pointers' alignment too (later calls: the library)
         _checks.check_decode(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale,
-                             num_splits, out, max_seqlen_k, pointers=True)
+                             num_splits, out, max_seqlen_k, pointers=True, k_descale=k_descale,
+                             v_descale=v_descale)
         plan = _plan(key, q, k_cache, v_cache, sizes, causal, out)
-    return _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, return_lse, out)
+    return _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, return_lse, out,
+                   k_descale, v_descale)
 
 
-def _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, return_lse, out):
+def _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, return_lse, out,
+            k_descale=None, v_descale=None):
     o = q.new_empty(plan.o_shape) if out is None else out
     lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=plan.device) \
         if return_lse else None
@@ -188,6 +210,8 @@ def _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, return_lse, o
     a.lse = lse.data_ptr() if lse is not None else None
     a.cache_seqlens = cache_seqlens.data_ptr() if cache_seqlens is not None else None
     a.block_table = block_table.data_ptr() if block_table is not None else None
+    a.k_descale = k_descale.data_ptr() if k_descale is not None else None
+    a.v_descale = v_descale.data_ptr() if v_descale is not None else None
     if workspace is not None:
         a.workspace, a.workspace_bytes = workspace.data_ptr(), plan.workspace_bytes
     else:
@@ -213,9 +237,11 @@ def _fj_decode():
     return _fj_decode_fn
 
 
-def _append_key(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table):
+def _append_key(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, k_descale=None,
+                v_descale=None):
     return ("append", _meta(k_cache), _meta(v_cache), _meta(k_new), _meta(v_new),
-            _meta(cache_seqlens), _meta(block_table), _thread_id())
+            _meta(cache_seqlens), _meta(block_table), _meta(k_descale), _meta(v_descale),
+            _thread_id())
 
 
 def _make_append_plan(k_cache, v_cache, k_new, v_new, sizes):
@@ -225,62 +251,75 @@ def _make_append_plan(k_cache, v_cache, k_new, v_new, sizes):
     plan.device = k_new.device
     plan.handle, _ = _runtime.append_kernel(plan.index, _checks.dtype_name(k_new),
                                             sizes.head_dim, sizes.head_dim_v, sizes.heads_kv,
-                                            (1, sizes.seqlen_k, sizes.batch))
+                                            (1, sizes.seqlen_k, sizes.batch),
+                                            sizes.kv_cache_dtype)
     a = _capi.new(_capi.KvAppendArgs, batch=sizes.batch, seqlen_k=sizes.seqlen_k,
                   page_size=sizes.page_size, num_pages=sizes.num_pages,
                   table_stride=sizes.table_stride, new_len=sizes.new_len)
-    a.k_page_stride, a.k_row_stride, a.k_head_stride = _three(k_cache)
-    a.v_page_stride, a.v_row_stride, a.v_head_stride = _three(v_cache)
+    fp8 = sizes.kv_cache_dtype is not None
+    a.k_page_stride, a.k_row_stride, a.k_head_stride = _cache_three(k_cache, fp8)
+    a.v_page_stride, a.v_row_stride, a.v_head_stride = _cache_three(v_cache, fp8)
     a.k_new_batch_stride, a.k_new_seq_stride, a.k_new_head_stride = _three(k_new)
     a.v_new_batch_stride, a.v_new_seq_stride, a.v_new_head_stride = _three(v_new)
+    a.descale_batch_stride, a.descale_head_stride = sizes.descale_strides
     plan.args, plan.args_ref = a, C.byref(a)
     return plan
 
 
-def fast_kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table):
+def fast_kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, k_descale=None,
+                   v_descale=None):
     """True when a plan appended, False when flashjit.kv_append must check the arguments
     and call kv_append() (no plan yet, tracing, arguments that are not tensors)."""
     if _is_compiling():
         return False
     try:
         plan = _plans.get(_append_key(k_cache, v_cache, k_new, v_new, cache_seqlens,
-                                      block_table))
+                                      block_table, k_descale, v_descale))
     except (AttributeError, TypeError):
         return False
     if plan is None:
         return False
-    _append(plan, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table)
+    _append(plan, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, k_descale,
+            v_descale)
     return True
 
 
-def kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, sizes):
+def kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, sizes,
+              k_descale=None, v_descale=None):
     """flashjit.kv_append after its checks (`sizes`, a _checks.AppendSizes)."""
     if _is_compiling():
         torch.ops.flashjit.kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens,
-                                     block_table)
+                                     block_table, k_descale, v_descale)
         return
-    _append_planned(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, sizes)
+    _append_planned(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, sizes,
+                    k_descale, v_descale)
 
 
-def _append_planned(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, sizes):
-    key = _append_key(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table)
+def _append_planned(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, sizes,
+                    k_descale, v_descale):
+    key = _append_key(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, k_descale,
+                      v_descale)
     plan = _plans.get(key)
     if plan is None:  # a new plan: the pointers' alignment too (later calls: the library)
         _checks.check_kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table,
-                                pointers=True)
+                                pointers=True, k_descale=k_descale, v_descale=v_descale)
         plan = _make_append_plan(k_cache, v_cache, k_new, v_new, sizes)
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
         _plans[key] = plan
-    _append(plan, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table)
+    _append(plan, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, k_descale,
+            v_descale)
 
 
-def _append(plan, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table):
+def _append(plan, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, k_descale,
+            v_descale):
     a = plan.args
     a.k_cache, a.v_cache = k_cache.data_ptr(), v_cache.data_ptr()
     a.k_new, a.v_new = k_new.data_ptr(), v_new.data_ptr()
     a.cache_seqlens = cache_seqlens.data_ptr() if cache_seqlens is not None else None
     a.block_table = block_table.data_ptr() if block_table is not None else None
+    a.k_descale = k_descale.data_ptr() if k_descale is not None else None
+    a.v_descale = v_descale.data_ptr() if v_descale is not None else None
     lib = _capi.library()
     lib.check("fj_kv_append", lib.lib.fj_kv_append(plan.handle, plan.args_ref,
                                                    C.c_void_p(_stream(plan.index,
@@ -288,23 +327,27 @@ def _append(plan, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table):
 
 
 # ---- the operators (torch.compile) ---------------------------------------------------
+# k_descale / v_descale (0.12): an FP8 cache's factors, None otherwise (the checks refuse
+# factors with a 16-bit cache).
 @torch.library.custom_op("flashjit::decode", mutates_args=(), device_types="cuda")
 def decode_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Optional[Tensor],
               block_table: Optional[Tensor], causal: bool, scale: float, num_splits: int,
-              seqlen_k: int) -> Tuple[Tensor, Tensor]:
+              seqlen_k: int, k_descale: Optional[Tensor],
+              v_descale: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
     sizes = _checks.check_decode(q, k_cache, v_cache, cache_seqlens, block_table,
                                  scale if scale > 0 else None, num_splits, None, seqlen_k,
-                                 pointers=True)
+                                 pointers=True, k_descale=k_descale, v_descale=v_descale)
     key = ("op",) + _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
-                         num_splits, None, seqlen_k)
+                         num_splits, None, seqlen_k, k_descale, v_descale)
     plan = _plan(key, q, k_cache, v_cache, sizes, causal, None)
-    return _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, True, None)
+    return _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, True, None,
+                   k_descale, v_descale)
 
 
 @decode_op.register_fake
 def _decode_fake(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, num_splits,
-                 seqlen_k):
-    b, s, h, _ = q.shape
+                 seqlen_k, k_descale, v_descale):
+    b, s, h, _ = q.shape  # o has q's dtype, whatever the cache's
     return q.new_empty((b, s, h, v_cache.shape[-1])), \
         q.new_empty((b, h, s), dtype=torch.float32)
 
@@ -312,12 +355,16 @@ def _decode_fake(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
 @torch.library.custom_op("flashjit::kv_append", mutates_args=("k_cache", "v_cache"),
                          device_types="cuda")
 def kv_append_op(k_cache: Tensor, v_cache: Tensor, k_new: Tensor, v_new: Tensor,
-                 cache_seqlens: Optional[Tensor], block_table: Optional[Tensor]) -> None:
+                 cache_seqlens: Optional[Tensor], block_table: Optional[Tensor],
+                 k_descale: Optional[Tensor], v_descale: Optional[Tensor]) -> None:
     sizes = _checks.check_kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens,
-                                    block_table, pointers=True)
-    _append_planned(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, sizes)
+                                    block_table, pointers=True, k_descale=k_descale,
+                                    v_descale=v_descale)
+    _append_planned(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, sizes,
+                    k_descale, v_descale)
 
 
 @kv_append_op.register_fake
-def _kv_append_fake(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table):
+def _kv_append_fake(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, k_descale,
+                    v_descale):
     return None

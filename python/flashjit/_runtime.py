@@ -11,10 +11,11 @@ from . import _capi, _checks
 _lock = threading.Lock()
 _contexts = {}   # (device, tune mode, cache path, budget) -> fj_context handle
 # (device, dtype, d, dv, heads_q, heads_kv, causal, scale, backward, features, decode,
-# tune_lengths, out_dtype) -> (handle, info, context key); features is a _checks.Features
-# (the user code's text included), decode whether the handle carries the decode kernels
-# (desc.decode), out_dtype o's type ('bf16' / 'fp16'; dtype's own for 16-bit inputs,
-# desc.out_dtype for FP8 ones, 'e4m3'). The
+# tune_lengths, out_dtype, kv_cache_dtype) -> (handle, info, context key); features is a
+# _checks.Features (the user code's text included), decode whether the handle carries the
+# decode kernels (desc.decode), out_dtype o's type ('bf16' / 'fp16'; dtype's own for 16-bit
+# inputs, desc.out_dtype for FP8 ones, 'e4m3'), kv_cache_dtype the decode cache's type
+# (desc.kv_cache_dtype, 0.12: 'e4m3' for an FP8 cache, else None: the dtype's). The
 # settings in force when a description is first got decide how its kernel is got (cache,
 # tune, compile); later calls reuse the handle whatever the settings.
 _kernels = {}
@@ -95,6 +96,12 @@ def no_decode_message(lib):
             f"later")
 
 
+def no_fp8_cache_message(lib):
+    return (f"flashjit: {lib.path} (version {lib.version()}) has no FP8 KV cache "
+            f"(desc.kv_cache_dtype): torch.float8_e4m3fn caches in flashjit.decode and "
+            f"flashjit.kv_append need a library of 0.12 or later")
+
+
 def no_fp8_message(lib):
     return (f"flashjit: {lib.path} (version {lib.version()}) has no FP8 kernels (no "
             f"fj_forward_workspace_size): torch.float8_e4m3fn inputs need a library of 0.7 or "
@@ -115,7 +122,8 @@ def features_backward_message(features):
 
 
 def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints,
-           features=_checks.PLAIN, tuning_args=None, decode=False, out_dtype=None):
+           features=_checks.PLAIN, tuning_args=None, decode=False, out_dtype=None,
+           kv_cache_dtype=None):
     """(handle, info) for a description: got once per device (fj_kernel_get may compile
     or tune), then reused. dtype 'fp16', 'bf16' or 'e4m3' (FP8, 0.7); scale 0.0 for
     1/sqrt(d); hints (seqlen_q, seqlen_k, batch) choose the shape bucket tuned first;
@@ -123,18 +131,22 @@ def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints,
     tuner runs the user code with if this call gets the kernel (not part of the key);
     decode: the handle also carries the decode kernels (desc.decode, 0.4); out_dtype: o's
     type with 'e4m3' inputs, 'bf16' (None) or 'fp16' (desc.out_dtype); 16-bit inputs
-    write o in their own."""
+    write o in their own; kv_cache_dtype: with decode, 'e4m3' for an FP8 KV cache
+    (desc.kv_cache_dtype, 0.12), None for a cache of the dtype."""
     lengths = current_settings().get("tune_lengths", "auto")
     fp8 = dtype == "e4m3"
     out = (out_dtype or "bf16") if fp8 else dtype
+    cache = kv_cache_dtype if kv_cache_dtype != dtype else None
     key = (device, dtype, d, dv, hq, hkv, bool(causal), float(scale), bool(backward),
-           features, bool(decode), lengths, out)
+           features, bool(decode), lengths, out, cache)
     found = _kernels.get(key)
     if found is not None:
         return found[0], found[1]
     lib = _capi.library()
     if fp8 and not getattr(lib, "has_fp8", False):
         raise RuntimeError(no_fp8_message(lib))
+    if cache is not None and not getattr(lib, "has_fp8_kv_cache", False):
+        raise RuntimeError(no_fp8_cache_message(lib))
     if fp8 and backward:
         raise NotImplementedError(fp8_backward_message())
     if backward and not lib.has_backward:
@@ -158,7 +170,8 @@ def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints,
                      # hinted, and the first call's batch says nothing of later calls'
                      batch_hint=0 if lengths == "ladder" else _hint(hints[2]),
                      backward=int(backward), decode=int(decode),
-                     tune_lengths=_capi.TUNE_LENGTHS[lengths])
+                     tune_lengths=_capi.TUNE_LENGTHS[lengths],
+                     kv_cache_dtype=_capi.DTYPES[cache] if cache else 0)
     _set_features(desc, features, tuning_args)
     handle = C.c_void_p()
     lib.check("fj_kernel_get", lib.lib.fj_kernel_get(ctx, C.byref(desc), C.byref(handle)))
@@ -176,21 +189,23 @@ def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints,
     return found[0], found[1]
 
 
-def append_kernel(device, dtype, d, dv, hkv, hints):
+def append_kernel(device, dtype, d, dv, hkv, hints, kv_cache_dtype=None):
     """A handle with decode kernels for fj_kv_append, whose kernel depends only on (dtype,
-    d, dv, heads_kv): a decode handle already got for them (any heads_q, causal, scale),
-    else one got for the plain MHA description with the heuristic tile (tune_mode
-    'cached' stays 'cached'): appending never starts a tuning run of its own."""
+    d, dv, heads_kv, the cache's type): a decode handle already got for them (any heads_q,
+    causal, scale), else one got for the plain MHA description with the heuristic tile
+    (tune_mode 'cached' stays 'cached'): appending never starts a tuning run of its own."""
+    cache = kv_cache_dtype if kv_cache_dtype != dtype else None
     for key, (handle, info, _) in list(_kernels.items()):
         if key[0] == device and key[1] == dtype and key[2] == d and key[3] == dv and \
-                key[5] == hkv and key[10]:
+                key[5] == hkv and key[10] and key[13] == cache:
             return handle, info
     s = current_settings()
     mode = "cached" if s["tune_mode"] == "cached" else "heuristic"
     saved = getattr(_local, "settings", None)
     _local.settings = dict(s, tune_mode=mode)
     try:
-        return kernel(device, dtype, d, dv, hkv, hkv, False, 0.0, False, hints, decode=True)
+        return kernel(device, dtype, d, dv, hkv, hkv, False, 0.0, False, hints, decode=True,
+                      kv_cache_dtype=cache)
     finally:
         _local.settings = saved
 
@@ -255,10 +270,11 @@ def kernels_info():
         if lib.lib.fj_kernel_info(handle, C.byref(now)) == 0:
             info = now
         (device, dtype, d, dv, hq, hkv, causal, scale, backward, features, decode, lengths,
-         out_dtype) = key
+         out_dtype, cache) = key
         entry = dict(device=device, dtype=dtype, out_dtype=out_dtype, head_dim=d, head_dim_v=dv,
                      num_heads_q=hq, num_heads_kv=hkv, causal=causal, softmax_scale=scale,
                      backward=backward, decode=decode, tune_lengths=lengths,
+                     kv_cache_dtype=(cache or dtype) if decode else None,
                      features=features._asdict())
         entry.update(_capi.struct_dict(info))
         entry["origin"] = _capi.ORIGINS.get(info.origin, info.origin)

@@ -1456,6 +1456,8 @@ def main():
     length_ladder()
     import gpu_test_fp8  # FP8 (0.7): counted here too
     gpu_test_fp8.run_all(results)
+    import gpu_test_fp8_cache  # the FP8 KV cache (0.12): counted here too
+    gpu_test_fp8_cache.run_all(results)
     info = flashjit.info()
     print(f"{len(info['kernels'])} kernel handles; contexts: "
           f"{[(c['device_name'], c['target'], c['tune_mode']) for c in info['contexts']]}")

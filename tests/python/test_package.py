@@ -314,9 +314,10 @@ class StructLayouts(unittest.TestCase):
         self.assertIn("ends inside the pointer `block_mask`", message())
 
     def test_fp8_fields_are_where_the_library_reads_them(self):
-        """FP8 (0.7): desc.out_dtype, the last field of the description (a 0.6-sized one
-        reads it as 0), and the forward fields after block_mask, each read by the library
-        where the ctypes struct puts it."""
+        """FP8 (0.7): desc.out_dtype, the last field of a 0.7 description (a 0.6-sized one
+        reads it as 0; 0.12 put its tail padding and kv_cache_dtype after it), and the
+        forward fields after block_mask, each read by the library where the ctypes struct
+        puts it."""
         L = _capi.library().lib
         e4m3 = dict(dtype=_capi.FJ_DTYPE_E4M3)
         for fields, status, expected in (
@@ -335,7 +336,9 @@ class StructLayouts(unittest.TestCase):
         d = self.desc(out_dtype=_capi.FJ_DTYPE_FP16)
         d.struct_size = _capi.AttentionDesc.out_dtype.offset  # 0.6's: out_dtype reads as 0
         self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), 0, message())
-        self.assertEqual(_capi.AttentionDesc._fields_[-1][0], "out_dtype")  # the last field
+        names = [name for name, _ in _capi.AttentionDesc._fields_]
+        self.assertEqual(names[names.index("out_dtype"):],  # 0.7's last field, then 0.12's
+                         ["out_dtype", "reserved_07", "kv_cache_dtype", "reserved_12"])
         # Forward arguments of an FP8 description (batch 1, 8 x 8, 4 and 2 heads of 64):
         # the workspace is batch * heads_kv * dv * round_up(seqlen_k, 64) = 8192 bytes.
         fp8 = self.desc(**e4m3)
@@ -580,6 +583,86 @@ class DecodeLayouts(unittest.TestCase):
                              1, field)
             self.assertRegex(message(), "(?i)" + expected)
 
+    def test_desc_kv_cache_dtype_is_where_the_library_reads_it(self):
+        """desc.kv_cache_dtype (0.12), the description's last field before its tail
+        padding: its values, and what an FP8 cache needs, named by the library."""
+        L = _capi.library().lib
+        e4m3 = _capi.FJ_DTYPE_E4M3
+        for fields, status, expected in (
+                (dict(kv_cache_dtype=7), 1, r"desc->kv_cache_dtype is 7: expected 0 \(the "
+                                            r"dtype's cache\), the dtype \(2\) or "
+                                            r"FJ_DTYPE_E4M3 \(3\)"),
+                (dict(kv_cache_dtype=_capi.FJ_DTYPE_FP16), 1, r"desc->kv_cache_dtype is 1"),
+                (dict(kv_cache_dtype=e4m3, decode=0), 1,
+                 r"desc->kv_cache_dtype is FJ_DTYPE_E4M3 but desc->decode is 0"),
+                (dict(kv_cache_dtype=e4m3, head_dim=72), 2,
+                 r"desc->kv_cache_dtype is FJ_DTYPE_E4M3 with head_dim 72 and head_dim_v 72: "
+                 r"an FP8 cache takes head dims that are multiples of 16"),
+                (dict(kv_cache_dtype=e4m3, head_dim_v=40), 2, r"head_dim 64 and head_dim_v 40")):
+            d = self.desc(**fields)
+            self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), status, fields)
+            self.assertRegex(message(), expected)
+        for fields in (dict(kv_cache_dtype=e4m3), dict(kv_cache_dtype=e4m3, backward=1),
+                       dict(kv_cache_dtype=e4m3, dtype=_capi.FJ_DTYPE_FP16),
+                       dict(kv_cache_dtype=_capi.FJ_DTYPE_BF16), dict(kv_cache_dtype=0)):
+            d = self.desc(**fields)
+            self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), 0, (fields, message()))
+        # A 0.11 caller's description (struct_size ending before it) reads it as 0.
+        d = self.desc(kv_cache_dtype=7)
+        d.struct_size = _capi.AttentionDesc.kv_cache_dtype.offset
+        self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), 0, message())
+        names = [name for name, _ in _capi.AttentionDesc._fields_]
+        self.assertEqual(names[-2:], ["kv_cache_dtype", "reserved_12"])  # the last field
+        self.assertTrue(flashjit.has_fp8_kv_cache())  # this build's library: 0.12
+        self.assertTrue(flashjit.info()["fp8_kv_cache"])
+
+    def test_fp8_cache_fields_are_where_the_library_reads_them(self):
+        """The factors of an FP8 cache (0.12), the last four fields of fj_decode_args and
+        fj_kv_append_args, and the cache strides an FP8 cache needs, each named by the
+        library where the ctypes struct puts it; a 16-bit cache, and an 0.11-sized struct,
+        read none of them."""
+        fp8 = self.desc(kv_cache_dtype=_capi.FJ_DTYPE_E4M3)
+        factors = dict(k_descale=0x7f0000a00000, v_descale=0x7f0000a00010,
+                       descale_batch_stride=2, descale_head_stride=1)
+        for struct, base in ((_capi.DecodeArgs, self.DECODE), (_capi.DecodeArgs, self.PAGED),
+                             (_capi.KvAppendArgs, self.APPEND)):
+            names = [name for name, _ in struct._fields_]
+            self.assertEqual(names[-4:], ["k_descale", "v_descale", "descale_batch_stride",
+                                          "descale_head_stride"])
+            self.assertEqual(self.validate(struct, base, fp8), 0, message())
+            self.assertEqual(self.validate(struct, dict(base, **factors), fp8), 0, message())
+            for field, value, expected in (
+                    ("k_descale", 0x7f0000a00002, r"args->k_descale is 0x0*7f0000a00002: not "
+                                                  r"4-byte aligned"),
+                    ("v_descale", 0x7f0000a00016, r"args->v_descale is 0x0*7f0000a00016"),
+                    ("descale_batch_stride", -1, r"args->descale_batch_stride is -1: must be "
+                                                 r"from 0 to 2\^40"),
+                    ("descale_head_stride", -2, r"args->descale_head_stride is -2"),
+                    ("k_row_stride", 136, r"args->k_row_stride is 136: an FP8 cache "
+                                          r"\(desc->kv_cache_dtype FJ_DTYPE_E4M3\) needs "
+                                          r"strides that are multiples of 16 elements"),
+                    ("v_page_stride", 12808 if base is not self.PAGED else 2056,
+                     r"args->v_page_stride is \d+: an FP8 cache")):
+                fields = dict(base, **factors)
+                fields[field] = value
+                if field == "k_row_stride":  # pages / sequences of 100 such rows
+                    fields["k_page_stride"] = 136 * (16 if base is self.PAGED else 100)
+                self.assertEqual(self.validate(struct, fields, fp8), 1, (struct, field))
+                self.assertRegex(message(), "(?i)" + expected)
+            # A 16-bit cache reads neither the factors nor the 16-element stride rule.
+            odd = dict(base, k_descale=0x7f0000a00002, descale_batch_stride=-1,
+                       k_row_stride=136, k_page_stride=136 * 100)
+            if base is self.PAGED:
+                odd["k_page_stride"] = 136 * 16
+            self.assertEqual(self.validate(struct, odd), 0, message())
+            # An 0.11-sized struct (ending before them) reads the factors as NULL and 0.
+            a = _capi.new(struct, **dict(base, k_descale=0x7f0000a00002,
+                                         descale_head_stride=-5))
+            a.struct_size = struct.k_descale.offset
+            fn = _capi.library().lib.fj_validate_decode_args if struct is _capi.DecodeArgs \
+                else _capi.library().lib.fj_validate_kv_append_args
+            self.assertEqual(fn(C.byref(fp8), C.byref(a)), 0, message())
+
 
 class Errors(unittest.TestCase):
     """Failing C calls become FlashJitError with the status and the library's message."""
@@ -649,7 +732,7 @@ class FakeKernelLibrary:
                              mask_mod=d.mask_mod, backward=d.backward, tuning=tuning,
                              decode=d.decode, heads=(d.num_heads_q, d.num_heads_kv),
                              dtype=d.dtype, out_dtype=d.out_dtype,
-                             causal=d.causal,
+                             kv_cache_dtype=d.kv_cache_dtype, causal=d.causal,
                              hints=(d.seqlen_q_hint, d.seqlen_k_hint, d.batch_hint),
                              tune_mode=_runtime.current_settings()["tune_mode"]))
         handle_ref._obj.value = 0x1000 + 16 * len(self.got)
@@ -756,9 +839,10 @@ class DecodeKernels(FakeKernelsTestCase):
 
     library = dict(has_decode=True)
 
-    def get(self, hq=8, hkv=2, causal=True, decode=True, hints=(1, 4096, 16)):
-        handle, _ = _runtime.kernel(0, "bf16", 128, 128, hq, hkv, causal, 0.0, False, hints,
-                                    decode=decode)
+    def get(self, hq=8, hkv=2, causal=True, decode=True, hints=(1, 4096, 16), cache=None,
+            dtype="bf16"):
+        handle, _ = _runtime.kernel(0, dtype, 128, 128, hq, hkv, causal, 0.0, False, hints,
+                                    decode=decode, kv_cache_dtype=cache)
         return handle.value
 
     def test_decode_reaches_the_description_and_keys_the_handle(self):
@@ -799,6 +883,49 @@ class DecodeKernels(FakeKernelsTestCase):
         # ... and kept: the next append of those heads finds it.
         again, _ = _runtime.append_kernel(0, "bf16", 128, 128, 4, (1, 64, 2))
         self.assertEqual(again.value, handle.value)
+
+    def test_fp8_cache_reaches_the_description_and_keys_the_handle(self):
+        """An FP8 KV cache (0.12): desc.kv_cache_dtype FJ_DTYPE_E4M3, a handle of its own
+        (the 16-bit cache's is another), for the decode call and for the append."""
+        _capi._library.has_fp8_kv_cache = True
+        dec = self.get()
+        self.assertEqual(self.fake.got[-1]["kv_cache_dtype"], 0)
+        fp8 = self.get(cache="e4m3")
+        self.assertNotEqual(fp8, dec)
+        got = self.fake.got[-1]
+        self.assertEqual((got["dtype"], got["kv_cache_dtype"], got["decode"]),
+                         (_capi.FJ_DTYPE_BF16, _capi.FJ_DTYPE_E4M3, 1))
+        self.assertEqual(self.get(cache="e4m3", hints=(4, 100, 1)), fp8)
+        self.assertEqual(self.get(cache="bf16"), dec)  # the dtype's own: a 16-bit cache
+        fp16 = self.get(cache="e4m3", dtype="fp16")
+        self.assertNotIn(fp16, (dec, fp8))
+        self.assertEqual((self.fake.got[-1]["dtype"], self.fake.got[-1]["kv_cache_dtype"]),
+                         (_capi.FJ_DTYPE_FP16, _capi.FJ_DTYPE_E4M3))
+        self.assertEqual(len(self.fake.got), 3)
+        # The append takes the decode handle of its cache's type, else gets its own.
+        self.assertEqual(_runtime.append_kernel(0, "bf16", 128, 128, 2, (1, 64, 2),
+                                                "e4m3")[0].value, fp8)
+        self.assertEqual(_runtime.append_kernel(0, "bf16", 128, 128, 2, (1, 64, 2))[0].value,
+                         dec)
+        _runtime.append_kernel(0, "bf16", 128, 128, 4, (1, 64, 2), "e4m3")
+        got = self.fake.got[-1]
+        self.assertEqual((got["heads"], got["kv_cache_dtype"], got["tune_mode"]),
+                         ((4, 4), _capi.FJ_DTYPE_E4M3, "heuristic"))
+        kinds = sorted((k["dtype"], k["kv_cache_dtype"], k["num_heads_kv"])
+                       for k in _runtime.kernels_info())
+        self.assertEqual(kinds, [("bf16", "bf16", 2), ("bf16", "e4m3", 2), ("bf16", "e4m3", 4),
+                                 ("fp16", "e4m3", 2)])
+        self.assertEqual(_runtime.forget_decode_kernels(), 4)
+
+    def test_a_library_without_fp8_cache_says_so(self):
+        _capi._library.has_fp8_kv_cache = False
+        with self.assertRaisesRegex(RuntimeError, r"has no FP8 KV cache \(desc\.kv_cache_dtype\)"
+                                                  r": torch\.float8_e4m3fn caches .* need a "
+                                                  r"library of 0\.12 or later"):
+            self.get(cache="e4m3")
+        self.assertEqual(self.fake.got, [])
+        self.get()  # a 16-bit cache still gets its handle
+        self.assertEqual(self.fake.got[-1]["kv_cache_dtype"], 0)
 
     def test_forget_decode_kernels(self):
         dec = self.get()
@@ -1638,6 +1765,206 @@ class BadDecodeArguments(unittest.TestCase):
         with self.assertRaisesRegex(ImportError, "torch"):
             _, k, v, lens, _ = decode_args()
             flashjit.kv_append(k, v, FakeTensor((3, 1, 2, 128)), FakeTensor((3, 1, 2, 128)), lens)
+
+
+def fp8_cache_args(b=3, hkv=2, q_dtype="torch.bfloat16", cache_strides=None, **kw):
+    """decode_args() with the caches as float8_e4m3fn stand-ins (an FP8 KV cache, 0.12) of
+    the same shapes (and `cache_strides` if given); q stays 16-bit."""
+    q, k, v, lens, table = decode_args(b=b, hkv=hkv, **kw)
+    q = FakeTensor(q.shape, dtype=q_dtype)
+    k, v = (FakeTensor(t.shape, dtype="torch.float8_e4m3fn", strides=cache_strides)
+            for t in (k, v))
+    return q, k, v, lens, table
+
+
+def fp8_new_rows(b=3, new_len=2, hkv=2, d=128, dtype="torch.bfloat16"):
+    return FakeTensor((b, new_len, hkv, d), dtype=dtype), FakeTensor((b, new_len, hkv, d),
+                                                                     dtype=dtype)
+
+
+class BadFp8CacheArguments(unittest.TestCase):
+    """flashjit.decode's and flashjit.kv_append's FP8 KV cache (0.12) on stand-in tensors:
+    the caches' dtypes, head dims and strides, the factors' type, device, shape, strides
+    and alignment, checked before torch is imported or anything reaches a device."""
+
+    def expect(self, exc, pattern, *args, **kw):
+        with self.assertRaisesRegex(exc, pattern):
+            flashjit.decode(*args, **kw)
+
+    def expect_append(self, exc, pattern, *args, **kw):
+        with self.assertRaisesRegex(exc, pattern):
+            flashjit.kv_append(*args, **kw)
+
+    def test_valid_arguments_pass_the_checks(self):
+        q, k, v, lens, _ = fp8_cache_args()  # batch 3, 2 KV heads
+        sizes = _checks.check_decode(q, k, v, lens, pointers=True)
+        self.assertEqual(sizes, _checks.DecodeSizes(3, 1, 8, 2, 128, 128, 300, False, 0, 0, 0,
+                                                    0.0, 0, "e4m3", (0, 0)))
+        # The factors' strides: (0, 0) for one factor, (0, 1) per KV head, the batch and
+        # head strides of a [batch, heads_kv] tensor (0 where a dimension has one element).
+        for shape, strides, expected in (((), (), (0, 0)), ((1,), (1,), (0, 0)),
+                                         ((2,), (1,), (0, 1)), ((2,), (0,), (0, 0)),
+                                         ((3, 2), (2, 1), (2, 1)), ((3, 2), (1, 3), (1, 3)),
+                                         ((3, 2), (0, 1), (0, 1))):
+            f = descale(shape, strides=strides)
+            for kw in (dict(k_descale=f), dict(v_descale=f), dict(k_descale=f, v_descale=f)):
+                got = _checks.check_decode(q, k, v, lens, pointers=True, **kw)
+                self.assertEqual(got.descale_strides, expected, (shape, strides, kw))
+        # () and (1,) are both one factor: one stride pair, (0, 0).
+        self.assertEqual(_checks.check_decode(q, k, v, lens, k_descale=descale(),
+                                              v_descale=descale((1,))).descale_strides, (0, 0))
+        self.assertEqual(_checks.check_decode(*fp8_cache_args(b=1, hkv=1, hq=8), k_descale=descale(
+            (1, 1))).descale_strides, (0, 0))
+        # fp16 q; a paged cache; GQA, MQA; no work (no rows) reads no strides.
+        q16 = FakeTensor(q.shape, dtype="torch.float16")
+        self.assertEqual(_checks.check_decode(q16, k, v, lens).kv_cache_dtype, "e4m3")
+        qp, kp, vp, lens_p, table = fp8_cache_args(paged=True, page=64, pages=20, dv=64, sq=4)
+        sizes = _checks.check_decode(qp, kp, vp, lens_p, table, pointers=True,
+                                     k_descale=descale((3, 2)), v_descale=descale((3, 2)))
+        self.assertEqual(sizes, _checks.DecodeSizes(3, 4, 8, 2, 128, 64, 320, True, 64, 20, 5,
+                                                    0.0, 0, "e4m3", (2, 1)))
+        self.assertEqual(_checks.check_decode(*fp8_cache_args(hkv=1)[:3]).heads_kv, 1)
+        _checks.check_decode(FakeTensor((3, 0, 8, 128)), k, v, pointers=True)
+        # One-element dimensions may have strides that are not multiples of 16 (sent as 0).
+        one = FakeTensor((1, 300, 2, 128), dtype="torch.float8_e4m3fn",
+                         strides=(8, 256, 128, 1))
+        _checks.check_decode(FakeTensor((1, 1, 8, 128)), one, one, pointers=True)
+        # kv_append: 16-bit new rows into the FP8 cache, with the same factors.
+        kn, vn = fp8_new_rows()
+        self.assertEqual(_checks.check_kv_append(k, v, kn, vn, lens, pointers=True,
+                                                 k_descale=descale((2,)),
+                                                 v_descale=descale((2,))),
+                         _checks.AppendSizes(3, 2, 2, 128, 128, 300, False, 0, 0, 0, "e4m3",
+                                             (0, 1)))
+        self.assertEqual(_checks.check_kv_append(kp, vp, kn, FakeTensor((3, 2, 2, 64)), lens_p,
+                                                 table).kv_cache_dtype, "e4m3")
+        # A 16-bit cache: no type, no factors (the 0.11 sizes, defaults of the new fields).
+        self.assertEqual(_checks.check_decode(*decode_args()[:3]),
+                         _checks.DecodeSizes(3, 1, 8, 2, 128, 128, 300, False, 0, 0, 0, 0.0, 0,
+                                             None, (0, 0)))
+
+    @unittest.skipIf(HAVE_TORCH, "torch is installed")
+    def test_valid_calls_reach_torch(self):
+        q, k, v, lens, table = fp8_cache_args(paged=True)
+        kn, vn = fp8_new_rows()
+        for kw in (dict(), dict(k_descale=descale()), dict(k_descale=descale((3, 2)),
+                                                           v_descale=descale((3, 2)))):
+            self.expect(ImportError, "torch", q, k, v, lens, table, **kw)
+            self.expect_append(ImportError, "torch", k, v, kn, vn, lens, table, **kw)
+
+    def test_dtypes(self):
+        q, k, v, lens, _ = fp8_cache_args()
+        b16 = decode_args()
+        self.expect(TypeError, r"k_cache and v_cache have dtypes torch\.float8_e4m3fn, "
+                               r"torch\.bfloat16: an FP8 KV cache takes both as "
+                               r"torch\.float8_e4m3fn \(a 16-bit one both of q's dtype\)",
+                    q, k, b16[2], lens)
+        self.expect(TypeError, r"k_cache and v_cache have dtypes torch\.bfloat16, "
+                               r"torch\.float8_e4m3fn", q, b16[1], v, lens)
+        self.expect(TypeError, r"q\.dtype is torch\.float8_e4m3fn: q must be torch\.float16 "
+                               r"or torch\.bfloat16 \(with an FP8 KV cache",
+                    *fp8_cache_args(q_dtype="torch.float8_e4m3fn")[:3])
+        self.expect(TypeError, r"k_cache\.dtype is torch\.float8_e5m2: flashjit takes "
+                               r"torch\.float16 or torch\.bfloat16 \(or torch\.float8_e4m3fn: "
+                               r"an FP8 KV cache\)", q,
+                    FakeTensor(k.shape, dtype="torch.float8_e5m2"), v)
+        self.expect(ValueError, r"q, k_cache, v_cache are on cuda:0, cuda:1, cuda:1", q,
+                    FakeTensor(k.shape, dtype="torch.float8_e4m3fn", device="cuda:1"),
+                    FakeTensor(v.shape, dtype="torch.float8_e4m3fn", device="cuda:1"))
+        self.expect(TypeError, r"out\.dtype is torch\.float8_e4m3fn", q, k, v,
+                    out=FakeTensor((3, 1, 8, 128), dtype="torch.float8_e4m3fn"))
+        kn, vn = fp8_new_rows()
+        self.expect_append(TypeError, r"k_new\.dtype is torch\.float8_e4m3fn: k_new must be "
+                                      r"torch\.float16 or torch\.bfloat16", k, v,
+                           *fp8_new_rows(dtype="torch.float8_e4m3fn"), lens)
+        self.expect_append(TypeError, r"k_new, v_new have dtypes torch\.bfloat16, "
+                                      r"torch\.float16", k, v, kn,
+                           FakeTensor(vn.shape, dtype="torch.float16"), lens)
+        self.expect_append(TypeError, r"k_cache and v_cache have dtypes torch\.float8_e4m3fn, "
+                                      r"torch\.bfloat16: .* both of k_new's dtype", k, b16[2],
+                           kn, vn, lens)
+
+    def test_head_dims_and_strides(self):
+        self.expect(ValueError, r"k_cache's head dim is 72: an FP8 KV cache "
+                                r"\(torch\.float8_e4m3fn\) takes head dims that are multiples "
+                                r"of 16", *fp8_cache_args(d=72))
+        self.expect(ValueError, r"v_cache's head dim is 40: an FP8 KV cache",
+                    *fp8_cache_args(dv=40))
+        kn, vn = fp8_new_rows(d=72)
+        _, k, v, lens, _ = fp8_cache_args(d=72)
+        self.expect_append(ValueError, r"k_cache's head dim is 72: an FP8 KV cache", k, v, kn, vn,
+                           lens)
+        q, k, v, lens, _ = fp8_cache_args()
+        rows136 = FakeTensor(k.shape, dtype="torch.float8_e4m3fn",
+                             strides=(300 * 136, 136, 64, 1))
+        self.expect(ValueError, r"k_cache's sequence stride is 136 elements \(strides \(40800, "
+                                r"136, 64, 1\)\): an FP8 KV cache \(torch\.float8_e4m3fn\) is read "
+                                r"in 16-byte chunks, so every stride but the last must be a "
+                                r"multiple of 16 elements", q, rows136, v, lens)
+        self.expect(ValueError, r"v_cache's sequence stride is 136", q, k, rows136, lens)
+        qp, kp, vp, lens_p, table = fp8_cache_args(paged=True)
+        self.expect(ValueError, r"k_cache's page stride is 4104 elements", qp,
+                    FakeTensor(kp.shape, dtype="torch.float8_e4m3fn",
+                               strides=(4104, 256, 128, 1)), vp, lens_p, table)
+        self.expect(ValueError, r"v_cache's head stride is 8 elements", qp, kp,
+                    FakeTensor(vp.shape, dtype="torch.float8_e4m3fn", strides=(4096, 256, 8, 1)),
+                    lens_p, table)
+        kn, vn = fp8_new_rows()
+        self.expect_append(ValueError, r"k_cache's sequence stride is 136", rows136, v, kn, vn,
+                           lens)
+        # A 16-bit cache takes strides of 8 elements; the new rows of an FP8 one too.
+        _checks.check_decode(*decode_args()[:2], FakeTensor((3, 300, 2, 128),
+                                                            strides=(300 * 136, 136, 64, 1)))
+        _checks.check_kv_append(k, v, FakeTensor(kn.shape, strides=(1088, 136, 64, 1)), vn, lens)
+
+    def test_bad_descales(self):
+        q, k, v, lens, _ = fp8_cache_args()  # batch 3, 2 KV heads
+        for kw, exc, pattern in (
+                (dict(k_descale=0.5), TypeError, r"k_descale is a float: expected a "
+                                                 r"torch\.float32 tensor, \(\) or \(1,\) \(per "
+                                                 r"tensor\), \[num_heads_kv\]"),
+                (dict(v_descale=descale(dtype="torch.bfloat16")), TypeError,
+                 r"v_descale\.dtype is torch\.bfloat16: expected torch\.float32"),
+                (dict(k_descale=descale(device="cpu")), ValueError,
+                 r"k_descale is on cpu, q on cuda:0: they must be on one device \(the kernels "
+                 r"read the factors\)"),
+                (dict(k_descale=descale((3,))), ValueError,
+                 r"k_descale is \(3,\): expected \(\) or \(1,\) \(one factor per tensor\), "
+                 r"\(2,\), \[num_heads_kv\] \(one per key/value head\), or \(3, 2\), "
+                 r"\[batch, num_heads_kv\]"),
+                (dict(v_descale=descale((2, 3))), ValueError, r"v_descale is \(2, 3\): expected"),
+                (dict(v_descale=descale((3, 2, 1))), ValueError, r"v_descale is \(3, 2, 1\)"),
+                (dict(k_descale=descale((3, 2), strides=(-2, 1))), ValueError,
+                 r"k_descale has strides \(-2, 1\): they must not be negative"),
+                (dict(k_descale=descale((2,)), v_descale=descale((3, 2))), ValueError,
+                 r"k_descale is \(2,\) \(strides \(1,\)\) and v_descale \(3, 2\) \(strides "
+                 r"\(2, 1\)\): the C API takes one \(batch, head\) stride pair for both "
+                 r"factors, so they must have the same shape and strides"),
+                (dict(k_descale=descale(), v_descale=descale((2,))), ValueError,
+                 r"one \(batch, head\) stride pair"),
+                (dict(k_descale=descale((3, 2)), v_descale=descale((3, 2), strides=(1, 3))),
+                 ValueError, r"k_descale is \(3, 2\) \(strides \(2, 1\)\) and v_descale "
+                             r"\(3, 2\) \(strides \(1, 3\)\)")):
+            self.expect(exc, pattern, q, k, v, lens, **kw)
+        with self.assertRaisesRegex(ValueError, r"v_descale's data is not 4-byte aligned"):
+            _checks.check_decode(q, k, v, lens, pointers=True,
+                                 v_descale=descale((2,), ptr=0x7f0000000002))
+        kn = fp8_new_rows()
+        self.expect_append(ValueError, r"k_descale is on cpu, k_new on cuda:0", k, v, *kn, lens,
+                           k_descale=descale(device="cpu"))
+        self.expect_append(ValueError, r"one \(batch, head\) stride pair", k, v, *kn, lens,
+                           k_descale=descale((3, 2)), v_descale=descale((2,)))
+        with self.assertRaisesRegex(ValueError, r"k_descale's data is not 4-byte aligned"):
+            _checks.check_kv_append(k, v, *kn, lens, pointers=True,
+                                    k_descale=descale(ptr=0x7f0000000001))
+        # A 16-bit cache takes no factors (they would be ignored).
+        b16 = decode_args()
+        for name in ("k_descale", "v_descale"):
+            self.expect(ValueError, rf"{name} is given, but the KV cache is not FP8: "
+                                    r"dequantization factors are for a torch\.float8_e4m3fn "
+                                    r"k_cache and v_cache", *b16, **{name: descale()})
+            self.expect_append(ValueError, rf"{name} is given, but the KV cache is not FP8",
+                               b16[1], b16[2], *fp8_new_rows(), lens, **{name: descale()})
 
 
 class Wheel(unittest.TestCase):
