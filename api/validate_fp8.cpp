@@ -38,8 +38,10 @@ llvm::Error checkFp8Desc(const fj_attention_desc &d, AttentionDesc &out) {
 }
 
 llvm::Error checkKvCacheDtype(const fj_attention_desc &d, AttentionDesc &out) {
-  out.kvCacheDtype = out.dtype;
-  if (d.kv_cache_dtype == 0 || d.kv_cache_dtype == d.dtype)
+  // An FP8 description has no decode kernels (checkFp8Desc): its cache type is moot, but
+  // never the FP8 cache's.
+  out.kvCacheDtype = out.dtype == FJ_DTYPE_E4M3 ? out.outDtype : out.dtype;
+  if (d.kv_cache_dtype == 0 || (d.kv_cache_dtype == d.dtype && d.dtype != FJ_DTYPE_E4M3))
     return llvm::Error::success();
   if (d.kv_cache_dtype != FJ_DTYPE_E4M3)
     return makeError(ErrorCode::InvalidValue,
