@@ -14,7 +14,10 @@
 
 #include "llvm/Support/Error.h"
 
+#include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 namespace flashjit::api {
 
@@ -87,6 +90,11 @@ std::string featureFields(const generator::Features &features);
 // FP8 (api/validate_fp8.cpp): the description's out_dtype into `out` (for any dtype) and,
 // for FJ_DTYPE_E4M3, what it cannot have yet (features, backward, decode: NotSupported).
 llvm::Error checkFp8Desc(const fj_attention_desc &desc, AttentionDesc &out);
+// FP8 dequantization factors (the forward's q/k/v, the decode cache's k/v): each pointer
+// 4-byte aligned (NULL: a factor of 1), both strides from 0 to 2^40.
+llvm::Error checkDescaleFactors(
+    std::initializer_list<std::pair<const char *, const float *>> factors,
+    int64_t batchStride, int64_t headStride);
 // desc.kv_cache_dtype into `out` (after dtype and decode): 0 or the dtype, or
 // FJ_DTYPE_E4M3 with a 16-bit dtype, desc.decode and head dims multiples of 16.
 llvm::Error checkKvCacheDtype(const fj_attention_desc &desc, AttentionDesc &out);

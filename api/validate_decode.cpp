@@ -74,16 +74,8 @@ llvm::Error checkFp8Cache(const CacheFields &c) {
                        "args->{0} is {1}: an FP8 cache (desc->kv_cache_dtype FJ_DTYPE_E4M3) "
                        "needs strides that are multiples of 16 elements (16 bytes)",
                        field, stride);
-  if (llvm::Error error = checkAligned("k_descale", c.kDescale, 4))
-    return error;
-  if (llvm::Error error = checkAligned("v_descale", c.vDescale, 4))
-    return error;
-  for (auto [field, stride] : {std::pair{"descale_batch_stride", c.descaleBatchStride},
-                               std::pair{"descale_head_stride", c.descaleHeadStride}})
-    if (stride < 0 || stride > (INT64_C(1) << 40))
-      return makeError(ErrorCode::InvalidValue, "args->{0} is {1}: must be from 0 to 2^40",
-                       field, stride);
-  return llvm::Error::success();
+  return checkDescaleFactors({{"k_descale", c.kDescale}, {"v_descale", c.vDescale}},
+                             c.descaleBatchStride, c.descaleHeadStride);
 }
 
 // The caches as the kernels walk them: [pages, page_size] rows when paged, [batch,

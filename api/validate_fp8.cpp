@@ -37,6 +37,20 @@ llvm::Error checkFp8Desc(const fj_attention_desc &d, AttentionDesc &out) {
   return llvm::Error::success();
 }
 
+llvm::Error checkDescaleFactors(
+    std::initializer_list<std::pair<const char *, const float *>> factors,
+    int64_t batchStride, int64_t headStride) {
+  for (auto [field, ptr] : factors)
+    if (llvm::Error error = checkAligned(field, ptr, 4))
+      return error;
+  for (auto [field, stride] : {std::pair{"descale_batch_stride", batchStride},
+                               std::pair{"descale_head_stride", headStride}})
+    if (stride < 0 || stride > (INT64_C(1) << 40))
+      return makeError(ErrorCode::InvalidValue, "args->{0} is {1}: must be from 0 to 2^40",
+                       field, stride);
+  return llvm::Error::success();
+}
+
 llvm::Error checkKvCacheDtype(const fj_attention_desc &d, AttentionDesc &out) {
   // An FP8 description has no decode kernels (checkFp8Desc): its cache type is moot, but
   // never the FP8 cache's.
@@ -137,16 +151,11 @@ llvm::Error checkFp8ForwardArgs(const AttentionDesc &desc, const fj_forward_args
                      "args->seqlen_k is 0: FP8 kernels need at least one key");
   if (llvm::Error error = checkByteStrides(a))
     return error;
-  for (auto [field, ptr] : {std::pair{"q_descale", a.q_descale},
-                            std::pair{"k_descale", a.k_descale},
-                            std::pair{"v_descale", a.v_descale}})
-    if (llvm::Error error = checkAligned(field, ptr, 4))
-      return error;
-  for (auto [field, stride] : {std::pair{"descale_batch_stride", a.descale_batch_stride},
-                               std::pair{"descale_head_stride", a.descale_head_stride}})
-    if (stride < 0 || stride > (INT64_C(1) << 40))
-      return makeError(ErrorCode::InvalidValue, "args->{0} is {1}: must be from 0 to 2^40",
-                       field, stride);
+  if (llvm::Error error = checkDescaleFactors({{"q_descale", a.q_descale},
+                                               {"k_descale", a.k_descale},
+                                               {"v_descale", a.v_descale}},
+                                              a.descale_batch_stride, a.descale_head_stride))
+    return error;
   const uint64_t needed = fp8WorkspaceBytes(desc, a);
   if (!a.workspace)
     return makeError(ErrorCode::InvalidValue,

@@ -154,48 +154,47 @@ llvm::Expected<DecodeBuffers> allocateDecodeBuffers(generator::DType dtype,
     }
     return std::move(out);
   }
-  if (fp8) {
-    // The cache's bytes: NaN (0xff; read as -480, far off any value the check expects),
-    // then each value divided by its factor, exact on the e4m3 grid.
-    std::vector<uint8_t> k((size_t)(tokens * kRow), 0xFF), v((size_t)(tokens * vRow), 0xFF);
+  // The cache: NaN (e4m3's 0xff reads as -480, far off any value the check expects), then
+  // each sequence's tokens where its table puts them: `store(b, packed row, token)`.
+  auto place = [&](auto &&store) {
     long long packed = 0;
     for (int b = 0; b < s.batch; ++b) {
       for (int j = 0; j < lengths[b]; ++j) {
         const int page = paged ? out.table[(size_t)b * out.tableStride + j / tokensPerPage] : b;
-        const long long token = (long long)page * tokensPerPage + j % tokensPerPage;
-        for (auto [rows, cache, dim, ofV] :
-             {std::tuple{&kRows, &k, s.headDim, false}, std::tuple{&vRows, &v, s.headDimV, true}})
-          for (int h = 0; h < s.headsKV; ++h) {
-            const float f = decodeCacheFactor(ofV, b, h);
-            const long long rowValues = (long long)s.headsKV * dim;
-            for (int c = 0; c < dim; ++c)
-              (*cache)[token * rowValues + h * dim + c] = floatToE4m3(
-                  halfToFloat(qDtype, (*rows)[(packed + j) * rowValues + h * dim + c]) / f);
-          }
+        store(b, packed + j, (long long)page * tokensPerPage + j % tokensPerPage);
       }
       packed += lengths[b];
     }
-    if (llvm::Error err = out.k.upload(k.data(), k.size()))
-      return std::move(err);
-    if (llvm::Error err = out.v.upload(v.data(), v.size()))
+  };
+  auto upload = [&](const auto &k, const auto &v) -> llvm::Error {
+    if (llvm::Error err = out.k.upload(k.data(), k.size() * sizeof(k[0])))
+      return err;
+    return out.v.upload(v.data(), v.size() * sizeof(v[0]));
+  };
+  if (fp8) {
+    // Each value divided by its factor: exact on the e4m3 grid.
+    std::vector<uint8_t> k((size_t)(tokens * kRow), 0xFF), v((size_t)(tokens * vRow), 0xFF);
+    place([&](int b, long long row, long long token) {
+      for (auto [rows, cache, dim, ofV] :
+           {std::tuple{&kRows, &k, s.headDim, false}, std::tuple{&vRows, &v, s.headDimV, true}})
+        for (int h = 0; h < s.headsKV; ++h) {
+          const float f = decodeCacheFactor(ofV, b, h);
+          const long long at = (long long)s.headsKV * dim, col = (long long)h * dim;
+          for (int c = 0; c < dim; ++c)
+            (*cache)[token * at + col + c] =
+                floatToE4m3(halfToFloat(qDtype, (*rows)[row * at + col + c]) / f);
+        }
+    });
+    if (llvm::Error err = upload(k, v))
       return std::move(err);
     return std::move(out);
   }
-  // The cache: NaN, then each sequence's tokens where its table puts them.
   std::vector<uint16_t> k((size_t)(tokens * kRow), 0xFFFF), v((size_t)(tokens * vRow), 0xFFFF);
-  long long packed = 0;
-  for (int b = 0; b < s.batch; ++b) {
-    for (int j = 0; j < lengths[b]; ++j) {
-      const int page = paged ? out.table[(size_t)b * out.tableStride + j / tokensPerPage] : b;
-      const long long token = (long long)page * tokensPerPage + j % tokensPerPage;
-      std::copy_n(kRows.begin() + (packed + j) * kRow, kRow, k.begin() + token * kRow);
-      std::copy_n(vRows.begin() + (packed + j) * vRow, vRow, v.begin() + token * vRow);
-    }
-    packed += lengths[b];
-  }
-  if (llvm::Error err = out.k.upload(k.data(), k.size() * 2))
-    return std::move(err);
-  if (llvm::Error err = out.v.upload(v.data(), v.size() * 2))
+  place([&](int, long long row, long long token) {
+    std::copy_n(kRows.begin() + row * kRow, kRow, k.begin() + token * kRow);
+    std::copy_n(vRows.begin() + row * vRow, vRow, v.begin() + token * vRow);
+  });
+  if (llvm::Error err = upload(k, v))
     return std::move(err);
   return std::move(out);
 }

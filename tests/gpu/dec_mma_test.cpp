@@ -4,6 +4,7 @@
 // page of a sequence partly full; query rows 1, 2, 7, 16, 64 per sequence; MHA, GQA and
 // MQA; one split, the heuristic's and an explicit count; contiguous caches; lengths up to
 // 70,000; every tile of the tuner's space; and the KV append.
+#include "decode_cases.h"
 #include "kernel_pool.h"
 
 #include "tuner/check_support.h"
@@ -23,68 +24,23 @@ KernelSpec decSpec(int d, int dv, DType dtype, bool causal) {
   return specFor(d, dv, dtype, causal, generator::Family::DecMma);
 }
 
-tuner::ForwardShape decodeShape(int hq, int hkv, int sq, std::vector<int> lens, int page,
-                                int splits) {
-  tuner::ForwardShape s = shapeOf((int)lens.size(), hq, hkv, sq, 1);
-  s.seqK = std::max(1, *std::max_element(lens.begin(), lens.end()));
-  s.seqlensK = std::move(lens);
-  s.pageSize = page;
-  s.decodeSplits = splits;
-  return s;
-}
-
-std::string describe(const tuner::ForwardShape &s) {
-  std::string lens;
-  for (int l : s.seqlensK)
-    lens += (lens.empty() ? "" : ",") + std::to_string(l);
-  return llvm::formatv("q {0} heads {1}/{2} lens [{3}] page {4} splits {5}", s.seqQ, s.headsQ,
-                       s.headsKV, lens, s.pageSize, s.decodeSplits)
-      .str();
-}
-
 const int kDecodeHeadDims[] = {64, 96, 128, 256};
-const int kQueryRows[] = {1, 2, 7, 16, 64};
 
 class DecMmaGrid : public ::testing::TestWithParam<std::tuple<int, DType, bool>> {
 protected:
   static void SetUpTestSuite() {
-    if (!openTestDevice())
-      return;
-    std::vector<std::pair<KernelSpec, TileConfig>> all;
-    for (int d : kDecodeHeadDims)
-      for (DType dtype : {DType::FP16, DType::BF16})
-        for (bool causal : {false, true}) {
-          KernelSpec spec = decSpec(d, d, dtype, causal);
-          all.emplace_back(spec, generator::defaultTile(spec));
-        }
-    KernelPool::get().prepare(all);
+    prepareDecodeGrid(kDecodeHeadDims, [](int d, DType dtype, bool causal) {
+      return decSpec(d, d, dtype, causal);
+    });
   }
 };
 
-// 5 query lengths x MHA/GQA/MQA, each over three sequences of odd lengths (one shorter
-// than the query rows), cycling through page sizes (16, 64, 256, contiguous) and split
-// counts (heuristic, 1, 5).
+// The decode grid's 15 shapes (decode_cases.h).
 TEST_P(DecMmaGrid, MatchesReference) {
   FLASHJIT_REQUIRE_GPU();
   auto [d, dtype, causal] = GetParam();
   KernelSpec spec = decSpec(d, d, dtype, causal);
-  TileConfig tile = generator::defaultTile(spec);
-  const Heads heads[] = {{4, 4, "MHA"}, {8, 2, "GQA"}, {8, 1, "MQA"}};
-  const int pages[] = {16, 64, 256, 0};
-  const int splits[] = {0, 1, 5};
-  int checked = 0;
-  for (int sq : kQueryRows)
-    for (const Heads &h : heads) {
-      std::mt19937 rng(checked * 31 + d);
-      std::vector<int> lens = {std::max(1, sq - 1), 1 + (int)(rng() % 3000),
-                               4000 + (int)(rng() % 97)};
-      tuner::ForwardShape shape = decodeShape(h.q, h.kv, sq, lens, pages[checked % 4],
-                                              splits[checked % 3]);
-      EXPECT_EQ(checkShape(spec, tile, shape, 100 + checked), "")
-          << spec.key() << " " << tile.key() << " " << describe(shape);
-      ++checked;
-    }
-  EXPECT_EQ(checked, 15);
+  EXPECT_EQ(checkDecodeGrid(spec, generator::defaultTile(spec)), 15);
 }
 
 INSTANTIATE_TEST_SUITE_P(HeadDims, DecMmaGrid,
@@ -125,29 +81,10 @@ TEST(DecMma, OtherHeadDims) {
 // Every tile of the tuner's space that fits (what a tune may pick), on two shapes.
 TEST(DecMma, EveryTileOfTheSpace) {
   FLASHJIT_REQUIRE_GPU();
-  std::vector<std::pair<KernelSpec, TileConfig>> wanted;
-  for (int d : {64, 128, 256})
-    for (bool causal : {false, true}) {
-      KernelSpec spec = decSpec(d, d, DType::BF16, causal);
-      for (const TileConfig &tile : tuner::enumerateTiles(spec))
-        if (!generator::validateTile(spec, tile))
-          wanted.emplace_back(spec, tile);
-        else
-          llvm::consumeError(generator::validateTile(spec, tile));
-    }
-  KernelPool::get().prepare(wanted);
-  int checked = 0;
-  for (const auto &[spec, tile] : wanted) {
-    if (KernelPool::get().spillBytes(spec, tile) > 0)
-      continue;
-    for (auto shape : {decodeShape(32, 4, 1, {2500, 17}, 16, 0),
-                       decodeShape(8, 2, 9, {999, 1300}, 0, 3)}) {
-      EXPECT_EQ(checkShape(spec, tile, shape, 3), "")
-          << spec.key() << " " << tile.key() << " " << describe(shape);
-      ++checked;
-    }
-  }
-  EXPECT_GT(checked, 100);
+  EXPECT_GT(checkEveryDecodeTile([](int d, bool causal) {
+              return decSpec(d, d, DType::BF16, causal);
+            }),
+            100);
 }
 
 // The append kernel writes new rows where the block table says, bit for bit.
