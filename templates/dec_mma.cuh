@@ -18,7 +18,7 @@
 // layout has 2t, 2t+1, 2t+8, 2t+9. Q K^T sums over the dims in any order, so Q's
 // fragments are loaded in K's order (load_q_fp8). For P V, V's transposed fragment holds
 // dims 2g and 2g+1 of two keys; the even dims feed one n-tile of O and the odd ones the
-// next, and the epilogue writes O's columns in that order (fp8_out_column).
+// next, and the epilogue writes O's columns in that order (fp8_out_columns).
 #pragma once
 
 #include "fj_common.cuh"
@@ -355,9 +355,10 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
   // (4t+1, 4t+3) for k 2t+8, 2t+9; Q's rows g and g + 8 take the same dims there.
   auto load_q_fp8 = [&](int ks, u32(&a)[4]) {
     const u32 at = ((t & 1) << 3);
-    const uint2 r0 = fp8_cache::ld_shared_8(s_q + Cfg::QTile::offset(warp_row0 + g, 2 * ks + (t >> 1)) + at);
-    const uint2 r8 =
-        fp8_cache::ld_shared_8(s_q + Cfg::QTile::offset(warp_row0 + g + 8, 2 * ks + (t >> 1)) + at);
+    const uint2 r0 =
+        fp8_cache::ld_shared_8(s_q + Cfg::QTile::offset(warp_row0 + g, 2 * ks + (t >> 1)) + at);
+    const uint2 r8 = fp8_cache::ld_shared_8(
+        s_q + Cfg::QTile::offset(warp_row0 + g + 8, 2 * ks + (t >> 1)) + at);
     a[0] = __byte_perm(r0.x, r0.y, 0x5410);
     a[1] = __byte_perm(r8.x, r8.y, 0x5410);
     a[2] = __byte_perm(r0.x, r0.y, 0x7632);

@@ -44,12 +44,10 @@ float decodeCacheFactor(bool ofV, int b, int h);
 // kMaxDecodeSplits.
 // dtype E4M3: an FP8 cache, q and o of outDtype. The rows are then 16-bit values of
 // outDtype on the e4m3 grid times decodeCacheFactor, stored as their e4m3 bytes (exact).
-llvm::Expected<DecodeBuffers> allocateDecodeBuffers(generator::DType dtype,
-                                                    const ForwardShape &shape,
-                                                    const std::vector<uint16_t> &kRows,
-                                                    const std::vector<uint16_t> &vRows,
-                                                    uint64_t seed,
-                                                    generator::DType outDtype = generator::DType::BF16);
+llvm::Expected<DecodeBuffers>
+allocateDecodeBuffers(generator::DType dtype, const ForwardShape &shape,
+                      const std::vector<uint16_t> &kRows, const std::vector<uint16_t> &vRows,
+                      uint64_t seed, generator::DType outDtype = generator::DType::BF16);
 
 // Puts packed K/V rows (as above, 16-bit outDtype) on the values an FP8 cache holds:
 // each x becomes e4m3(x / f) * f, f = decodeCacheFactor of its sequence and head.

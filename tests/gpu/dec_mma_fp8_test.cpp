@@ -146,8 +146,8 @@ TEST(DecMmaFp8, AppendQuantizesTheNewRowsIntoTheirPages) {
           long long differ = 0;
           for (size_t i = 0; i < x->size(); ++i)
             differ += (*x)[i] != (*y)[i];
-          EXPECT_EQ(differ, 0) << generator::dtypeName(dtype).str() << " page " << page << " new rows "
-                               << newLen;
+          EXPECT_EQ(differ, 0) << generator::dtypeName(dtype).str() << " page " << page
+                               << " new rows " << newLen;
         }
       }
 }
