@@ -37,7 +37,8 @@ unset FLASHJIT_TUNE
 
 # What data/winners holds: one bucket per spec (q = k = 1024, 32 heads) at a 3 s budget
 # per bucket for the forward (FP8 included) and backward families; decode's default
-# buckets (split count tuned with the tile) at head dim 128.
+# buckets (split count tuned with the tile) at head dim 128, over 16-bit and FP8 caches
+# (e4m3: bf16 q and o; added in 0.12, so files tuned before have no such rows).
 bucket=(--causal both --seqlens 1024 --batch-heads 32 --budget-s 3 --cache "$db")
 tune_family() {
   case $1 in
@@ -45,7 +46,7 @@ tune_family() {
                  "${bucket[@]}" ;;
     fwd_mma | bwd_wgmma) "$flashjit" tune --family "$1" --head-dims 64,128,256 --dtypes bf16,fp16 \
                  "${bucket[@]}" ;;
-    dec_mma) "$flashjit" tune --family dec_mma --head-dims 128 --dtypes bf16,fp16 --causal both \
+    dec_mma) "$flashjit" tune --family dec_mma --head-dims 128 --dtypes bf16,fp16,e4m3 --causal both \
                  --budget-s 3 --cache "$db" ;;
     *) echo "$0: no sweep for $1's rows" >&2; exit 2 ;;
   esac
