@@ -36,14 +36,18 @@ inline fj_decode_args validDecodeArgs(const fj_attention_desc &desc) {
   return a;
 }
 
-// The same call on a contiguous cache, [batch, seqlen_k, heads_kv, dim].
-inline fj_decode_args contiguousDecodeArgs(const fj_attention_desc &desc) {
-  fj_decode_args a = validDecodeArgs(desc);
+// Decode or append arguments moved to a contiguous cache, [batch, seqlen_k, heads_kv, dim].
+template <typename Args> Args onContiguousCache(Args a) {
   a.block_table = nullptr;
   a.page_size = a.num_pages = a.table_stride = 0;
   a.k_page_stride = a.seqlen_k * a.k_row_stride;
   a.v_page_stride = a.seqlen_k * a.v_row_stride;
   return a;
+}
+
+// The same call on a contiguous cache.
+inline fj_decode_args contiguousDecodeArgs(const fj_attention_desc &desc) {
+  return onContiguousCache(validDecodeArgs(desc));
 }
 
 // Appending 2 new rows per sequence to the paged cache of validDecodeArgs.

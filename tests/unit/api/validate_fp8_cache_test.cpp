@@ -54,12 +54,7 @@ fj_attention_desc fp8CacheDesc() {
 
 // The same append on a contiguous cache.
 fj_kv_append_args contiguousAppendArgs(const fj_attention_desc &desc) {
-  fj_kv_append_args a = validAppendArgs(desc);
-  a.block_table = nullptr;
-  a.page_size = a.num_pages = a.table_stride = 0;
-  a.k_page_stride = a.seqlen_k * a.k_row_stride;
-  a.v_page_stride = a.seqlen_k * a.v_row_stride;
-  return a;
+  return onContiguousCache(validAppendArgs(desc));
 }
 
 // Sets the descale fields of decode or append arguments.
