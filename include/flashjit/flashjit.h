@@ -707,8 +707,8 @@ typedef struct fj_decode_args {
    * value times k_descale[b * descale_batch_stride + h * descale_head_stride], and v's
    * likewise by v_descale; both strides 0 for one factor per tensor (strides >= 0).
    * NULL: a factor of 1. Factors must be finite and > 0 (not checked on the device).
-   * Ignored with a 16-bit cache. A stored byte of NaN (0x7f, 0xff) reads as -+480, not
-   * NaN: fj_kv_append never writes one from a finite value. */
+   * Ignored with a 16-bit cache. A stored byte of NaN (0x7f, 0xff) may read as -+480,
+   * not NaN (docs/API.md): fj_kv_append never writes one from a finite value. */
   const float *k_descale;
   const float *v_descale;
   int64_t descale_batch_stride;
