@@ -331,11 +331,11 @@ llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConf
     kernel.tma.panelDv = panelColumns(spec.headDimV);
     if (spec.dtype == DType::E4M3) {
       // Mirrors FwdWgmmaConfig: Q and K in panels of 128 or 64 bytes (head_dim padded to
-      // 64), V^T in panels of 128 or 64 keys over all head_dim_v rows.
+      // 64), V^T in panels of 128, 64 or 32 keys over all head_dim_v rows.
       const int d = (spec.headDim + 63) / 64 * 64;
       kernel.tma.panelD = d % 128 == 0 ? 128 : 64;
       kernel.tma.vTransposed = true;
-      kernel.tma.panelDv = tile.blockN % 128 == 0 ? 128 : 64;
+      kernel.tma.panelDv = tile.blockN % 128 == 0 ? 128 : tile.blockN % 64 == 0 ? 64 : 32;
       kernel.tma.vtRows = (spec.headDimV + 31) / 32 * 32;
       kernel.fp8TransposeEntry = kFp8TransposeEntry;
     }

@@ -414,10 +414,10 @@ llvm::Error validateWgmmaTile(const KernelSpec &spec, const TileConfig &tile) {
     return makeError(ErrorCode::InvalidValue,
                      "tile {0}: fwd_wgmma block_n must be a multiple of 16 up to 256",
                      tile.key());
-  if (spec.dtype == DType::E4M3 && tile.blockN % 64 != 0)
+  if (spec.dtype == DType::E4M3 && tile.blockN % 32 != 0)
     return makeError(ErrorCode::InvalidValue,
-                     "tile {0}: FP8 fwd_wgmma block_n must be a multiple of 64 (panels of "
-                     "transposed V)",
+                     "tile {0}: FP8 fwd_wgmma block_n must be a multiple of 32 (one wgmma of "
+                     "P V takes 32 keys of transposed V)",
                      tile.key());
   // Live accumulators per consumer thread: S (block_n / 2) and O (head_dim_v / 2), plus
   // about 32 for addresses and softmax state. More would spill.
@@ -525,10 +525,11 @@ TileConfig defaultTile(const KernelSpec &spec) {
     // mask 5-23 % faster at N 1k-8k, 8 % slower at 16k (H100, docs/PERF.md f10).
     if (dmax <= 64 && !spec.causal && !spec.features.maskMod.empty())
       tile.blockN = 96;
-    // FP8 takes block_n in multiples of 64.
+    // FP8 takes block_n in multiples of 32; its defaults stay the 16-bit ones rounded
+    // down to 64 keys.
     if (spec.dtype == DType::E4M3)
       tile.blockN = std::max(64, tile.blockN / 64 * 64);
-    const int step = spec.dtype == DType::E4M3 ? 64 : 16;
+    const int step = spec.dtype == DType::E4M3 ? 32 : 16;
     while (tile.blockN > step) {
       llvm::Error err = validateTile(spec, tile);
       if (!err)

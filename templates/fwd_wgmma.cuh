@@ -62,7 +62,7 @@ struct FwdWgmmaConfig {
 
   // FP8 (e4m3) inputs: one wgmma takes 32 of K instead of 16, and V comes transposed
   // (fj_fp8.cuh), loaded like K: rows of head_dim_v, keys contiguous, in panels of kPanelN
-  // keys (block_n is then a multiple of 64). O is written from registers (no kStageO: its
+  // keys (block_n is then a multiple of 32). O is written from registers (no kStageO: its
   // 16-bit rows would not fit the 8-bit Q buffer).
   static constexpr int kElementBytes = Element::kBytes;
   static constexpr bool kFp8 = kElementBytes == 1;
@@ -76,7 +76,9 @@ struct FwdWgmmaConfig {
   static constexpr int kPanelDv = kDvPad % 64 == 0 ? 64 : 32;  // 16-bit V and O
   static constexpr int kSwizzleD = kPanelD * kElementBytes;   // bytes per panel row
   static constexpr int kSwizzleDv = kPanelDv * 2;
-  static constexpr int kPanelN = kBlockN % 128 == 0 ? 128 : 64;  // FP8 V^T: keys per panel
+  // FP8 V^T: keys per panel, the widest swizzle that divides block_n (32-byte panels give
+  // FlashAttention-3's 160- and 224-key tiles).
+  static constexpr int kPanelN = kBlockN % 128 == 0 ? 128 : kBlockN % 64 == 0 ? 64 : 32;
   // P's A fragments: one per wgmma of P V (16 keys, or 32 with FP8).
   static constexpr int kPFrags = kBlockN / kKStep;
 
@@ -226,8 +228,8 @@ struct FwdWgmmaConfig {
   static_assert(kHeadDim % 8 == 0 && kHeadDim >= 8 && kHeadDim <= 256, "head_dim");
   static_assert(kHeadDimV % 8 == 0 && kHeadDimV >= 8 && kHeadDimV <= 256, "head_dim_v");
   static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256, "block_n");
-  static_assert(!kFp8 || (kBlockN % 64 == 0 && !FeatureInfo::kAny && OutElement::kBytes == 2),
-                "FP8: block_n a multiple of 64, no features, a 16-bit output");
+  static_assert(!kFp8 || (kBlockN % 32 == 0 && !FeatureInfo::kAny && OutElement::kBytes == 2),
+                "FP8: block_n a multiple of 32, no features, a 16-bit output");
   static_assert(kConsumers >= 1 && kConsumers <= 3, "1 to 3 consumer warpgroups");
   static_assert(kStages >= 2, "the K/V ring needs at least two stages");
   // What the launch holds: __launch_bounds__(kThreads, 1) gives each thread the file's

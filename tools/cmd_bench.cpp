@@ -69,8 +69,9 @@ const char *kDefaultWgmmaTiles[] = {
     "bm128.bn64.w12.s2",  "bm128.bn80.w12.s2",  "bm128.bn96.w12.s2",  "bm128.bn112.w12.s2",
     "bm128.bn128.w12.s2", "bm128.bn144.w12.s2", "bm128.bn176.w12.s2", "bm128.bn64.w12.s3",
     "bm192.bn128.w16.s2", "bm192.bn160.w16.s2", "bm192.bn192.w16.s2", "bm64.bn128.w8.s2",
-    // FP8 (block_n a multiple of 64; its halved operands make room for wider tiles)
-    "bm128.bn192.w12.s2", "bm128.bn256.w12.s2", "bm192.bn64.w16.s2",  "bm128.bn128.w12.s3"};
+    // FP8 (block_n a multiple of 32; its halved operands make room for wider tiles)
+    "bm128.bn192.w12.s2", "bm128.bn256.w12.s2", "bm192.bn64.w16.s2",  "bm128.bn128.w12.s3",
+    "bm192.bn96.w16.s2",  "bm128.bn224.w12.s2"};
 // bwd_mma: block_m is the query step, block_n the keys per CTA (those that do not fit a
 // head dim's registers or shared memory are skipped with the reason).
 const char *kDefaultBwdMmaTiles[] = {

@@ -258,8 +258,12 @@ llvm::Error encodeOperand(CUtensorMap &map, const generator::TmaOperands &tma, c
   auto dtype = bytes8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                : tma.dtype == generator::DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                      : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  // Rows of 128 bytes take the 128-byte swizzle, rows of 64 the 64-byte one.
-  auto swizzle = boxColumns * size == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  // Rows of 128 bytes take the 128-byte swizzle, rows of 64 the 64-byte one, rows of 32
+  // (FP8 V^T panels) the 32-byte one.
+  const uint64_t rowBytes = boxColumns * size;
+  auto swizzle = rowBytes == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                 : rowBytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                  : CU_TENSOR_MAP_SWIZZLE_32B;
   return runtime::encodeTensorMapTiled(&map, dtype, 4, const_cast<void *>(base), dims, strides,
                                        box, elementStrides, swizzle);
 }

@@ -79,15 +79,18 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, FwdFp8Grid,
                                   (std::get<2>(info.param) ? "_causal" : "_full");
                          });
 
-// Every block_n FP8 takes (64 to 256), one to three consumer warpgroups, deep rings, at
-// lengths that are not multiples of the tiles, and head_dim_v != head_dim.
+// Every block_n FP8 takes (64 to 256; those that are not multiples of 64 read V^T in
+// 32-key panels), one to three consumer warpgroups, deep rings, at lengths that are not
+// multiples of the tiles, and head_dim_v != head_dim.
 TEST(FwdFp8, TileShapesAndHeadDimV) {
   FLASHJIT_REQUIRE_SM90A();
   const std::tuple<int, int, TileConfig> cases[] = {
       {64, 64, {192, 128, 16, 2}},  {64, 64, {128, 256, 12, 2}},  {64, 64, {64, 64, 8, 3}},
       {128, 128, {128, 192, 12, 2}}, {128, 128, {128, 256, 12, 2}}, {128, 128, {192, 64, 16, 3}},
       {128, 64, {128, 128, 12, 2}},  {64, 128, {128, 128, 12, 2}},  {256, 256, {128, 64, 12, 2}},
-      {256, 128, {128, 128, 12, 2}}};
+      {256, 128, {128, 128, 12, 2}}, {128, 128, {128, 224, 12, 2}}, {64, 64, {192, 160, 16, 2}},
+      {128, 128, {128, 160, 12, 3}}, {128, 128, {128, 96, 12, 2}},  {64, 64, {64, 224, 8, 2}},
+      {256, 256, {128, 96, 12, 2}},  {128, 64, {128, 224, 12, 2}}, {128, 128, {192, 96, 16, 2}}};
   for (auto [d, dv, tile] : cases)
     for (bool causal : {false, true}) {
       KernelSpec spec = fp8Spec(d, dv, DType::BF16, causal);
@@ -103,7 +106,10 @@ TEST(FwdFp8, ScoresThatRiseAfterTheFirstTile) {
   FLASHJIT_REQUIRE_SM90A();
   for (auto [d, tile] : {std::pair{64, TileConfig{192, 128, 16, 2}},
                          std::pair{128, TileConfig{128, 128, 12, 2}},
-                         std::pair{256, TileConfig{128, 64, 12, 2}}})
+                         std::pair{128, TileConfig{192, 96, 16, 2}},
+                         std::pair{128, TileConfig{128, 224, 12, 2}},
+                         std::pair{256, TileConfig{128, 64, 12, 2}},
+                         std::pair{256, TileConfig{128, 96, 12, 2}}})
     for (bool causal : {false, true})
       for (float spread : {2.f, 16.f, 64.f}) {
         KernelSpec spec = fp8Spec(d, d, DType::BF16, causal);
@@ -115,8 +121,8 @@ TEST(FwdFp8, ScoresThatRiseAfterTheFirstTile) {
 }
 
 // Variable-length batches: lengths around the tiles' and the transpose's multiples (1,
-// 64, 65, 191, 1029), so that a sequence's last key tile (64 to 256 keys) ends past its
-// V^T columns; the checker poisons the V^T workspace with e4m3 NaN, so a tile that read
+// 64, 65, 161, 191, 225, 1029), so that a sequence's last key tile (64 to 256 keys, a
+// multiple of 32) ends past its V^T columns, by up to 223 at 225 keys and 224-key tiles; the checker poisons the V^T workspace with e4m3 NaN, so a tile that read
 // another sequence's columns, or columns the transpose never wrote, fails.
 TEST(FwdFp8, VariableLengthBatch) {
   FLASHJIT_REQUIRE_SM90A();
@@ -124,13 +130,14 @@ TEST(FwdFp8, VariableLengthBatch) {
       {64, DType::BF16, {192, 128, 16, 2}},  {64, DType::FP16, {128, 256, 12, 2}},
       {128, DType::BF16, {128, 192, 12, 2}}, {128, DType::FP16, {128, 64, 12, 3}},
       {128, DType::BF16, {128, 256, 12, 2}}, {256, DType::BF16, {128, 64, 12, 2}},
-      {256, DType::FP16, {128, 128, 12, 2}}};
+      {256, DType::FP16, {128, 128, 12, 2}}, {128, DType::BF16, {128, 224, 12, 2}},
+      {64, DType::FP16, {192, 160, 16, 2}}};
   for (auto [d, out, tile] : cases)
     for (bool causal : {false, true}) {
       KernelSpec spec = fp8Spec(d, d, out, causal);
-      tuner::ForwardShape shape = shapeOf(6, 6, 2, 1029, 1029);  // longest lengths
-      shape.seqlensQ = {1, 300, 77, 1029, 64, 191};
-      shape.seqlensK = {17, 65, 513, 1029, 64, 1};
+      tuner::ForwardShape shape = shapeOf(8, 6, 2, 1029, 1029);  // longest lengths
+      shape.seqlensQ = {1, 300, 77, 1029, 64, 191, 129, 200};
+      shape.seqlensK = {17, 65, 513, 1029, 64, 1, 225, 161};
       shape.withLse = true;
       EXPECT_EQ(checkShape(spec, tile, shape, 13), "")
           << spec.key() << " " << tile.key() << " varlen";

@@ -264,21 +264,22 @@ TEST(Fp8Validation, RefusesEveryFeatureNamingIt) {
     }
 }
 
-TEST(Fp8Tiles, BlockNMustBeAMultipleOf64) {
+TEST(Fp8Tiles, BlockNMustBeAMultipleOf32) {
   KernelSpec spec = fp8Spec(128);
-  for (int blockN : {16, 32, 48, 80, 96, 112, 144, 160, 176, 208, 224, 240}) {
+  for (int blockN : {16, 48, 80, 112, 144, 176, 208, 240}) {
     TileConfig tile{128, blockN, 12, 2};
     ErrorReport report = errorOf(validateTile(spec, tile));
     EXPECT_EQ(report.code, ErrorCode::InvalidValue) << tile.key();
-    EXPECT_TRUE(contains(report.message, "multiple of 64")) << report.message;
+    EXPECT_TRUE(contains(report.message, "multiple of 32")) << report.message;
     EXPECT_TRUE(contains(report.message, tile.key())) << report.message;
     // The same tile with 16-bit inputs may be refused, but not for this rule.
     llvm::Error err = validateTile(sixteenBit(spec), tile);
     if (err) {
-      EXPECT_FALSE(contains(errorOf(std::move(err)).message, "multiple of 64")) << tile.key();
+      EXPECT_FALSE(contains(errorOf(std::move(err)).message, "multiple of 32")) << tile.key();
     }
   }
-  for (int blockN : {64, 128}) {
+  // FlashAttention-3's FP8 tiles (160 and 224 keys) take 32-key panels of V^T.
+  for (int blockN : {64, 96, 128, 160, 192, 224}) {
     TileConfig tile{128, blockN, 12, 2};
     llvm::Error err = validateTile(spec, tile);
     EXPECT_FALSE(bool(err)) << tile.key() << ": " << errorOf(std::move(err)).message;
@@ -301,7 +302,7 @@ TEST(Fp8Tiles, DefaultTilesValidate) {
       for (bool causal : {false, true}) {
         KernelSpec spec = fp8Spec(d, causal, out);
         TileConfig tile = defaultTile(spec);
-        EXPECT_EQ(tile.blockN % 64, 0) << spec.key() << " " << tile.key();
+        EXPECT_EQ(tile.blockN % 32, 0) << spec.key() << " " << tile.key();
         EXPECT_GE(tile.blockN, 64) << spec.key() << " " << tile.key();
         llvm::Error err = validateTile(spec, tile);
         EXPECT_FALSE(bool(err)) << spec.key() << " " << tile.key() << ": "
@@ -442,7 +443,9 @@ TEST(Fp8Emit, TmaGeometryOfTransposedV) {
                  Case{96, 96, 64, 128, 64, 96}, Case{48, 48, 128, 64, 128, 64},
                  Case{192, 192, 64, 64, 64, 192}, Case{256, 256, 64, 128, 64, 256},
                  Case{192, 128, 128, 64, 128, 128}, Case{128, 80, 64, 128, 64, 96},
-                 Case{80, 80, 128, 128, 128, 96}, Case{144, 144, 64, 64, 64, 160}}) {
+                 Case{80, 80, 128, 128, 128, 96}, Case{144, 144, 64, 64, 64, 160},
+                 Case{128, 128, 224, 128, 32, 128}, Case{64, 64, 160, 64, 32, 64},
+                 Case{128, 128, 96, 128, 32, 128}, Case{128, 128, 192, 128, 64, 128}}) {
     KernelSpec spec = fp8Spec(c.d, false, DType::BF16, c.dv);
     TileConfig tile{128, c.blockN, 12, 2};
     llvm::Error err = validateTile(spec, tile);
@@ -476,7 +479,7 @@ TEST(Fp8Emit, SixteenBitKernelsHaveNoTranspose) {
 
 TEST(Fp8Emit, RefusedSpecsAndTilesAreNotEmitted) {
   KernelSpec spec = fp8Spec(128);
-  auto badTile = emitKernel(spec, TileConfig{128, 96, 12, 2});
+  auto badTile = emitKernel(spec, TileConfig{128, 80, 12, 2});
   ASSERT_FALSE(bool(badTile));
   EXPECT_EQ(errorOf(badTile.takeError()).code, ErrorCode::InvalidValue);
   spec.family = Family::FwdMma;
