@@ -525,10 +525,18 @@ TileConfig defaultTile(const KernelSpec &spec) {
     // mask 5-23 % faster at N 1k-8k, 8 % slower at 16k (H100, docs/PERF.md f10).
     if (dmax <= 64 && !spec.causal && !spec.features.maskMod.empty())
       tile.blockN = 96;
-    // FP8 takes block_n in multiples of 32; its defaults stay the 16-bit ones rounded
-    // down to 64 keys.
-    if (spec.dtype == DType::E4M3)
-      tile.blockN = std::max(64, tile.blockN / 64 * 64);
+    // FP8 (block_n a multiple of 32), measured picks (H200, docs/PERF.md p5): three
+    // consumers at d <= 64, causal or not (their P takes half the registers, so 128 keys
+    // overlap the softmax with P V); at d <= 128 three consumers over 96 keys without
+    // causal (+6 to +11 % over bm128.bn128), bm128.bn128 with it; above, 96 keys.
+    if (spec.dtype == DType::E4M3) {
+      if (dmax <= 64)
+        tile = {192, 128, 16, 2};
+      else if (dmax <= 128)
+        tile = spec.causal ? TileConfig{128, 128, 12, 2} : TileConfig{192, 96, 16, 2};
+      else
+        tile = {128, 96, 12, 2};
+    }
     const int step = spec.dtype == DType::E4M3 ? 32 : 16;
     while (tile.blockN > step) {
       llvm::Error err = validateTile(spec, tile);
