@@ -44,7 +44,7 @@ FeatureOptions featureOptions(sub);
 cl::OptionCategory sweepCat("tune: the sweep (no spec option: the default sweep)");
 cl::list<unsigned> headDims("head-dims", cl::desc("Head dims, comma-separated (e.g. 64,128)"),
                             cl::CommaSeparated, cl::sub(sub), cl::cat(sweepCat));
-cl::list<std::string> dtypes("dtypes", cl::desc("Dtypes: bf16,fp16,e4m3 (FP8 inputs with a bf16 output, fwd_wgmma only)"), cl::CommaSeparated,
+cl::list<std::string> dtypes("dtypes", cl::desc("Dtypes: bf16,fp16,e4m3 (FP8 inputs with a bf16 output on fwd_wgmma; with dec_mma an FP8 KV cache, bf16 q and o)"), cl::CommaSeparated,
                              cl::sub(sub), cl::cat(sweepCat));
 cl::opt<std::string> causal("causal", cl::desc("Causal: both, yes or no (default: both)"),
                             cl::sub(sub), cl::cat(sweepCat));
