@@ -122,7 +122,8 @@ TEST(FwdFp8, ScoresThatRiseAfterTheFirstTile) {
 
 // Variable-length batches: lengths around the tiles' and the transpose's multiples (1,
 // 64, 65, 161, 191, 225, 1029), so that a sequence's last key tile (64 to 256 keys, a
-// multiple of 32) ends past its V^T columns, by up to 223 at 225 keys and 224-key tiles; the checker poisons the V^T workspace with e4m3 NaN, so a tile that read
+// multiple of 32) ends past its V^T columns, by up to 223 at 225 keys and 224-key
+// tiles; the checker poisons the V^T workspace with e4m3 NaN, so a tile that read
 // another sequence's columns, or columns the transpose never wrote, fails.
 TEST(FwdFp8, VariableLengthBatch) {
   FLASHJIT_REQUIRE_SM90A();
