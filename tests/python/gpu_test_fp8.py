@@ -23,51 +23,16 @@ and no NaN. The LSE within max(1e-3, 2 x the naive's LSE error). Skips (exit 0) 
 torch, a CUDA device, an sm_90 device or a library with FP8."""
 import itertools
 import math
-import os
 import sys
-import traceback
 
-try:
-    import torch
-except ImportError:  # run by hand: without torch there is nothing to test
-    if __name__ == "__main__":
-        print("SKIP  every case: torch is not installed (run on the GPU machine, "
-              "docs/GPU-TESTING.md)")
-        print("0 passed, 0 failed, 1 skipped")
-        sys.exit(0)
-    raise
+import gpu_harness
+from gpu_harness import Skip, case, results
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-import flashjit  # noqa: E402
+torch = gpu_harness.import_torch(__name__ == "__main__")
+import flashjit  # noqa: E402  (gpu_harness puts this checkout's package on the path)
 
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = 448.0
-results = {"passed": 0, "failed": 0, "skipped": 0}  # run_all(shared) counts into another
-
-
-class Skip(Exception):
-    pass
-
-
-def case(name):
-    def wrap(fn):
-        def run(*args, **kwargs):
-            shown = [str(a).replace("torch.", "") for a in args] + [
-                f"{key}={str(value).replace('torch.', '')}" for key, value in kwargs.items()
-                if not callable(value) and not hasattr(value, "shape")]
-            label = name + (" " + " ".join(shown) if shown else "")
-            try:
-                fn(*args, **kwargs)
-                results["passed"] += 1
-                print(f"ok    {label}", flush=True)
-            except Skip as why:
-                results["skipped"] += 1
-                print(f"SKIP  {label}: {why}", flush=True)
-            except Exception:
-                results["failed"] += 1
-                print(f"FAIL  {label}\n{traceback.format_exc()}", flush=True)
-        return run
-    return wrap
 
 
 # ---- inputs, descales, the two references --------------------------------------------
@@ -390,11 +355,8 @@ def bad_arguments():
     expect(ValueError, "multiple of 16 elements", wide, k8, v8)
 
 
-def run_all(shared=None):
-    """Every FP8 case, counting into `shared` (gpu_test_torch.py's counts) if given."""
-    global results
-    if shared is not None:
-        results = shared
+def run_all():
+    """Every FP8 case, counted in gpu_harness.results."""
     why = None
     if not torch.cuda.is_available():
         why = "no CUDA device (run on the GPU machine, docs/GPU-TESTING.md)"
@@ -440,9 +402,7 @@ def main():
           f"{torch.__version__}, {torch.cuda.get_device_name(0)}", flush=True)
     flashjit.configure(tune_mode="heuristic", cache_path="")
     run_all()
-    print(f"{results['passed']} passed, {results['failed']} failed, "
-          f"{results['skipped']} skipped")
-    return 1 if results["failed"] else 0
+    return gpu_harness.report()
 
 
 if __name__ == "__main__":

@@ -25,53 +25,18 @@ torch.compile(fullgraph=True) equal to eager; one handle per cache type; argumen
 Skips (exit 0) without torch, a CUDA device of sm_80 or newer, or a library with the FP8
 KV cache."""
 import math
-import os
 import re
 import sys
-import traceback
 
-try:
-    import torch
-except ImportError:  # run by hand: without torch there is nothing to test
-    if __name__ == "__main__":
-        print("SKIP  every case: torch is not installed (run on the GPU machine, "
-              "docs/GPU-TESTING.md)")
-        print("0 passed, 0 failed, 1 skipped")
-        sys.exit(0)
-    raise
+import gpu_harness
+from gpu_harness import Skip, case, results
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-import flashjit  # noqa: E402
+torch = gpu_harness.import_torch(__name__ == "__main__")
+import flashjit  # noqa: E402  (gpu_harness puts this checkout's package on the path)
 
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = 448.0
 SENTINEL = 0x7e  # the byte of 448: every token no sequence owns
-results = {"passed": 0, "failed": 0, "skipped": 0}  # run_all(shared) counts into another
-
-
-class Skip(Exception):
-    pass
-
-
-def case(name):
-    def wrap(fn):
-        def run(*args, **kwargs):
-            shown = [str(a).replace("torch.", "") for a in args] + [
-                f"{key}={str(value).replace('torch.', '')}" for key, value in kwargs.items()
-                if not callable(value) and not hasattr(value, "shape")]
-            label = name + (" " + " ".join(shown) if shown else "")
-            try:
-                fn(*args, **kwargs)
-                results["passed"] += 1
-                print(f"ok    {label}", flush=True)
-            except Skip as why:
-                results["skipped"] += 1
-                print(f"SKIP  {label}: {why}", flush=True)
-            except Exception:
-                results["failed"] += 1
-                print(f"FAIL  {label}\n{traceback.format_exc()}", flush=True)
-        return run
-    return wrap
 
 
 def rand(*shape, dtype=torch.bfloat16):
@@ -468,12 +433,8 @@ def bad_arguments():
         raise AssertionError(f"{name}: not raised")
 
 
-def run_all(shared=None):
-    """Every FP8 KV cache case, counting into `shared` (gpu_test_torch.py's counts) if
-    given."""
-    global results
-    if shared is not None:
-        results = shared
+def run_all():
+    """Every FP8 KV cache case, counted in gpu_harness.results."""
     why = None
     if not torch.cuda.is_available():
         why = "no CUDA device (run on the GPU machine, docs/GPU-TESTING.md)"
@@ -515,9 +476,7 @@ def main():
           f"{torch.__version__}, {torch.cuda.get_device_name(0)}", flush=True)
     flashjit.configure(tune_mode="heuristic", cache_path="")
     run_all()
-    print(f"{results['passed']} passed, {results['failed']} failed, "
-          f"{results['skipped']} skipped")
-    return 1 if results["failed"] else 0
+    return gpu_harness.report()
 
 
 if __name__ == "__main__":

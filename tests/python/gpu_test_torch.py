@@ -33,52 +33,16 @@ reference, plus 1e-3 of the reference's largest value (a floor for shapes where 
 happens to be nearly exact). Without fj_backward in the library the gradient cases are
 skipped (said so) and backward must raise a clear RuntimeError instead."""
 import math
-import os
 import random
 import sys
-import traceback
 import warnings
 
-try:
-    import torch
-    import torch.nn.functional as F
-except ImportError:  # run by hand: without torch there is nothing to test
-    if __name__ == "__main__":
-        print("SKIP  every case: torch is not installed (run on the GPU machine, "
-              "docs/GPU-TESTING.md)")
-        print("0 passed, 0 failed, 1 skipped")
-        sys.exit(0)
-    raise
+import gpu_harness
+from gpu_harness import Skip, case
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-import flashjit  # noqa: E402
-
-results = {"passed": 0, "failed": 0, "skipped": 0}
-
-
-class Skip(Exception):
-    pass
-
-
-def case(name):
-    def wrap(fn):
-        def run(*args, **kwargs):
-            shown = list(map(str, args)) + [
-                f"{key}={value}" for key, value in kwargs.items()
-                if not callable(value) and not hasattr(value, "shape")]
-            label = name + (" " + " ".join(shown) if shown else "")
-            try:
-                fn(*args, **kwargs)
-                results["passed"] += 1
-                print(f"ok    {label}", flush=True)
-            except Skip as why:
-                results["skipped"] += 1
-                print(f"SKIP  {label}: {why}", flush=True)
-            except Exception:
-                results["failed"] += 1
-                print(f"FAIL  {label}\n{traceback.format_exc()}", flush=True)
-        return run
-    return wrap
+torch = gpu_harness.import_torch(__name__ == "__main__")
+import torch.nn.functional as F  # noqa: E402
+import flashjit  # noqa: E402  (gpu_harness puts this checkout's package on the path)
 
 
 def causal_mask(nq, nk, device="cuda"):
@@ -1454,16 +1418,14 @@ def main():
     block_mask_cases()
     decode_cases()
     length_ladder()
-    import gpu_test_fp8  # FP8 (0.7): counted here too
-    gpu_test_fp8.run_all(results)
+    import gpu_test_fp8  # FP8 (0.7): counted here too (gpu_harness.results)
+    gpu_test_fp8.run_all()
     import gpu_test_fp8_cache  # the FP8 KV cache (0.12): counted here too
-    gpu_test_fp8_cache.run_all(results)
+    gpu_test_fp8_cache.run_all()
     info = flashjit.info()
     print(f"{len(info['kernels'])} kernel handles; contexts: "
           f"{[(c['device_name'], c['target'], c['tune_mode']) for c in info['contexts']]}")
-    print(f"{results['passed']} passed, {results['failed']} failed, "
-          f"{results['skipped']} skipped")
-    return 1 if results["failed"] else 0
+    return gpu_harness.report()
 
 
 if __name__ == "__main__":
