@@ -527,8 +527,10 @@ TileConfig defaultTile(const KernelSpec &spec) {
       tile.blockN = 96;
     // FP8 (block_n a multiple of 32), measured picks (H200, docs/PERF.md p5): three
     // consumers at d <= 64, causal or not (their P takes half the registers, so 128 keys
-    // overlap the softmax with P V); at d <= 128 three consumers over 96 keys without
-    // causal (+6 to +11 % over bm128.bn128), bm128.bn128 with it; above, 96 keys.
+    // overlap the softmax with P V; causal, +9 to +23 % from N 4k, -9 % at 1k and -3.5 %
+    // at 2k against bm128.bn128); at d <= 128 three consumers over 96 keys without causal
+    // (+6 to +11 % over bm128.bn128), bm128.bn128 with it; above, 96 keys. Each within
+    // 3 % of the best of five tiles at N 1k-2k otherwise.
     if (spec.dtype == DType::E4M3) {
       if (dmax <= 64)
         tile = {192, 128, 16, 2};
