@@ -1578,9 +1578,8 @@ def decode_args(b=3, sq=1, hq=8, hkv=2, d=128, dv=None, n=300, paged=False, page
             lens, FakeTensor((b, width), dtype="torch.int32"))
 
 
-class BadDecodeArguments(unittest.TestCase):
-    """flashjit.decode's and flashjit.kv_append's checks, on stand-in tensors: they fail
-    before torch is imported or anything reaches a device."""
+class DecodeErrors(unittest.TestCase):
+    """What flashjit.decode and flashjit.kv_append raise, matched by a pattern."""
 
     def expect(self, exc, pattern, *args, **kw):
         with self.assertRaisesRegex(exc, pattern):
@@ -1589,6 +1588,11 @@ class BadDecodeArguments(unittest.TestCase):
     def expect_append(self, exc, pattern, *args, **kw):
         with self.assertRaisesRegex(exc, pattern):
             flashjit.kv_append(*args, **kw)
+
+
+class BadDecodeArguments(DecodeErrors):
+    """flashjit.decode's and flashjit.kv_append's checks, on stand-in tensors: they fail
+    before torch is imported or anything reaches a device."""
 
     def test_valid_arguments_pass_the_checks(self):
         sizes = _checks.check_decode(*decode_args(), pointers=True)
@@ -1782,18 +1786,10 @@ def fp8_new_rows(b=3, new_len=2, hkv=2, d=128, dtype="torch.bfloat16"):
                                                                      dtype=dtype)
 
 
-class BadFp8CacheArguments(unittest.TestCase):
+class BadFp8CacheArguments(DecodeErrors):
     """flashjit.decode's and flashjit.kv_append's FP8 KV cache (0.12) on stand-in tensors:
     the caches' dtypes, head dims and strides, the factors' type, device, shape, strides
     and alignment, checked before torch is imported or anything reaches a device."""
-
-    def expect(self, exc, pattern, *args, **kw):
-        with self.assertRaisesRegex(exc, pattern):
-            flashjit.decode(*args, **kw)
-
-    def expect_append(self, exc, pattern, *args, **kw):
-        with self.assertRaisesRegex(exc, pattern):
-            flashjit.kv_append(*args, **kw)
 
     def test_valid_arguments_pass_the_checks(self):
         q, k, v, lens, _ = fp8_cache_args()  # batch 3, 2 KV heads
