@@ -501,36 +501,13 @@ TileConfig defaultTile(const KernelSpec &spec) {
   if (spec.family == Family::DecMma)
     return decMmaDefaultTile(spec);
   if (spec.family == Family::FwdWgmma) {
-    // FlashAttention-3's starting points, rounded to what this schedule allows, except
-    // causal d <= 64: there three consumer warpgroups lost 12-30 % to two up to N = 2048
-    // and gained 5 % at 8192 (H100, docs/PERF.md v5.4); the tuner picks 128 x 128 there.
-    if (dmax <= 64)
-      tile = spec.causal ? TileConfig{128, 128, 12, 2} : TileConfig{192, 128, 16, 2};
-    else if (dmax <= 128)
-      tile = {128, 128, 12, 2};
-    else if (dmax <= 192)
-      tile = {128, 96, 12, 2};
-    else
-      tile = {128, 80, 12, 2};
-    // Features that compute with each score's indices (ALiBi, the user's score_mod)
-    // need registers the 128-key tile has not got at d = 128: ptxas serialised its
-    // wgmma (H100 run of FeaturesGrid, docs/PERF.md f1); 112 keys fit.
-    if (dmax > 64 && dmax <= 128 && (spec.features.alibi || !spec.features.scoreMod.empty()))
-      tile.blockN = 112;
-    // A non-causal mask_mod at d <= 64: 96 keys. This tile is what runs when the mask
-    // reads the caller's tensors (never tuned), and with a block mask most of its work
-    // is short key walks of partly masked tiles. The 128-key tile spilled 304 bytes with
-    // the document mask (its keep bits and tensor loads), so the untuned call compiled it
-    // for nothing and fell back to bm128.bn128; bm192.bn96 fits and ran the document
-    // mask 5-23 % faster at N 1k-8k, 8 % slower at 16k (H100, docs/PERF.md f10).
-    if (dmax <= 64 && !spec.causal && !spec.features.maskMod.empty())
-      tile.blockN = 96;
     // FP8 (block_n a multiple of 32), measured picks (H200, docs/PERF.md p5): three
     // consumers at d <= 64, causal or not (their P takes half the registers, so 128 keys
     // overlap the softmax with P V; causal, +9 to +23 % from N 4k, -9 % at 1k and -3.5 %
     // at 2k against bm128.bn128); at d <= 128 three consumers over 96 keys without causal
     // (+6 to +11 % over bm128.bn128), bm128.bn128 with it; above, 96 keys. Each within
     // 3 % of the best of five tiles at N 1k-2k otherwise.
+    // FP8 takes no features, so none of the 16-bit adjustments below apply.
     if (spec.dtype == DType::E4M3) {
       if (dmax <= 64)
         tile = {192, 128, 16, 2};
@@ -538,6 +515,31 @@ TileConfig defaultTile(const KernelSpec &spec) {
         tile = spec.causal ? TileConfig{128, 128, 12, 2} : TileConfig{192, 96, 16, 2};
       else
         tile = {128, 96, 12, 2};
+    } else {
+      // FlashAttention-3's starting points, rounded to what this schedule allows, except
+      // causal d <= 64: there three consumer warpgroups lost 12-30 % to two up to N = 2048
+      // and gained 5 % at 8192 (H100, docs/PERF.md v5.4); the tuner picks 128 x 128 there.
+      if (dmax <= 64)
+        tile = spec.causal ? TileConfig{128, 128, 12, 2} : TileConfig{192, 128, 16, 2};
+      else if (dmax <= 128)
+        tile = {128, 128, 12, 2};
+      else if (dmax <= 192)
+        tile = {128, 96, 12, 2};
+      else
+        tile = {128, 80, 12, 2};
+      // Features that compute with each score's indices (ALiBi, the user's score_mod)
+      // need registers the 128-key tile has not got at d = 128: ptxas serialised its
+      // wgmma (H100 run of FeaturesGrid, docs/PERF.md f1); 112 keys fit.
+      if (dmax > 64 && dmax <= 128 && (spec.features.alibi || !spec.features.scoreMod.empty()))
+        tile.blockN = 112;
+      // A non-causal mask_mod at d <= 64: 96 keys. This tile is what runs when the mask
+      // reads the caller's tensors (never tuned), and with a block mask most of its work
+      // is short key walks of partly masked tiles. The 128-key tile spilled 304 bytes with
+      // the document mask (its keep bits and tensor loads), so the untuned call compiled it
+      // for nothing and fell back to bm128.bn128; bm192.bn96 fits and ran the document
+      // mask 5-23 % faster at N 1k-8k, 8 % slower at 16k (H100, docs/PERF.md f10).
+      if (dmax <= 64 && !spec.causal && !spec.features.maskMod.empty())
+        tile.blockN = 96;
     }
     const int step = spec.dtype == DType::E4M3 ? 32 : 16;
     while (tile.blockN > step) {
