@@ -122,15 +122,17 @@ struct FwdWgmmaConfig {
   // by -4.5 to +4.9 % (softmax-bound, docs/PERF.md v5.1 and v5.7), while at d = 128 it
   // gained 3 to 14 % (v5.7, once the tile walk had left the consumers).
   // (P takes block_n / 4 registers, or block_n / 8 with FP8: four keys a register.)
-  // FP8's margins (40 here; 8 in kFastSoftmax's rule, 24 as for 16 bits where three
-  // consumers hold head_dim_v above 128) were fitted to ptxas over FP8's space (d 64 to
-  // 256): no tile they admit spills or serialises its wgmma but d 192's bm64.bn160, which
-  // the tuner rejects; the tiles they newly admitted ran 3 to 18 % faster (d 64
-  // bm192.bn128, d 128 bm192.bn96, d 256 bm128.bn96; H200, docs/PERF.md p5).
+  // FP8's margins (kThreeConsumerMargin 40; kFastSoftmaxMargin 8, or 24 as for 16 bits
+  // where three consumers hold head_dim_v above 128) were fitted to ptxas over FP8's space
+  // (d 64 to 256): no tile they admit spills or serialises its wgmma but d 192's
+  // bm64.bn160, which the tuner rejects; the tiles they newly admitted ran 3 to 18 %
+  // faster (d 64 bm192.bn128, d 128 bm192.bn96, d 256 bm128.bn96; H200, docs/PERF.md p5).
   static constexpr int kPRegs = kBlockN / (kFp8 ? 8 : 4);
+  static constexpr int kThreeConsumerMargin = kFp8 ? 40 : 56;
+  static constexpr int kFastSoftmaxMargin = kFp8 && (kConsumers < 3 || kDvPad <= 128) ? 8 : 24;
   static constexpr bool kOverlap =
       kConsumers == 3 && kDvPad < 128
-          ? kBlockN / 2 + kPRegs + kDvPad / 2 + (kFp8 ? 40 : 56) <= kConsumerRegs
+          ? kBlockN / 2 + kPRegs + kDvPad / 2 + kThreeConsumerMargin <= kConsumerRegs
           : kBlockN / 2 + kPRegs + kDvPad / 2 + kDvPad / 8 + 16 <= kConsumerRegs;
   // The softmax without the tile max (softmax_tile) where the loop overlaps and its rare
   // second pass fits too: 8 registers more than the overlap's rule, fitted to ptxas over
@@ -153,9 +155,7 @@ struct FwdWgmmaConfig {
   static constexpr bool kAlibiFallsAway = kCausal && Features_::kAlibi && !Features_::kMaskMod;
   static constexpr bool kFastSoftmax =
       kOverlap &&
-      kBlockN / 2 + kPRegs + kDvPad / 2 + kDvPad / 8 +
-              (kFp8 && (kConsumers < 3 || kDvPad <= 128) ? 8 : 24) <=
-          kConsumerRegs &&
+      kBlockN / 2 + kPRegs + kDvPad / 2 + kDvPad / 8 + kFastSoftmaxMargin <= kConsumerRegs &&
       !Features_::kScoreMod && (!Features_::kAlibi || kDiagonalFirst || kAlibiFallsAway);
   // ALiBi alone: the scores of a tile on one side of a warp's diagonals leave their
   // rows' part of the bias out of acc_s (RowState::shift), one FFMA a score less
