@@ -128,7 +128,7 @@ int bwdPrepRowsPerCta(const KernelSpec &spec) {
 }
 
 std::string bwdMmaSharedEntryPoints(const KernelSpec &spec, llvm::StringRef dqConfig,
-                                    bool tiledDq, bool transposedDq) {
+                                    bool tiledDq) {
   return llvm::formatv("static_assert(fj::bwd_mma::prep_rows_per_cta<{2}>() == {5}, \"host and "
                        "device disagree on the prep kernel's rows\");\n"
                        "static_assert(fj::bwd_mma::DqTiled::kConvertRows == {6}, \"host and "
@@ -147,8 +147,7 @@ std::string bwdMmaSharedEntryPoints(const KernelSpec &spec, llvm::StringRef dqCo
                        "  fj::bwd_mma::run_dq<{3}>(params, fj_smem);\n"
                        "}\n",
                        elementTypeName(spec.dtype), spec.headDim, spec.headDimV, dqConfig,
-                       tiledDq ? (transposedDq ? "true, true" : "true") : "false",
-                       bwdPrepRowsPerCta(spec),
+                       tiledDq ? "true" : "false", bwdPrepRowsPerCta(spec),
                        kTiledDqConvertRows)
       .str();
 }

@@ -22,12 +22,6 @@ constexpr int kOverheadRegisters = 24;
 // Above head dim 128 the consumers split the head dim (BwdWgmmaConfig::kSplitHead).
 bool splitsHead(const KernelSpec &spec) { return spec.headDim > 128; }
 
-// A step of queries that is no multiple of 64 (80 at head dim 128) computes dQ transposed,
-// each warpgroup one 64-column panel of the head dim (BwdWgmmaConfig::kTransposedDq).
-bool transposesDq(const TileConfig &tile) { return tile.blockM % 64 != 0; }
-// Mirrors bwd_mma::DqTiledTransposed::kRows (the generated source asserts that they agree).
-constexpr int kTransposedDqRows = 80;
-
 // The columns of the head dim one warpgroup's dQ product covers (BwdWgmmaConfig::kDqCols):
 // the two warpgroups split the step's rows into 64-row slices, then the head dim.
 int dqColumns(const KernelSpec &spec, const TileConfig &tile) {
@@ -83,9 +77,7 @@ int bwdWgmmaMainSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
   // consumers add dQ from registers), the mbarriers (the ring's full and empty, each
   // slice's written and read, K and V's).
   const int d = spec.headDim;
-  const int dqSlice = splitsHead(spec)       ? 0
-                      : transposesDq(tile)   ? tile.blockM * 64 * 4
-                                             : 64 * dqColumns(spec, tile) * 4;
+  const int dqSlice = splitsHead(spec) ? 0 : 64 * dqColumns(spec, tile) * 4;
   const int scoreBuffers = splitsHead(spec) ? 4 : 2;
   return 1024 + 2 * tile.blockN * d * 2 + 2 * tile.stages * tile.blockM * d * 2 +
          scoreBuffers * tile.blockN * tile.blockM * 2 + tile.stages * 2 * (tile.blockM + 4) * 4 +
@@ -104,20 +96,10 @@ llvm::Error validateBwdWgmmaTile(const KernelSpec &spec, const TileConfig &tile)
                      "tile {0}: bwd_wgmma at head dim {1} takes block_n = {2} keys on {3} "
                      "warps (two consumer warpgroups and one that loads and sends dQ)",
                      tile.key(), spec.headDim, keys, kWarps);
-  const bool transposedAllowed = spec.headDim == 128 && spec.features.maskMod.empty();
-  const bool blockMAllowed = splitsHead(spec) ? tile.blockM == 64
-                             : tile.blockM == 64 || tile.blockM == 128 ||
-                                   (tile.blockM == 80 && transposedAllowed);
-  if (!blockMAllowed)
+  if (splitsHead(spec) ? tile.blockM != 64 : tile.blockM != 64 && tile.blockM != 128)
     return makeError(ErrorCode::InvalidValue,
-                     "tile {0}: bwd_wgmma block_m (queries per step) must be {1} at head dim "
-                     "{2}{3}",
-                     tile.key(),
-                     splitsHead(spec) ? "64" : transposedAllowed ? "64, 80 or 128" : "64 or 128",
-                     spec.headDim,
-                     spec.headDim == 128 && !transposedAllowed
-                         ? " with a mask_mod (80 has no keep bits of whole words)"
-                         : "");
+                     "tile {0}: bwd_wgmma block_m (queries per step) must be {1} at head dim {2}",
+                     tile.key(), splitsHead(spec) ? "64" : "64 or 128", spec.headDim);
   const int minStages = bwdWgmmaMinStages(spec);
   if (tile.stages < minStages || tile.stages > kBwdWgmmaMaxStages)
     return makeError(ErrorCode::InvalidValue,
@@ -165,9 +147,7 @@ std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) 
              "static_assert(FjDqConfig::kDqSmemBytes == {12}, \"host and device disagree on the "
              "dq kernel's shared memory\");\n"
              "static_assert(FjConfig::kConsumerRegs == {14} && FjConfig::kServerRegs == {15}, "
-             "\"host and device disagree on registers\");\n"
-             "static_assert(fj::bwd_mma::DqTiledTransposed::kRows == {18}, \"host and device "
-             "disagree on the transposed dQ's groups\");\n\n"
+             "\"host and device disagree on registers\");\n\n"
              "{13}"
              "extern \"C\" __global__ void __launch_bounds__(FjConfig::kThreads, 1)\n"
              "flashjit_bwd_main(const FjBackwardParams params,\n"
@@ -179,10 +159,9 @@ std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) 
              spec.key(), tile.key(), elementTypeName(spec.dtype), spec.headDim, tile.blockM,
              tile.stages, spec.causal ? "true" : "false", dq.blockM, dq.blockN, dq.warps,
              dq.stages, bwdWgmmaMainSharedBytes(spec, tile),
-             bwdMmaDqSharedBytes(mmaSpec(spec), dq),
-             bwdMmaSharedEntryPoints(spec, "FjDqConfig", true, transposesDq(tile)),
+             bwdMmaDqSharedBytes(mmaSpec(spec), dq), bwdMmaSharedEntryPoints(spec, "FjDqConfig", true),
              kBwdWgmmaConsumerRegisters, kBwdWgmmaServerRegisters, features,
-             bwdBlockStepsEntryPoint(spec), kTransposedDqRows)
+             bwdBlockStepsEntryPoint(spec))
              .str();
 }
 
@@ -207,9 +186,7 @@ llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileCon
       emitWgmmaSmemSmem("wgmma_bwd_st", spec.dtype, split ? tile.blockM / 2 : tile.blockM, false,
                         false) +
       dkdv +
-      (transposesDq(tile)
-           ? emitWgmmaSmemSmem("wgmma_bwd_dqt", spec.dtype, tile.blockM, true, false)
-           : emitWgmmaSmemSmem("wgmma_bwd_dq", spec.dtype, dqColumns(spec, tile), true, true)) +
+      emitWgmmaSmemSmem("wgmma_bwd_dq", spec.dtype, dqColumns(spec, tile), true, true) +
       "}  // namespace fj\n";
   EmittedKernel kernel;
   kernel.source = generatedHeader(spec.key() + " / " + tile.key(),
@@ -220,8 +197,6 @@ llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileCon
   kernel.source = resumeLineNumbers(std::move(kernel.source), kProgramName);
   BackwardEntries &e = kernel.backward;
   e = bwdMmaSharedEntries(mmaSpec(spec), dqTile(spec), /*tiledDq=*/true);
-  if (transposesDq(tile))
-    e.dqGroupRows = e.auxRowsPerCta = kTransposedDqRows;
   e.passes = {"flashjit_bwd_main"};
   e.keysPerCta = tile.blockN;
   // Q and dO by TMA in boxes of 64 columns x block_m rows (128-byte swizzle).

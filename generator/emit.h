@@ -48,9 +48,6 @@ struct BackwardEntries {
   // laid out by DqTiled (templates/bwd_mma.cuh) rather than row-major.
   int dqAccumColumns = 0;
   bool tiledDq = false;
-  // Rows of a tiled accumulator's groups: 64 (DqTiled), or 80 in the transposed layout of
-  // bwd_wgmma's 80-query steps (DqTiledTransposed), whose convert takes 80 rows a CTA.
-  int dqGroupRows = 64;
   // When enabled, the main pass's parameters after FjBackwardParams: the tensor maps of
   // Q and dO (rank 4 as the forward's, boxes of panelD columns x qRows rows).
   TmaOperands tma;

@@ -502,27 +502,6 @@ struct DqTiled {
   // 16 warp + g + 8 hf, column 8 j + 2 t + e.
 };
 
-// The transposed layout (bwd_wgmma's 80-query steps, whose dQ^T is computed with the head
-// dim as M): groups of 80 rows, so that a consumer's step adds one whole slice of
-// 80 x 64 floats. Sequences of a packed batch start on multiples of 80 rows, at least
-// kPad - 79 rows after the last one's end. Within a slice, row r and column c are float
-//   ((r / 8) * 128 + (c / 16) * 32 + (c % 8) * 4 + (r % 8) / 2) * 4 + ((c % 16) / 8) * 2 + r % 2:
-// the dQ^T register 4 j + 2 hf + e of thread 32 warp + 4 g + t holds column
-// 16 warp + g + 8 hf, row 8 j + 2 t + e, and its quad j goes to unit j * 128 + thread.
-struct DqTiledTransposed {
-  static constexpr int kRows = 80, kPad = 160;
-  __device__ static __forceinline__ long long padded_row0(const FjForwardParams &p, long long q0,
-                                                          int b) {
-    if (p.cu_seqlens_q == nullptr)
-      return (long long)b * ((p.seqlen_q + kRows - 1) / kRows * kRows);
-    return (q0 + (long long)kPad * b) / kRows * kRows;
-  }
-  __device__ static __forceinline__ long long slice(long long group, int h, int cs, int heads,
-                                                    int head_dim) {
-    return ((group * heads + h) * (head_dim / 64) + cs) * (kRows * 64);
-  }
-};
-
 // ---- prep: D and lse * log2(e) -----------------------------------------------------
 // A query row's 16-byte chunks of O and dO are read by prep_lanes lanes (the power of
 // two that covers them), so a warp takes 32 / prep_lanes rows: at head dim 128 two, at
@@ -657,65 +636,12 @@ __device__ __forceinline__ void convert_tiled(const FjBackwardParams &P) {
   }
 }
 
-// The transposed tiled layout by whole 80-row groups, grid (ceil(seqlen_q / 80), heads_q,
-// batch), 256 threads: the group's slices are read 512 contiguous bytes a warp into a
-// shared tile of rows, which the threads then store 16 bytes (eight columns of one row)
-// at a time.
-template <typename T, int kHeadDim>
-__device__ __forceinline__ void convert_tiled_transposed(const FjBackwardParams &P) {
-  typedef DqTiledTransposed L;
-  constexpr int kRows = L::kRows, kStride = kHeadDim + 4;  // floats a shared row
-  constexpr int kUnits = kRows * kHeadDim / 4, kChunks = kRows * kHeadDim / 8;
-  static_assert(kUnits % 256 == 0 && kChunks % 256 == 0, "whole passes");
-  __shared__ float rows[kRows * kStride];
-  const FjForwardParams &p = P.fwd;
-  const int h = blockIdx.y, b = blockIdx.z, i0 = blockIdx.x * kRows;
-  const SeqExtent seq = seq_extent(p, b);
-  if (i0 >= seq.seqlen_q)
-    return;
-  const long long row0 = L::padded_row0(p, first_query_row(p, seq, b), b) + i0;
-  const float *group = P.dq_accum + L::slice(row0 / kRows, h, 0, p.heads_q, kHeadDim);
-  float4 v[kUnits / 256];
-#pragma unroll
-  for (int i = 0; i < kUnits / 256; ++i)
-    v[i] = *(const float4 *)(group + (threadIdx.x + 256 * i) * 4);
-#pragma unroll
-  for (int i = 0; i < kUnits / 256; ++i) {
-    // Unit u of slice u / (16 kRows): (row octet, column 16-block, column % 8, row pair).
-    const int u = threadIdx.x + 256 * i, cs = u / (16 * kRows), x = u % (16 * kRows);
-    const int r = (x / 128) * 8 + (x % 4) * 2, c = cs * 64 + ((x / 32) % 4) * 16 + (x / 4) % 8;
-    rows[r * kStride + c] = v[i].x;
-    rows[(r + 1) * kStride + c] = v[i].y;
-    rows[r * kStride + c + 8] = v[i].z;
-    rows[(r + 1) * kStride + c + 8] = v[i].w;
-  }
-  __syncthreads();
-  u16 *dq = (u16 *)P.dq +
-            tensor_base(seq.q_offset, b, h, P.dq_batch_stride, P.dq_row_stride,
-                        P.dq_head_stride) +
-            (long long)i0 * P.dq_row_stride;
-  const float s = p.softmax_scale;
-#pragma unroll
-  for (int i = 0; i < kChunks / 256; ++i) {
-    const int k = threadIdx.x + 256 * i, r = k / (kHeadDim / 8), c = (k % (kHeadDim / 8)) * 8;
-    if (i0 + r >= seq.seqlen_q)
-      continue;
-    const float *x = rows + r * kStride + c;
-    st_global_v4(dq + (long long)r * P.dq_row_stride + c,
-                 make_uint4(pack2<T>(x[0] * s, x[1] * s), pack2<T>(x[2] * s, x[3] * s),
-                            pack2<T>(x[4] * s, x[5] * s), pack2<T>(x[6] * s, x[7] * s)));
-  }
-}
-
 // The row-major accumulator: grid (ceil(seqlen_q / 8), heads_q, batch), one warp per
-// query row; the tiled one goes to convert_tiled (or its transposed layout's).
-template <typename T, int kHeadDim, bool kTiledDq = false, bool kTransposed = false>
+// query row; the tiled one goes to convert_tiled.
+template <typename T, int kHeadDim, bool kTiledDq = false>
 __device__ __forceinline__ void run_convert(const FjBackwardParams &P) {
   if constexpr (kTiledDq) {
-    if constexpr (kTransposed)
-      convert_tiled_transposed<T, kHeadDim>(P);
-    else
-      convert_tiled<T, kHeadDim>(P);
+    convert_tiled<T, kHeadDim>(P);
     return;
   }
   const FjForwardParams &p = P.fwd;

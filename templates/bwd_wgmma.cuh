@@ -99,16 +99,7 @@ struct BwdWgmmaConfig {
                 "the register file of one CTA");
 
   static_assert(kHeadDim % 64 == 0, "head dims of whole 128-byte panels");
-  // A step of 80 queries (FlashAttention-3's at d 128 without causal) is no multiple of
-  // wgmma's M = 64, so its dQ is computed transposed: dQ^T = K^T dS^T, each consumer one
-  // 64-column panel of the head dim (M) x the step's queries (N), with dS stored
-  // [query][key] for it. S^T and dP^T at N = 80 read 25 % more queries per byte of K and
-  // V than at 64 (docs/PERF.md bw9).
-  static constexpr bool kTransposedDq = kBlockM % 64 != 0;
-  static_assert(kBlockM % 64 == 0 ||
-                    (kBlockM == 80 && kHeadDim == 64 * kConsumers && !kSplitHead &&
-                     !kBlockSteps),
-                "query steps of whole 64-row panels, or a transposed dQ at head dim 128");
+  static_assert(kBlockM % 64 == 0, "query steps of whole 64-row panels");
   // The split head dim may take one stage (docs/PERF.md bw8).
   static_assert(kStages >= (kSplitHead ? 1 : 2), "the ring's stages");
   static_assert(!kSplitHead || (kBlockM == 64 && kDkvCols % 64 == 0),
@@ -119,7 +110,7 @@ struct BwdWgmmaConfig {
   static constexpr int kDqRowSlices = kBlockM / 64;
   static constexpr int kDqColSlices = kConsumers / kDqRowSlices;
   static constexpr int kDqCols = kHeadDim / kDqColSlices;
-  static_assert(kTransposedDq || (kDqRowSlices * kDqColSlices == kConsumers && kDqCols % 64 == 0),
+  static_assert(kDqRowSlices * kDqColSlices == kConsumers && kDqCols % 64 == 0,
                 "dQ slices of whole panels");
   // A consumer's dQ in shared memory: 64 rows x kDqCols floats as kDqCols / 64
   // consecutive 64 x 64 slices of the tiled accumulator (bwd_mma::DqTiled), each in the
@@ -127,13 +118,8 @@ struct BwdWgmmaConfig {
   // thread's quads of registers land in different banks. With a split head dim the
   // consumers add dQ from registers instead (vector reductions): its 64 KB of staging
   // are the second stage of the ring (docs/PERF.md bw8).
-  // Transposed, a consumer's dQ^T of the step (its panel of the head dim x kBlockM
-  // queries) is one slice of the transposed layout (bwd_mma::DqTiledTransposed), whose
-  // groups are whole steps.
   static constexpr bool kDqFromRegisters = kSplitHead;
-  static constexpr int kDqRegs = kTransposedDq ? kBlockM / 2 : kDqCols / 2;  // a thread's dQ
-  static constexpr int kDqStageBytes =
-      kDqFromRegisters ? 0 : kTransposedDq ? kBlockM * 64 * 4 : 64 * kDqCols * 4;
+  static constexpr int kDqStageBytes = kDqFromRegisters ? 0 : 64 * kDqCols * 4;
 
   // Shared memory, each operand a whole number of 1024-byte swizzle atoms from a
   // 1024-byte aligned base: K, V, the Q and dO rings, dS^T (two buffers: a consumer may
@@ -430,33 +416,20 @@ __device__ __forceinline__ void send_dq(const FjBackwardParams &P, const Block<C
   const FjForwardParams &p = P.fwd;
   if (Cfg::kDqFromRegisters || w.steps == 0 || P.dq_accum == nullptr)
     return;
-  const long long q0 = bwd_mma::first_query_row(p, w.seq, w.b);
-  const long long rows0 = Cfg::kTransposedDq
-                              ? bwd_mma::DqTiledTransposed::padded_row0(p, q0, w.b)
-                              : bwd_mma::DqTiled::padded_row0(p, q0, w.b);
+  const long long rows0 =
+      bwd_mma::DqTiled::padded_row0(p, bwd_mma::first_query_row(p, w.seq, w.b), w.b);
   int h, mb;
   w.first_step(h, mb);
   for (int s = 0; s < w.steps; ++s) {
     mbar_wait(w.dq_written(c), s & 1);
-    if constexpr (Cfg::kTransposedDq) {
-      // Consumer c's panel of the head dim: one 80-row group of the transposed layout.
-      typedef bwd_mma::DqTiledTransposed L;
-      float *dst = P.dq_accum + L::slice((rows0 + mb * Cfg::kBlockM) / L::kRows,
-                                         w.h_kv * w.group + h, c, p.heads_q, Cfg::kHeadDim);
-      asm volatile(
-          "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
-          "r"(w.s_dq(c)), "n"(Cfg::kDqStageBytes)
-          : "memory");
-    } else {
-      const long long group = (rows0 + mb * Cfg::kBlockM) / 64 + c / Cfg::kDqColSlices;
-      float *dst = P.dq_accum + bwd_mma::DqTiled::slice(group, w.h_kv * w.group + h,
-                                                        (c % Cfg::kDqColSlices) * Cfg::kDqCols / 64,
-                                                        p.heads_q, Cfg::kHeadDim);
-      asm volatile(
-          "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
-          "r"(w.s_dq(c)), "n"(Cfg::kDqStageBytes)
-          : "memory");
-    }
+    const long long group = (rows0 + mb * Cfg::kBlockM) / 64 + c / Cfg::kDqColSlices;
+    float *dst = P.dq_accum + bwd_mma::DqTiled::slice(group, w.h_kv * w.group + h,
+                                                      (c % Cfg::kDqColSlices) * Cfg::kDqCols / 64,
+                                                      p.heads_q, Cfg::kHeadDim);
+    asm volatile(
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+        "r"(w.s_dq(c)), "n"(Cfg::kDqStageBytes)
+        : "memory");
     bulk_commit();
     w.next_step(s, h, mb);
     bulk_wait_read();  // the slice has been read: the consumer may write the next
@@ -667,43 +640,6 @@ __device__ __forceinline__ void store_dscores(u32 s_ds, const u32 (&ds_frag)[Cfg
                     ds_frag[j / 2][(j & 1) * 2 + hf]);
 }
 
-// dS (not transposed) to shared memory for the transposed dQ: [query][key] in panels of
-// 64 keys (kBlockM rows each), the K-major B operand of dQ^T = K^T dS^T. stmatrix with
-// .trans writes each 8 x 8 fragment (keys x queries) as 8 query rows of 8 keys: fragment
-// set n is queries 16 n .. 16 n + 15 x this warp's keys key_chunk * 8 .. + 15; lane
-// 8 i + j gives the row of matrix i (queries 8 (i / 2) + j, keys of half i % 2).
-__device__ __forceinline__ void stmatrix_x4_trans(u32 addr, const u32 (&r)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                   addr),
-               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
-               : "memory");
-}
-template <typename Cfg>
-__device__ __forceinline__ void store_ds_rows(u32 s_ds, const u32 (&ds_frag)[Cfg::kBlockM / 16][4],
-                                              int key_chunk, int lane) {
-  const int i = lane >> 3, j = lane & 7;
-#pragma unroll
-  for (int n = 0; n < Cfg::kBlockM / 16; ++n)
-    stmatrix_x4_trans(s_ds + panel_offset<Cfg::kBlockM>(16 * n + 8 * (i >> 1) + j,
-                                                        key_chunk + (i & 1)),
-                      ds_frag[n]);
-}
-
-// Issues dQ^T(panel c) = K^T dS^T over the block's keys (one commit group): A = K's
-// panel c read MN-major (the head dim as M), B = dS read K-major (kBlockM query rows).
-template <typename Cfg>
-__device__ __forceinline__ void product_dq_transposed(float (&acc)[Cfg::kBlockM / 2], u32 s_ds,
-                                                      u32 s_k, int c) {
-  constexpr int BN = Cfg::kBlockN, BM = Cfg::kBlockM;
-  const u64 a0 = wgmma_desc(s_k + c * BN * 128, BN * 128, 1024, 128);
-  const u64 b0 = wgmma_desc(s_ds, 16, 1024, 128);
-#pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk)
-    wgmma_bwd_dqt(acc, wgmma_desc_add(a0, kk * 16 * 128),
-                  wgmma_desc_add(b0, (kk / 4) * BM * 128 + (kk % 4) * 32), kk > 0 ? 1 : 0);
-  wgmma_commit();
-}
-
 // With a split head dim: this warpgroup's P^T or dS^T columns (its kScoreCols queries,
 // 16-byte chunks from chunk0), rounded, to the step's [key][query] panel, where both
 // consumers' dK and dV products read them.
@@ -755,11 +691,11 @@ __device__ __forceinline__ void product_dq(float (&acc_dq)[Cfg::kDqCols / 2], u3
 // them (docs/PERF.md bw6).
 template <typename Cfg>
 __device__ __forceinline__ void write_dq(const Block<Cfg> &w, int c, int s, int ct,
-                                         const float (&acc_dq)[Cfg::kDqRegs]) {
+                                         const float (&acc_dq)[Cfg::kDqCols / 2]) {
   mbar_wait(w.dq_read(c), (s & 1) ^ 1);  // a fresh barrier passes parity 1
   const u32 row = w.s_dq(c) + (ct % 128) * 16;
 #pragma unroll
-  for (int j = 0; j < Cfg::kDqRegs / 4; ++j)
+  for (int j = 0; j < Cfg::kDqCols / 8; ++j)
     asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(row + j * 128 * 16),
                  "f"(acc_dq[4 * j]), "f"(acc_dq[4 * j + 1]), "f"(acc_dq[4 * j + 2]),
                  "f"(acc_dq[4 * j + 3])
@@ -873,34 +809,9 @@ __device__ __forceinline__ void consume_whole(const FjBackwardParams &P, const B
     pin_registers(acc_s);
     scores_to_probs<Cfg>(acc_s, P, w, m0, m0, key_row, s_lse, t, q_head, partial, s);
     u32 p_frag[BM / 16][4], ds_frag[BM / 16][4];
+    pack_fragments<Cfg>(p_frag, acc_s);
 
-    if constexpr (Cfg::kTransposedDq) {
-      // 80 queries: P^T and dS^T both made before either is packed, and dV's, dK's and
-      // dQ^T's products issued together after the consumers' barrier. The overlapped
-      // order keeps P^T in fp32 for dS^T beside its fragments and dP^T (228 registers of
-      // accumulators and fragments: it spilled); this one peaks at 208.
-      wgmma_wait<0>();
-      pin_registers(acc_dp);
-      probs_to_dscores<Cfg>(acc_dp, acc_s, s_dpsum, t);
-      pack_fragments<Cfg>(p_frag, acc_s);
-      pack_fragments<Cfg>(ds_frag, acc_dp);
-      store_ds_rows<Cfg>(s_ds, ds_frag, wg_row0 / 8, lane);
-      wgmma_fence();
-      product_over_queries<Cfg>(acc_dv, p_frag, s_do);
-      product_over_queries<Cfg>(acc_dk, ds_frag, s_q);
-      wgmma_commit();
-      fence_proxy_async_smem();  // the dS stores, before wgmma reads them
-      named_sync(kBarDs, Cfg::kConsumerThreads);
-      float acc_dq[Cfg::kDqRegs];
-      wgmma_fence();
-      product_dq_transposed<Cfg>(acc_dq, s_ds, w.s_k(), c);
-      wgmma_wait<0>();
-      pin_registers(acc_dq);
-      mbar_arrive(w.empty(stage));  // this thread is done with Q, dO, lse and D
-      if (with_dq)
-        write_dq<Cfg>(w, c, s, ct, acc_dq);
-    } else if constexpr (kOverlapped) {
-      pack_fragments<Cfg>(p_frag, acc_s);
+    if constexpr (kOverlapped) {
       // dV += P^T dO, under dS^T's arithmetic.
       wgmma_fence();
       product_over_queries<Cfg>(acc_dv, p_frag, s_do);
@@ -914,7 +825,7 @@ __device__ __forceinline__ void consume_whole(const FjBackwardParams &P, const B
       store_dscores<Cfg>(s_ds, ds_frag, key_row, t);
       fence_proxy_async_smem();  // the dS^T stores, before wgmma reads them
       named_sync(kBarDs, Cfg::kConsumerThreads);
-      float acc_dq[Cfg::kDqRegs];
+      float acc_dq[Cfg::kDqCols / 2];
       wgmma_fence();
       product_dq<Cfg>(acc_dq, s_ds, w.s_k(), dq_rows0, dq_col0);
       // dK += dS^T Q, under dQ's store.
@@ -928,7 +839,6 @@ __device__ __forceinline__ void consume_whole(const FjBackwardParams &P, const B
       wgmma_wait<0>();
       mbar_arrive(w.empty(stage));  // this thread is done with Q, dO, lse and D
     } else {
-      pack_fragments<Cfg>(p_frag, acc_s);
       // dS^T; dV's product waits for it, to be issued with dK's: issued under dP^T's,
       // its P^T fragments would be live next to S^T and dP^T (ptxas spilled at head dim
       // 64, block_m 128; at 128 it was no faster, docs/PERF.md bw1).

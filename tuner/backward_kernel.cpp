@@ -96,8 +96,7 @@ llvm::Error BackwardKernel::launch(const FjBackwardParams &params, CUstream stre
     if (llvm::Error err =
             runtime::fillWordsAsync(reinterpret_cast<CUdeviceptr>(params.dq_accum), 0,
                                     dqAccumulatorFloats(p, entries_.tiledDq,
-                                                        entries_.dqAccumColumns,
-                                                        entries_.dqGroupRows),
+                                                        entries_.dqAccumColumns),
                                     stream))
       return err;
   if (p.seqlen_q > 0)

@@ -27,22 +27,18 @@ BackwardWorkspace backwardWorkspace(int headsQ, long long rows, int batch, int h
   w.hasDqAccum = !deterministic;
   if (w.hasDqAccum) {
     w.dqAccum = w.bytes;
-    // Room for bwd_wgmma's tiled layouts, whose sequences start up to 128 rows (DqTiled)
-    // or 160 (DqTiledTransposed) after the last one's start and length (templates/
-    // bwd_mma.cuh); bwd_mma's row-major one uses the first `rows`.
-    const size_t paddedRows = (size_t)rows + (size_t)batch * 160;
+    // Room for bwd_wgmma's tiled layout, whose sequences start on multiples of 128 rows
+    // (templates/bwd_mma.cuh, DqTiled); bwd_mma's row-major one uses the first `rows`.
+    const size_t paddedRows = (size_t)rows + (size_t)batch * 128;
     w.bytes += align256(paddedRows * (size_t)headsQ * (size_t)headDim * sizeof(float));
   }
   return w;
 }
 
-size_t dqAccumulatorFloats(const FjForwardParams &p, bool tiled, int columns, int groupRows) {
+size_t dqAccumulatorFloats(const FjForwardParams &p, bool tiled, int columns) {
   const long long rows = p.cu_seqlens_q ? p.total_q : (long long)p.batch * p.seqlen_q;
   long long used = rows;
-  if (tiled && groupRows == 80)
-    used = p.cu_seqlens_q ? (rows + 160ll * p.batch) / 80 * 80
-                          : (long long)p.batch * ((p.seqlen_q + 79) / 80 * 80);
-  else if (tiled)
+  if (tiled)
     used = p.cu_seqlens_q ? (rows + 128ll * p.batch) / 128 * 128
                           : (long long)p.batch * ((p.seqlen_q + 63) / 64 * 64);
   return (size_t)used * (size_t)p.heads_q * (size_t)columns;

@@ -17,8 +17,8 @@ namespace flashjit::tuner {
 // Where the backward kernels' scratch lives in the caller's workspace (byte offsets,
 // each 256-byte aligned): lse * log2(e) and D laid out like the lse ([batch, heads_q,
 // seqlen_q], or [heads_q, total_q] with cu_seqlens), then, unless deterministic, the
-// fp32 dQ accumulator: [rows][heads_q][head_dim] for bwd_mma, tiled over rows + 160 batch
-// padded rows for bwd_wgmma (templates/bwd_mma.cuh, DqTiled and DqTiledTransposed).
+// fp32 dQ accumulator: [rows][heads_q][head_dim] for bwd_mma, tiled over rows + 128 batch
+// padded rows for bwd_wgmma (templates/bwd_mma.cuh, DqTiled).
 struct BackwardWorkspace {
   size_t lseLog2 = 0, dpsum = 0, dqAccum = 0;
   bool hasDqAccum = false;
@@ -34,11 +34,8 @@ BackwardWorkspace backwardWorkspace(int headsQ, long long rows, int batch, int h
 // before its kernels (tuner/backward_kernel.cpp): rows times heads_q times `columns`
 // (the head dim). `tiled`: DqTiled's layout (templates/bwd_mma.cuh), whose sequences
 // start at b * roundup64(seqlen_q) without cu_seqlens and at (q0 + 128 b) rounded down to
-// 128 with them, and take whole 64-row groups; with `groupRows` 80, DqTiledTransposed's:
-// b * roundup80(seqlen_q), or (q0 + 160 b) rounded down to 80, in 80-row groups. Within
-// the workspace's accumulator.
-size_t dqAccumulatorFloats(const FjForwardParams &p, bool tiled, int columns,
-                           int groupRows = 64);
+// 128 with them, and take whole 64-row groups. Within the workspace's accumulator.
+size_t dqAccumulatorFloats(const FjForwardParams &p, bool tiled, int columns);
 
 // Points the workspace fields of `params` into `base` (laid out by `layout`).
 void bindWorkspace(FjBackwardParams &params, const BackwardWorkspace &layout, void *base);

@@ -265,16 +265,14 @@ TileEstimate estimateTile(const generator::KernelSpec &spec, const generator::Ti
 std::vector<generator::TileConfig> enumerateTiles(const generator::KernelSpec &spec) {
   std::vector<generator::TileConfig> tiles;
   if (spec.family == generator::Family::BwdWgmma) {
-    // bwd_wgmma: the query step (80 at head dim 128 only: its transposed dQ) x the head
-    // dim's keys per CTA on two consumer warpgroups (and the one that serves them) x
-    // stages of Q and dO; validateTile drops what a head dim's registers or shared memory
-    // cannot take.
+    // bwd_wgmma: the query step x the head dim's keys per CTA on two consumer warpgroups
+    // (and the one that serves them) x stages of Q and dO; validateTile drops what a head
+    // dim's registers or shared memory cannot take.
     const int keys = generator::bwdWgmmaKeysPerCta(spec);
-    for (int blockM : {64, 80, 128})
-      if (blockM != 80 || spec.headDim == 128)
-        for (int stages = generator::bwdWgmmaMinStages(spec);
-             stages <= generator::kBwdWgmmaMaxStages; ++stages)
-          tiles.push_back({blockM, keys, 12, stages});
+    for (int blockM : {64, 128})
+      for (int stages = generator::bwdWgmmaMinStages(spec);
+           stages <= generator::kBwdWgmmaMaxStages; ++stages)
+        tiles.push_back({blockM, keys, 12, stages});
     return tiles;
   }
   if (isBackward(spec)) {

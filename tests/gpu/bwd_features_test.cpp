@@ -190,32 +190,6 @@ TEST(BwdFeaturesMore, SanitizerShapes) {
       }
 }
 
-// bwd_wgmma's 80-query steps (transposed dQ) at head dim 128 with each feature it takes
-// there (no mask_mod: its keep bits are whole 32-query words), causal or not.
-TEST(BwdFeaturesMore, TransposedDqSteps) {
-  FLASHJIT_REQUIRE_GPU();
-  if (!onHopper())
-    GTEST_SKIP() << "bwd_wgmma needs an sm_90a device";
-  const TileConfig tile{80, 128, 12, 2};
-  std::vector<std::pair<KernelSpec, TileConfig>> wanted;
-  for (const NamedFeatures &c : featureCases())
-    for (bool causal : {false, true}) {
-      KernelSpec spec = featureSpec(128, DType::BF16, causal, c.features, Family::BwdWgmma);
-      if (takes(spec) && c.features.maskMod.empty())
-        wanted.emplace_back(spec, tile);
-    }
-  KernelPool::get().prepare(wanted);
-  int checked = 0;
-  for (const auto &[spec, unused] : wanted)
-    for (const auto &[name, shape] : featureCheckShapes()) {
-      EXPECT_EQ(checkBackward(spec, tile, withHeadDim(shape, 128), 500 + checked, false), "")
-          << spec.key() << " " << tile.key() << " " << name;
-      ++checked;
-    }
-  std::printf("  %d checks of %zu kernels\n", checked, wanted.size());
-  EXPECT_GT(checked, 0);
-}
-
 // How a failure names the block-mask mode it ran in.
 const char *stepsName(tuner::BackwardChecker::BlockSteps steps) {
   using Steps = tuner::BackwardChecker::BlockSteps;

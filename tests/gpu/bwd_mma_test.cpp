@@ -229,51 +229,6 @@ TEST_P(Bwd, EveryTileOfTheSpace) {
   EXPECT_GT(checked, 0);
 }
 
-// bwd_wgmma's 80-query steps at head dim 128 (dQ computed transposed, into its own
-// accumulator layout with 80-row groups and its own convert): the grid's sequence pairs
-// and heads, fp16 and bf16, causal or not; packed batches (whose sequences start on
-// 80-row groups), deterministic mode and strided layouts.
-TEST(BwdWgmma, TransposedDqSteps) {
-  FLASHJIT_REQUIRE_FAMILY(Family::BwdWgmma);
-  const TileConfig tile{80, 128, 12, 2};
-  std::vector<std::pair<KernelSpec, TileConfig>> wanted;
-  for (DType dtype : {DType::FP16, DType::BF16})
-    for (bool causal : {false, true})
-      wanted.emplace_back(bwdSpec(128, 128, dtype, causal, Family::BwdWgmma), tile);
-  KernelPool::get().prepare(wanted);
-  int checked = 0;
-  for (const auto &[spec, unused] : wanted)
-    for (auto [sq, sk] : kBwdSeqPairs)
-      for (const Heads &heads : kHeads) {
-        EXPECT_EQ(checkBackward(spec, tile, shapeOf(2, heads.q, heads.kv, sq, sk, 128, 128),
-                                3000 + sq * 7 + sk, false),
-                  "")
-            << spec.key() << " " << tile.key() << " seq (" << sq << ", " << sk << ") "
-            << heads.name;
-        ++checked;
-      }
-  for (bool causal : {false, true}) {
-    KernelSpec spec = bwdSpec(128, 128, DType::BF16, causal, Family::BwdWgmma);
-    for (bool deterministic : {false, true}) {
-      tuner::ForwardShape shape = shapeOf(5, 6, 2, 700, 699, 128, 128);
-      shape.seqlensQ = {1, 300, 77, 700, 160};
-      shape.seqlensK = {17, 300, 513, 699, 80};
-      EXPECT_EQ(checkBackward(spec, tile, shape, 7, deterministic), "")
-          << spec.key() << " varlen" << (deterministic ? " deterministic" : "");
-      ++checked;
-    }
-    for (tuner::Layout layout : {tuner::Layout::BSHD, tuner::Layout::BHSD}) {
-      tuner::ForwardShape shape = shapeOf(3, 8, 2, 333, 517, 128, 128);
-      shape.layout = layout;
-      shape.rowPadding = 24;
-      EXPECT_EQ(checkBackward(spec, tile, shape, 11, false), "")
-          << spec.key() << (layout == tuner::Layout::BSHD ? " BSHD" : " BHSD");
-      ++checked;
-    }
-  }
-  EXPECT_EQ(checked, 4 * 18 + 8);
-}
-
 // Deterministic mode: the gradients are right, and bitwise identical over 100 reruns
 // of a 4000 x 4000 problem (atomics would reorder fp32 additions of dQ).
 TEST_P(Bwd, DeterministicModeIsBitwiseReproducible) {

@@ -164,41 +164,6 @@ TEST(BwdWgmmaSpec, DefaultTilesFitAndDispatch) {
                    ErrorCode::InvalidValue));
 }
 
-// Steps of 80 queries (dQ computed transposed) at head dim 128 only, and not with a
-// mask_mod; their module adds dQ in 80-row groups, which its convert takes whole.
-TEST(BwdWgmmaSpec, EightyQueryStepsAtHeadDim128) {
-  const TileConfig tile{80, 128, 12, 2};
-  for (bool causal : {false, true}) {
-    KernelSpec spec = bwdWgmmaSpec(128);
-    spec.causal = causal;
-    llvm::Error err = validateTile(spec, tile);
-    EXPECT_FALSE(bool(err)) << llvm::toString(std::move(err));
-    auto kernel = emitKernel(spec, tile);
-    ASSERT_TRUE(bool(kernel)) << llvm::toString(kernel.takeError());
-    EXPECT_EQ(kernel->backward.dqGroupRows, 80);
-    EXPECT_EQ(kernel->backward.auxRowsPerCta, 80);
-    EXPECT_TRUE(kernel->backward.tiledDq);
-    EXPECT_NE(kernel->source.find("void wgmma_bwd_dqt("), std::string::npos);
-    auto plain = emitKernel(spec, defaultTile(spec));
-    ASSERT_TRUE(bool(plain)) << llvm::toString(plain.takeError());
-    EXPECT_EQ(plain->backward.dqGroupRows, 64);
-    EXPECT_EQ(plain->source.find("void wgmma_bwd_dqt("), std::string::npos);
-  }
-  for (int d : {64, 256}) {
-    TileConfig other = tile;
-    other.blockN = bwdWgmmaKeysPerCta(bwdWgmmaSpec(d));
-    ErrorReport report = errorOf(validateTile(bwdWgmmaSpec(d), other));
-    EXPECT_EQ(report.code, ErrorCode::InvalidValue) << d;
-    EXPECT_NE(report.message.find("block_m (queries per step) must be"), std::string::npos)
-        << report.message;
-  }
-  KernelSpec masked = bwdWgmmaSpec(128);
-  masked.features.maskMod = "return true;";
-  ErrorReport report = errorOf(validateTile(masked, tile));
-  EXPECT_EQ(report.code, ErrorCode::InvalidValue);
-  EXPECT_NE(report.message.find("with a mask_mod"), std::string::npos) << report.message;
-}
-
 TEST(BwdWgmmaSpec, EmitsABackwardModule) {
   KernelSpec spec = bwdWgmmaSpec(128);
   TileConfig tile = defaultTile(spec);

@@ -1,8 +1,7 @@
 // The dQ accumulator each backward call zeroes (one memset over dqAccumulatorFloats) must
 // lie inside the workspace the caller sized with backwardWorkspace, and must cover every
-// 64-row group (80-row in the transposed layout) the kernels add to. The device's rules
-// for where a sequence starts (templates/bwd_mma.cuh, DqTiled::padded_row0 and
-// DqTiledTransposed::padded_row0) are restated here.
+// 64-row group the kernels add to. The device's rule for where a sequence starts
+// (templates/bwd_mma.cuh, DqTiled::padded_row0) is restated here.
 #include "tuner/backward_problem.h"
 
 #include <gtest/gtest.h>
@@ -15,15 +14,12 @@ using namespace flashjit::tuner;
 
 namespace {
 
-long long roundUp(long long x, int to) { return (x + to - 1) / to * to; }
+long long roundUp64(long long x) { return (x + 63) / 64 * 64; }
 
-// DqTiled::padded_row0 (groups of 64 rows) and DqTiledTransposed::padded_row0 (80): where
-// sequence b's rows start in the tiled accumulator.
-long long paddedRow0(const FjForwardParams &p, long long q0, int b, int groupRows) {
+// DqTiled::padded_row0: where sequence b's rows start in the tiled accumulator.
+long long paddedRow0(const FjForwardParams &p, long long q0, int b) {
   if (p.cu_seqlens_q == nullptr)
-    return (long long)b * roundUp(p.seqlen_q, groupRows);
-  if (groupRows == 80)
-    return (q0 + 160ll * b) / 80 * 80;
+    return (long long)b * roundUp64(p.seqlen_q);
   return (q0 + 128ll * b) / 128 * 128;
 }
 
@@ -78,12 +74,9 @@ TEST(BackwardWorkspace, ZeroedAccumulatorFitsTheWorkspace) {
       const BackwardWorkspace w = backwardWorkspace(p.heads_q, rows, p.batch, headDim, false);
       ASSERT_TRUE(w.hasDqAccum);
       for (bool tiled : {false, true})
-        for (int groupRows : {64, 80})
-          ASSERT_LE(w.dqAccum + dqAccumulatorFloats(p, tiled, headDim, groupRows) * sizeof(float),
-                    w.bytes)
-              << "batch " << p.batch << " seqlen_q " << p.seqlen_q << " heads " << p.heads_q
-              << " head_dim " << headDim << (varlen ? " varlen" : "")
-              << (tiled ? " tiled" : "") << " groups of " << groupRows;
+        ASSERT_LE(w.dqAccum + dqAccumulatorFloats(p, tiled, headDim) * sizeof(float), w.bytes)
+            << "batch " << p.batch << " seqlen_q " << p.seqlen_q << " heads " << p.heads_q
+            << " head_dim " << headDim << (varlen ? " varlen" : "") << (tiled ? " tiled" : "");
     }
   });
 }
@@ -91,22 +84,17 @@ TEST(BackwardWorkspace, ZeroedAccumulatorFitsTheWorkspace) {
 TEST(BackwardWorkspace, ZeroedRowsCoverEveryGroupTheKernelsAdd) {
   forRandomBatches(27, [](const Batch &batch, bool varlen) {
     const FjForwardParams &p = batch.params;
-    for (int groupRows : {64, 80}) {
-      const long long zeroedRows =
-          (long long)(dqAccumulatorFloats(p, true, 64, groupRows) / p.heads_q / 64);
-      long long previousEnd = 0;
-      for (int b = 0; b < p.batch; ++b) {
-        if (batch.lengths[b] == 0)
-          continue;
-        const long long q0 = varlen ? batch.starts[b] : (long long)b * p.seqlen_q;
-        const long long start = paddedRow0(p, q0, b, groupRows);
-        ASSERT_EQ(start % groupRows, 0);
-        ASSERT_GE(start, previousEnd)
-            << "sequence " << b << " shares a " << groupRows << "-row group";
-        previousEnd = start + roundUp(batch.lengths[b], groupRows);  // whole groups added to
-        ASSERT_LE(previousEnd, zeroedRows)
-            << "sequence " << b << " adds past the zeroed rows (groups of " << groupRows << ")";
-      }
+    const long long zeroedRows = (long long)(dqAccumulatorFloats(p, true, 64) / p.heads_q / 64);
+    long long previousEnd = 0;
+    for (int b = 0; b < p.batch; ++b) {
+      if (batch.lengths[b] == 0)
+        continue;
+      const long long q0 = varlen ? batch.starts[b] : (long long)b * p.seqlen_q;
+      const long long start = paddedRow0(p, q0, b);
+      ASSERT_EQ(start % 64, 0);
+      ASSERT_GE(start, previousEnd) << "sequence " << b << " shares a 64-row group";
+      previousEnd = start + roundUp64(batch.lengths[b]);  // whole groups are added to
+      ASSERT_LE(previousEnd, zeroedRows) << "sequence " << b << " adds past the zeroed rows";
     }
   });
 }
@@ -119,6 +107,4 @@ TEST(BackwardWorkspace, UniformLengthsOfWholeGroupsZeroNoPadding) {
   p.seqlen_q = 1000;  // rounded up to 1024 rows a sequence
   EXPECT_EQ(dqAccumulatorFloats(p, true, 128), 16ull * 1024 * 16 * 128);
   EXPECT_EQ(dqAccumulatorFloats(p, false, 128), 16ull * 1000 * 16 * 128);
-  // 80-row groups: 1000 rows round up to 1040.
-  EXPECT_EQ(dqAccumulatorFloats(p, true, 128, 80), 16ull * 1040 * 16 * 128);
 }
