@@ -1,8 +1,10 @@
 """What the GPU test scripts of this folder share (gpu_test_torch.py, gpu_test_fp8.py,
 gpu_test_fp8_cache.py): torch, or a clean skip where it is not installed; the package of
 this checkout on the path; one set of counts, so that a script that runs another's cases
-(gpu_test_torch.py runs both FP8 scripts') counts them with its own; and the decorator
-that runs a case, prints it and counts it."""
+(gpu_test_torch.py runs both FP8 scripts') counts them with its own; the decorator that
+runs a case, prints it and counts it; the skip lines; and the references two scripts
+check against (the causal mask, the error measure, the decode reference)."""
+import math
 import os
 import sys
 import traceback
@@ -50,6 +52,52 @@ def case(name):
                 print(f"FAIL  {label}\n{traceback.format_exc()}", flush=True)
         return run
     return wrap
+
+
+def skip_cases(what, why):
+    """A group of cases that cannot run here, counted as one skip."""
+    results["skipped"] += 1
+    print(f"SKIP  {what}: {why}", flush=True)
+
+
+def no_device(torch):
+    """main()'s guard: without a CUDA device, the skip line and the counts; True then."""
+    if torch.cuda.is_available():
+        return False
+    print("SKIP  every case: no CUDA device (run on the GPU machine, docs/GPU-TESTING.md)")
+    print("0 passed, 0 failed, 1 skipped")
+    return True
+
+
+def causal_mask(nq, nk, device="cuda"):
+    """Bottom-right aligned: query i sees keys j <= i + nk - nq (True = attend)."""
+    import torch
+    i = torch.arange(nq, device=device)[:, None]
+    j = torch.arange(nk, device=device)[None, :]
+    return j <= i + nk - nq
+
+
+def max_err(a, b):
+    """The largest absolute difference, a's NaNs (rows that see no key) taken as 0."""
+    return (a.float().nan_to_num(0.0) - b.float()).abs().max().item()
+
+
+def decode_reference(q, k, v, causal, scale=None, dtype=None):
+    """(o, lse) of one sequence computed in `dtype` (fp32 by default): q [1, sq, hq, d],
+    k / v [1, n, hk, d]; causal bottom-right (query i sees keys j <= i + n - sq); rows
+    that see no key: 0, -inf."""
+    import torch
+    dtype = dtype or torch.float32
+    hq, hk = q.shape[2], k.shape[2]
+    qf, kf, vf = (t.to(dtype).transpose(1, 2) for t in (q, k, v))
+    if hq != hk:
+        kf, vf = (t.repeat_interleave(hq // hk, dim=1) for t in (kf, vf))
+    s = (qf @ kf.transpose(-1, -2)) * (scale or 1 / math.sqrt(q.shape[-1]))
+    if causal:
+        s = s.masked_fill(~causal_mask(q.shape[1], k.shape[1], q.device), float("-inf"))
+    lse = torch.logsumexp(s.float(), dim=-1)
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    return (p @ vf).transpose(1, 2), lse
 
 
 def report():

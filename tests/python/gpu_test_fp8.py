@@ -26,7 +26,7 @@ import math
 import sys
 
 import gpu_harness
-from gpu_harness import Skip, case, results
+from gpu_harness import Skip, case, causal_mask
 
 torch = gpu_harness.import_torch(__name__ == "__main__")
 import flashjit  # noqa: E402  (gpu_harness puts this checkout's package on the path)
@@ -81,13 +81,6 @@ def fp8_inputs(b, sq, sk, hq, hkv, d, dv, how, seed=0):
     return q8, k8, v8, qs, ks, vs
 
 
-def causal_mask(nq, nk):
-    """Bottom-right aligned: query i sees keys j <= i + nk - nq (True = attend)."""
-    i = torch.arange(nq, device="cuda")[:, None]
-    j = torch.arange(nk, device="cuda")[None, :]
-    return j <= i + nk - nq
-
-
 def _scores(q, k, causal, scale):
     """[b, hq, sq, sk] scores of BSHD q, k (k's heads repeated for GQA), in their dtype."""
     hq, hk = q.shape[2], k.shape[2]
@@ -130,6 +123,8 @@ def naive(q8, k8, v8, qs, ks, vs, causal, scale, out_dtype):
 
 
 def max_err(a, b):
+    """The largest absolute difference, NaNs included (as failures): unlike
+    gpu_harness.max_err, no FP8 case has rows that see no key in its outputs' checks."""
     return (a.float() - b.float()).abs().max().item()
 
 
@@ -367,8 +362,7 @@ def run_all():
     elif not flashjit.has_fp8():
         why = f"{flashjit.library_path()} (version {flashjit.version()}) has no FP8 kernels"
     if why:
-        results["skipped"] += 1
-        print(f"SKIP  the FP8 cases: {why}", flush=True)
+        gpu_harness.skip_cases("the FP8 cases", why)
         return
     for d in (64, 128):
         for causal in (False, True):
@@ -393,9 +387,7 @@ def run_all():
 
 
 def main():
-    if not torch.cuda.is_available():
-        print("SKIP  every case: no CUDA device (run on the GPU machine, docs/GPU-TESTING.md)")
-        print("0 passed, 0 failed, 1 skipped")
+    if gpu_harness.no_device(torch):
         return 0
     torch.manual_seed(0)
     print(f"flashjit {flashjit.version()} ({flashjit.library_path()}), torch "

@@ -24,12 +24,11 @@ plan); saturation; a CUDA graph of append + decode replayed with new tokens;
 torch.compile(fullgraph=True) equal to eager; one handle per cache type; argument errors.
 Skips (exit 0) without torch, a CUDA device of sm_80 or newer, or a library with the FP8
 KV cache."""
-import math
 import re
 import sys
 
 import gpu_harness
-from gpu_harness import Skip, case, results
+from gpu_harness import Skip, case, decode_reference, max_err
 
 torch = gpu_harness.import_torch(__name__ == "__main__")
 import flashjit  # noqa: E402  (gpu_harness puts this checkout's package on the path)
@@ -153,33 +152,7 @@ def same_bytes(name, got, want):
                              f"the same rows in {bad} bytes (values by up to {diff:.3e})")
 
 
-# ---- the reference (gpu_test_torch.py's decode bar) ----------------------------------
-def causal_mask(nq, nk, device="cuda"):
-    """Bottom-right aligned: query i sees keys j <= i + nk - nq (True = attend)."""
-    i = torch.arange(nq, device=device)[:, None]
-    j = torch.arange(nk, device=device)[None, :]
-    return j <= i + nk - nq
-
-
-def max_err(a, b):
-    return (a.float().nan_to_num(0.0) - b.float()).abs().max().item()
-
-
-def decode_reference(q, k, v, causal, scale=None, dtype=torch.float32):
-    """(o, lse) of one sequence computed in `dtype`: q [1, sq, hq, d], k / v [1, n, hk, d];
-    causal bottom-right (query i sees keys j <= i + n - sq); rows that see no key: 0, -inf."""
-    hq, hk = q.shape[2], k.shape[2]
-    qf, kf, vf = (t.to(dtype).transpose(1, 2) for t in (q, k, v))
-    if hq != hk:
-        kf, vf = (t.repeat_interleave(hq // hk, dim=1) for t in (kf, vf))
-    s = (qf @ kf.transpose(-1, -2)) * (scale or 1 / math.sqrt(q.shape[-1]))
-    if causal:
-        s = s.masked_fill(~causal_mask(q.shape[1], k.shape[1], q.device), float("-inf"))
-    lse = torch.logsumexp(s.float(), dim=-1)
-    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
-    return (p @ vf).transpose(1, 2), lse
-
-
+# ---- the reference (gpu_test_torch.py's decode bar; gpu_harness.decode_reference) ------
 def check_decoded(o, lse, q, keys, values, causal, scale=None, what="o"):
     """Each sequence against the fp32 reference over its dequantized keys and values; the
     bar: 2x the error of the same formula in q's dtype, + 1e-5."""
@@ -446,8 +419,7 @@ def run_all():
         why = (f"{flashjit.library_path()} (version {flashjit.version()}) has no FP8 KV "
                f"cache (0.12)")
     if why:
-        results["skipped"] += 1
-        print(f"SKIP  the FP8 KV cache cases: {why}", flush=True)
+        gpu_harness.skip_cases("the FP8 KV cache cases", why)
         return
     bf16, fp16 = torch.bfloat16, torch.float16
     for layout in LAYOUTS:
@@ -467,9 +439,7 @@ def run_all():
 
 
 def main():
-    if not torch.cuda.is_available():
-        print("SKIP  every case: no CUDA device (run on the GPU machine, docs/GPU-TESTING.md)")
-        print("0 passed, 0 failed, 1 skipped")
+    if gpu_harness.no_device(torch):
         return 0
     torch.manual_seed(0)
     print(f"flashjit {flashjit.version()} ({flashjit.library_path()}), torch "

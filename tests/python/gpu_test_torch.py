@@ -38,18 +38,11 @@ import sys
 import warnings
 
 import gpu_harness
-from gpu_harness import Skip, case
+from gpu_harness import Skip, case, causal_mask, decode_reference, max_err
 
 torch = gpu_harness.import_torch(__name__ == "__main__")
 import torch.nn.functional as F  # noqa: E402
 import flashjit  # noqa: E402  (gpu_harness puts this checkout's package on the path)
-
-
-def causal_mask(nq, nk, device="cuda"):
-    """Bottom-right aligned: query i sees keys j <= i + nk - nq (True = attend)."""
-    i = torch.arange(nq, device=device)[:, None]
-    j = torch.arange(nk, device=device)[None, :]
-    return j <= i + nk - nq
 
 
 def reference(q, k, v, causal, scale=None):
@@ -73,10 +66,6 @@ def peer(q, k, v, causal, scale=None):
     o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                        attn_mask=mask, scale=scale, enable_gqa=hq != hk)
     return o.transpose(1, 2)
-
-
-def max_err(a, b):
-    return (a.float().nan_to_num(0.0) - b.float()).abs().max().item()
 
 
 def bar(peer_error, ref):
@@ -1121,21 +1110,6 @@ def kv_cache(lens, hk, d, dv, dtype, page=None, n_max=None, spare=3):
     return k, v, table, keys, values
 
 
-def decode_reference(q, k, v, causal, scale=None, dtype=torch.float32):
-    """(o, lse) of one sequence computed in `dtype`: q [1, sq, hq, d], k / v [1, n, hk, d];
-    causal bottom-right (query i sees keys j <= i + n - sq); rows that see no key: 0, -inf."""
-    hq, hk = q.shape[2], k.shape[2]
-    qf, kf, vf = (t.to(dtype).transpose(1, 2) for t in (q, k, v))
-    if hq != hk:
-        kf, vf = (t.repeat_interleave(hq // hk, dim=1) for t in (kf, vf))
-    s = (qf @ kf.transpose(-1, -2)) * (scale or 1 / math.sqrt(q.shape[-1]))
-    if causal:
-        s = s.masked_fill(~causal_mask(q.shape[1], k.shape[1], q.device), float("-inf"))
-    lse = torch.logsumexp(s.float(), dim=-1)
-    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
-    return (p @ vf).transpose(1, 2), lse
-
-
 def check_decoded(o, lse, q, keys, values, causal, scale=None, what="o"):
     """Each sequence against the fp32 reference over its keys; the bar: 2x the error of
     the same formula in q's dtype, + 1e-5."""
@@ -1368,9 +1342,7 @@ def decode_cases():
 
 
 def main():
-    if not torch.cuda.is_available():
-        print("SKIP  every case: no CUDA device (run on the GPU machine, docs/GPU-TESTING.md)")
-        print("0 passed, 0 failed, 1 skipped")
+    if gpu_harness.no_device(torch):
         return 0
     random.seed(0)
     torch.manual_seed(0)
