@@ -75,13 +75,13 @@ int bwdWgmmaMainSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
   // two of P^T with a split head dim), lse and D per stage (block_m + 4 floats each), the
   // two consumers' fp32 dQ (64 rows x their columns; none with a split head dim, whose
   // consumers add dQ from registers), the mbarriers (the ring's full and empty, each
-  // slice's written and read, K and V's).
+  // slice's written and read), each consumer's two dQ destination slots.
   const int d = spec.headDim;
   const int dqSlice = splitsHead(spec) ? 0 : 64 * dqColumns(spec, tile) * 4;
   const int scoreBuffers = splitsHead(spec) ? 4 : 2;
   return 1024 + 2 * tile.blockN * d * 2 + 2 * tile.stages * tile.blockM * d * 2 +
          scoreBuffers * tile.blockN * tile.blockM * 2 + tile.stages * 2 * (tile.blockM + 4) * 4 +
-         2 * dqSlice + (2 * tile.stages + 2 * 2 + 1) * 8;
+         2 * dqSlice + (2 * tile.stages + 2 * 2) * 8 + 2 * 2 * 8;
 }
 
 int bwdWgmmaSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
@@ -199,6 +199,12 @@ llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileCon
   e = bwdMmaSharedEntries(mmaSpec(spec), dqTile(spec), /*tiledDq=*/true);
   e.passes = {"flashjit_bwd_main"};
   e.keysPerCta = tile.blockN;
+  // A walk over tiles, but not with a split head dim or a mask_mod's block mask
+  // (BwdWgmmaConfig::kPersistent); persistent where CTAs' tiles are equal work: a static
+  // walk over causal tiles, heaviest first, gave CTAs up to 3x unequal work (0.64-0.84x;
+  // docs/PERF.md bw10), so causal kernels run a CTA a tile.
+  e.tileWalk = !splitsHead(spec) && spec.features.maskMod.empty();
+  e.persistentMain = e.tileWalk && !spec.causal;
   // Q and dO by TMA in boxes of 64 columns x block_m rows (128-byte swizzle).
   e.tma.enabled = true;
   e.tma.dtype = spec.dtype;

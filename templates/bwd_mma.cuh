@@ -759,16 +759,22 @@ __device__ __forceinline__ void dq_to_accumulator(const FjBackwardParams &P, u32
 struct CtaTile {
   int key_block, h_kv, b;
 };
-template <bool kCausal> __device__ __forceinline__ CtaTile cta_tile() {
-  if (!kCausal)
-    return {(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z};
-  const int blocks = gridDim.x, heads = gridDim.y * gridDim.z;
+// Tile `linear` of (blocks key blocks, heads_kv, batch) tiles in that order: the causal
+// one (bwd_wgmma's persistent grid walks the same order, CTA c taking tiles c,
+// c + gridDim.x, ...).
+__device__ __forceinline__ CtaTile causal_tile(int linear, int blocks, int heads_kv, int batch) {
+  const int heads = heads_kv * batch;
   const int chunk = imax(1, (128 + blocks - 1) / blocks);  // heads per chunk
-  const int linear = blockIdx.x + blocks * (blockIdx.y + gridDim.y * blockIdx.z);
   const int first = linear / (chunk * blocks) * chunk, within = linear % (chunk * blocks);
   const int chunk_heads = imin(chunk, heads - first);  // the last chunk may be short
   const int head = first + within % chunk_heads;
-  return {within / chunk_heads, head % (int)gridDim.y, head / (int)gridDim.y};
+  return {within / chunk_heads, head % heads_kv, head / heads_kv};
+}
+template <bool kCausal> __device__ __forceinline__ CtaTile cta_tile() {
+  if (!kCausal)
+    return {(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z};
+  return causal_tile(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), gridDim.x,
+                     gridDim.y, gridDim.z);
 }
 
 // ---- main: dK and dV of one key block, dQ by atomics ---------------------------------

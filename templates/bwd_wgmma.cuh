@@ -1,29 +1,30 @@
 // Family bwd_wgmma: the backward pass on Hopper (sm_90a), its five products on wgmma.
 //
 // The same four kernels and workspace as bwd_mma (prep, main, convert, and the
-// deterministic dq kernel, which are bwd_mma's own); only the main kernel is new. One
-// CTA per block of 128 keys of one (batch, key/value head): two consumer warpgroups of
-// 64 keys each, walking the query blocks (and the query heads of a GQA group) that see
-// the block, kBlockM query rows per step:
+// deterministic dq kernel, which are bwd_mma's own); only the main kernel is new. A
+// persistent grid of one CTA an SM, each walking blocks of 128 keys of one (batch,
+// key/value head) in turn (for_each_block): two consumer warpgroups of 64 keys each,
+// walking the query blocks (and the query heads of a GQA group) that see the block,
+// kBlockM query rows per step:
 //   S^T  = K Q^T      and  dP^T = V dO^T   (shared x shared, K-major: M = keys)
 //   P^T  = exp2(S^T scale log2e - lse),  dS^T = P^T (dP^T - D)     (registers)
 //   dV  += P^T dO     and  dK  += dS^T Q   (A from registers: the accumulator layout of
 //                                           S^T is wgmma's A-fragment layout; B = dO, Q
 //                                           read MN-major)
 //   dQ   = dS K       (A = dS^T, stored to shared memory once, read MN-major)
-// dK and dV stay in registers across the walk. A third warpgroup serves the consumers,
-// so that neither loads nor dQ's trip to global memory sit on their path:
-//   - its warp 1 copies K and V once with cp.async (rows past the block's keys zero-filled:
-//     no tensor map is needed for K and V, whose packed row count the caller need not
-//     give), while lane 0 of its warp 0 loads each step's Q and dO by TMA (the
-//     128-byte-swizzled panels wgmma reads) and lse and D by bulk copies into a ring of
-//     kStages stages, one transaction barrier a stage. One thread issuing a handful of
-//     copies leaves the serving warpgroup 24 registers, so the consumers get 240
-//     (docs/PERF.md bw5);
+// dK and dV stay in registers across the walk. The consumers copy a block's K and V with
+// cp.async, issued as the last block's products end (rows past the block's keys
+// zero-filled: no tensor map is needed for K and V, whose packed row count the caller
+// need not give). A third warpgroup serves them, so that neither the steps' loads nor
+// dQ's trip to global memory sit on their path:
+//   - lane 0 of its warp 0 loads each step's Q and dO by TMA (the 128-byte-swizzled
+//     panels wgmma reads) and lse and D by bulk copies into a ring of kStages stages,
+//     one transaction barrier a stage. One thread issuing a handful of copies leaves the
+//     serving warpgroup 24 registers, so the consumers get 240 (docs/PERF.md bw5);
 //   - one thread per consumer (lane 0 of warps 2 and 3) adds the consumer's 64 x 64 dQ
 //     slice, which the consumer leaves in shared memory in fp32 (and publishes after its
-//     next step's first products), to the global accumulator with one 16 KB bulk
-//     reduction (cp.reduce.async.bulk), the accumulator tiled to match
+//     next step's first products) with where it goes, to the global accumulator with
+//     one 16 KB bulk reduction (cp.reduce.async.bulk), the accumulator tiled to match
 //     (bwd_mma::DqTiled). The consumer goes on to its next step.
 //     docs/PERF.md bw1 measured a quarter of the time in the atomics when the consumers
 //     added dQ themselves; bw2 measured bulk reductions of one row each, and atomics
@@ -86,9 +87,12 @@ struct BwdWgmmaConfig {
   static constexpr int kBlockN = kSplitHead ? 64 : 64 * kConsumers;
   static constexpr int kScoreCols = kSplitHead ? kBlockM / kConsumers : kBlockM;  // S^T's N
   static constexpr int kDkvCols = kSplitHead ? kHeadDim / kConsumers : kHeadDim;
+  // A walk over tiles (bwd_wgmma::for_each_block: a persistent grid, or with causal
+  // attention one CTA a tile; the host's BackwardEntries::tileWalk), but not with a split
+  // head dim, nor with a block mask's step lists: either made ptxas spill across the walk.
+  static constexpr bool kPersistent = !kSplitHead && !kBlockSteps;
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = kConsumerThreads + 128;  // and the serving warpgroup
-  static constexpr int kKvLoadThreads = 32;                 // its warp 1 copies K and V
 
   // Registers after setmaxnreg: 168 each at launch (384 threads, one CTA per SM); the
   // serving warpgroup gives back all but 24, as its loads are TMA boxes from one thread
@@ -125,7 +129,8 @@ struct BwdWgmmaConfig {
   // 1024-byte aligned base: K, V, the Q and dO rings, dS^T (two buffers: a consumer may
   // write the next step's while the other still reads this one's) and with a split head
   // dim P^T likewise, lse and D per stage, the consumers' dQ slices, then the mbarriers:
-  // the ring's (full, empty), each dQ slice's (written, read) and K and V's.
+  // the ring's (full, empty) and each dQ slice's (written, read); then where each
+  // consumer's last two dQ slices go.
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kDsBytes = kBlockN * kBlockM * 2;
@@ -135,7 +140,14 @@ struct BwdWgmmaConfig {
   static constexpr int kStatsBytes = 2 * kStatsFloats * 4;
   static constexpr int kSmemBytes = 1024 + 2 * kKBytes + 2 * kStages * kQBytes +
                                     2 * kDsBytes + kPsBytes + kStages * kStatsBytes +
-                                    kConsumers * kDqStageBytes + (2 * kStages + 2 * kConsumers + 1) * 8;
+                                    kConsumers * kDqStageBytes +
+                                    (2 * kStages + 2 * kConsumers) * 8 + kConsumers * 2 * 8;
+  // A block's end stages dK in the dS^T buffers and dV in the dQ slices, which K and V
+  // do not use, so that the next block's K and V load meanwhile (bwd_wgmma::
+  // finish_block). With a split head dim they are staged in K's and V's own space, and
+  // the next load waits for them.
+  static_assert(kSplitHead || (kKBytes <= 2 * kDsBytes && kKBytes <= kConsumers * kDqStageBytes),
+                "dK fits the dS^T buffers and dV the dQ slices");
 };
 
 namespace bwd_wgmma {
@@ -149,7 +161,7 @@ template <int kRows> __device__ __forceinline__ u32 panel_offset(int r, int c) {
 
 // Copies a kRows x kCols tile (rows `row_stride` elements apart) into panels with
 // cp.async; rows at or past `valid_rows` are zero-filled. Each thread keeps one chunk
-// column and steps down the rows (K and V, once a CTA).
+// column and steps down the rows (K and V, once a block).
 template <int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void load_panels_async(u32 dst, const u16 *src, long long row_stride,
                                                   int valid_rows, int tid) {
@@ -158,7 +170,7 @@ __device__ __forceinline__ void load_panels_async(u32 dst, const u16 *src, long 
   static_assert(kThreads % kChunks == 0 && kRows % kRowStep == 0, "whole passes");
   const int r0 = tid / kChunks, c = tid % kChunks;
   const u16 *from = src + r0 * row_stride + c * 8;
-#pragma unroll 1  // the serving warps have 24 registers
+#pragma unroll 1  // few registers: the consumers issue it beside dK and dV
   for (int it = 0; it < kRows / kRowStep; ++it) {
     const int r = r0 + it * kRowStep;
     cp_async_16(dst + panel_offset<kRows>(r, c), r < valid_rows ? from : src, r < valid_rows);
@@ -204,10 +216,10 @@ __device__ __forceinline__ void pack_fragments(u32 (&frag)[Cfg::kBlockM / 16][4]
       frag[kk][r] = pack2<T>(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
 }
 
-// Writes this warpgroup's accumulator rows (64 key rows from `row0` of the block, its
-// kDkvCols columns of the head dim from chunk `chunk0`) to a panel tile of kBlockN rows,
+// Writes this warpgroup's accumulator rows (64 key rows from `row0` of the tile, its
+// kDkvCols columns of the head dim from chunk `chunk0`) to a panel tile of kRows rows,
 // times `scale`.
-template <typename Cfg>
+template <typename Cfg, int kRows>
 __device__ __forceinline__ void stage_rows(u32 tile, const float (&acc)[Cfg::kDkvCols / 2],
                                            int row0, int chunk0, float scale, int g, int t) {
   typedef typename Cfg::Element T;
@@ -216,21 +228,22 @@ __device__ __forceinline__ void stage_rows(u32 tile, const float (&acc)[Cfg::kDk
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int r = row0 + g + 8 * hf;
-      st_shared_u32(tile + panel_offset<Cfg::kBlockN>(r, chunk0 + j) + t * 4,
+      st_shared_u32(tile + panel_offset<kRows>(r, chunk0 + j) + t * 4,
                     pack2<T>(acc[4 * j + 2 * hf] * scale, acc[4 * j + 2 * hf + 1] * scale));
     }
 }
 
-// Copies the first `rows` rows of a staged panel tile to global memory (the consumers).
-template <typename Cfg>
+// Copies the first `rows` rows of a staged panel tile of kRows rows to global memory,
+// kThreads threads (tid among them).
+template <typename Cfg, int kRows, int kThreads>
 __device__ __forceinline__ void store_rows(u16 *gmem, long long row_stride, u32 tile, int rows,
                                            int tid) {
   constexpr int kChunks = Cfg::kHeadDim / 8;
-  for (int i = tid; i < Cfg::kBlockN * kChunks; i += Cfg::kConsumerThreads) {
+  for (int i = tid; i < kRows * kChunks; i += kThreads) {
     const int r = i / kChunks, c = i % kChunks;
     if (r < rows)
       st_global_v4(gmem + (long long)r * row_stride + c * 8,
-                   ld_shared_v4(tile + panel_offset<Cfg::kBlockN>(r, c)));
+                   ld_shared_v4(tile + panel_offset<kRows>(r, c)));
   }
 }
 
@@ -241,20 +254,65 @@ __device__ __forceinline__ void store_rows(u16 *gmem, long long row_stride, u32 
 // for its own accesses (an mbarrier arrival releases only the arriving thread's).
 constexpr int kBarDs = 1;
 
-// What the three roles share: the key block, its walk over (query head, query block)
-// steps and the shared-memory carve-up.
-template <typename Cfg> struct Block {
+// The shared-memory carve-up, from the 1024-byte aligned base.
+template <typename Cfg> struct Carve {
+  u32 base;
+  __device__ explicit Carve(unsigned char *smem) : base((smem_addr(smem) + 1023) & ~1023u) {}
+  // In the order BwdWgmmaConfig::kSmemBytes counts it; one base register, the rest
+  // constants.
+  static constexpr u32 kV = Cfg::kKBytes, kQ = kV + Cfg::kKBytes;
+  static constexpr u32 kDo = kQ + Cfg::kStages * Cfg::kQBytes;
+  static constexpr u32 kDs = kDo + Cfg::kStages * Cfg::kQBytes;
+  static constexpr u32 kPs = kDs + 2 * Cfg::kDsBytes;  // P^T's buffers (split head dim)
+  static constexpr u32 kStats = kPs + Cfg::kPsBytes;
+  static constexpr u32 kDq = kStats + Cfg::kStages * Cfg::kStatsBytes;
+  static constexpr u32 kFull = kDq + Cfg::kConsumers * Cfg::kDqStageBytes;
+  static constexpr u32 kEmpty = kFull + Cfg::kStages * 8;
+  static constexpr u32 kDqWritten = kEmpty + Cfg::kStages * 8;
+  static constexpr u32 kDqRead = kDqWritten + Cfg::kConsumers * 8;
+  static constexpr u32 kDqDst = kDqRead + Cfg::kConsumers * 8;  // two slots a consumer
+  static constexpr u32 kEnd = kDqDst + Cfg::kConsumers * 2 * 8;
+  __device__ __forceinline__ u32 s_k() const { return base; }
+  __device__ __forceinline__ u32 s_v() const { return base + kV; }
+  __device__ __forceinline__ u32 s_q(int stage) const { return base + kQ + stage * Cfg::kQBytes; }
+  __device__ __forceinline__ u32 s_do(int stage) const {
+    return base + kDo + stage * Cfg::kQBytes;
+  }
+  __device__ __forceinline__ u32 s_ds(int buffer) const {
+    return base + kDs + buffer * Cfg::kDsBytes;
+  }
+  __device__ __forceinline__ u32 s_ps(int buffer) const {
+    return base + kPs + buffer * Cfg::kDsBytes;
+  }
+  __device__ __forceinline__ u32 s_stats(int stage) const {
+    return base + kStats + stage * Cfg::kStatsBytes;
+  }
+  __device__ __forceinline__ u32 s_dq(int c) const { return base + kDq + c * Cfg::kDqStageBytes; }
+  __device__ __forceinline__ u32 full(int stage) const { return base + kFull + stage * 8; }
+  __device__ __forceinline__ u32 empty(int stage) const { return base + kEmpty + stage * 8; }
+  __device__ __forceinline__ u32 dq_written(int c) const { return base + kDqWritten + c * 8; }
+  __device__ __forceinline__ u32 dq_read(int c) const { return base + kDqRead + c * 8; }
+  // Where consumer c's dQ slice of step s goes: its float offset in the accumulator
+  // (bwd_mma::DqTiled), or -1 once the consumer has no more steps (send_dq).
+  __device__ __forceinline__ u32 dq_dst(int c, int s) const {
+    return base + kDqDst + (c * 2 + (s & 1)) * 8;
+  }
+};
+
+// What the roles share: the key block, its walk over (query head, query block) steps
+// and the shared-memory carve-up.
+template <typename Cfg> struct Block : Carve<Cfg> {
   SeqExtent seq;
   int n0, keys_valid, group, diag, m_begin, m_end, steps_per_head, steps, h_kv, b;
-  u32 base;  // 1024-byte aligned start of the shared-memory carve-up
   const unsigned *list;  // the block mask's steps of this block (Cfg::kBlockSteps), or null
   const int *slots;      // their keep-bit slots (with list)
+  __device__ explicit Block(unsigned char *smem) : Carve<Cfg>(smem) {}
 
   // Step s: query block m_begin + s % steps_per_head (< m_end) of query head
   // h_kv * group + s / steps_per_head, or with a block mask its list's entry s. step()
   // gives its first row, query head and whether it may be partly masked, bit_slot its
   // keep-bit slot (-1: none); first_step / next_step walk the same order by counters (h
-  // within the group, query block mb), without divisions.
+  // within the group, query block mb), without divisions (the loading thread).
   __device__ __forceinline__ void step(int s, int &m0, int &q_head, bool &partial) const {
     if (Cfg::kBlockSteps && list) {
       const unsigned e = list[s];
@@ -294,41 +352,6 @@ template <typename Cfg> struct Block {
       ++h;
     }
   }
-  // Shared memory, in the order BwdWgmmaConfig::kSmemBytes counts it; one base register,
-  // the rest constants.
-  static constexpr u32 kV = Cfg::kKBytes, kQ = kV + Cfg::kKBytes;
-  static constexpr u32 kDo = kQ + Cfg::kStages * Cfg::kQBytes;
-  static constexpr u32 kDs = kDo + Cfg::kStages * Cfg::kQBytes;
-  static constexpr u32 kPs = kDs + 2 * Cfg::kDsBytes;  // P^T's buffers (split head dim)
-  static constexpr u32 kStats = kPs + Cfg::kPsBytes;
-  static constexpr u32 kDq = kStats + Cfg::kStages * Cfg::kStatsBytes;
-  static constexpr u32 kFull = kDq + Cfg::kConsumers * Cfg::kDqStageBytes;
-  static constexpr u32 kEmpty = kFull + Cfg::kStages * 8;
-  static constexpr u32 kDqWritten = kEmpty + Cfg::kStages * 8;
-  static constexpr u32 kDqRead = kDqWritten + Cfg::kConsumers * 8;
-  static constexpr u32 kKvFull = kDqRead + Cfg::kConsumers * 8;
-  __device__ __forceinline__ u32 s_k() const { return base; }
-  __device__ __forceinline__ u32 s_v() const { return base + kV; }
-  __device__ __forceinline__ u32 s_q(int stage) const { return base + kQ + stage * Cfg::kQBytes; }
-  __device__ __forceinline__ u32 s_do(int stage) const {
-    return base + kDo + stage * Cfg::kQBytes;
-  }
-  __device__ __forceinline__ u32 s_ds(int buffer) const {
-    return base + kDs + buffer * Cfg::kDsBytes;
-  }
-  __device__ __forceinline__ u32 s_ps(int buffer) const {
-    return base + kPs + buffer * Cfg::kDsBytes;
-  }
-  __device__ __forceinline__ u32 s_stats(int stage) const {
-    return base + kStats + stage * Cfg::kStatsBytes;
-  }
-  __device__ __forceinline__ u32 s_dq(int c) const { return base + kDq + c * Cfg::kDqStageBytes; }
-  __device__ __forceinline__ u32 full(int stage) const { return base + kFull + stage * 8; }
-  __device__ __forceinline__ u32 empty(int stage) const { return base + kEmpty + stage * 8; }
-  __device__ __forceinline__ u32 dq_written(int c) const { return base + kDqWritten + c * 8; }
-  __device__ __forceinline__ u32 dq_read(int c) const { return base + kDqRead + c * 8; }
-  __device__ __forceinline__ u32 kv_full() const { return base + kKvFull; }
-
 };
 
 // The main kernel's tensor maps (kernel parameters, encoded per call by the host).
@@ -345,48 +368,75 @@ __device__ __forceinline__ void bulk_load(u32 dst, const void *src, u32 bytes, u
                : "memory");
 }
 
-// K and V of the block, by warp 1 of the serving warpgroup, once: cp.async, rows past
-// the block's keys zero-filled, every lane arriving on kv_full for its own copies.
+// Tile i of (ceil(seqlen_k / kBlockN), heads_kv, batch), causal ones in
+// bwd_mma::causal_tile's order (for_each_block).
 template <typename Cfg>
-__device__ __forceinline__ void copy_kv(const FjForwardParams &p, const Block<Cfg> &w, int lane) {
+__device__ __forceinline__ bwd_mma::CtaTile tile_at(const FjForwardParams &p, int i) {
+  const int blocks = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  if (Cfg::kCausal)
+    return bwd_mma::causal_tile(i, blocks, p.heads_kv, p.batch);
+  return {i % blocks, (i / blocks) % p.heads_kv, i / (blocks * p.heads_kv)};
+}
+// This CTA's first tile from i on (i, i + gridDim.x, ...) that has keys (with cu_seqlens
+// a sequence may have fewer than the longest), or -1.
+template <typename Cfg> __device__ __forceinline__ int next_tile(const FjForwardParams &p, int i) {
+  const int tiles = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN * p.heads_kv * p.batch;
+  for (; i < tiles; i += gridDim.x) {
+    const bwd_mma::CtaTile tile = tile_at<Cfg>(p, i);
+    if (tile.key_block * Cfg::kBlockN < seq_extent(p, tile.b).seqlen_k)
+      return i;
+  }
+  return -1;
+}
+
+// K and V of `tile` into shared memory, by the consumers' cp.async (ct: the thread among
+// them), rows past the block's keys zero-filled: issued for the next block as soon as
+// the last one's products are done with them, so that they load under its end
+// (finish_block); kv_ready waits for them. (A warp of the serving warpgroup copying them
+// across the blocks needed more than its 24 registers.)
+template <typename Cfg>
+__device__ __forceinline__ void issue_kv(const FjForwardParams &p, const Carve<Cfg> &smem,
+                                         const bwd_mma::CtaTile &tile, int ct) {
   constexpr int D = Cfg::kHeadDim, BN = Cfg::kBlockN;
-  if (w.steps == 0)
-    return;  // no query sees the block
+  const SeqExtent seq = seq_extent(p, tile.b);
+  const int n0 = tile.key_block * BN, keys_valid = imin(BN, seq.seqlen_k - n0);
   const u16 *k = (const u16 *)p.k +
-                 tensor_base(w.seq.k_offset, w.b, w.h_kv, p.k_batch_stride, p.k_row_stride,
+                 tensor_base(seq.k_offset, tile.b, tile.h_kv, p.k_batch_stride, p.k_row_stride,
                              p.k_head_stride) +
-                 (long long)w.n0 * p.k_row_stride;
+                 (long long)n0 * p.k_row_stride;
   const u16 *v = (const u16 *)p.v +
-                 tensor_base(w.seq.k_offset, w.b, w.h_kv, p.v_batch_stride, p.v_row_stride,
+                 tensor_base(seq.k_offset, tile.b, tile.h_kv, p.v_batch_stride, p.v_row_stride,
                              p.v_head_stride) +
-                 (long long)w.n0 * p.v_row_stride;
-  load_panels_async<BN, D, Cfg::kKvLoadThreads>(w.s_k(), k, p.k_row_stride, w.keys_valid, lane);
-  load_panels_async<BN, D, Cfg::kKvLoadThreads>(w.s_v(), v, p.v_row_stride, w.keys_valid, lane);
+                 (long long)n0 * p.v_row_stride;
+  load_panels_async<BN, D, Cfg::kConsumerThreads>(smem.s_k(), k, p.k_row_stride, keys_valid, ct);
+  load_panels_async<BN, D, Cfg::kConsumerThreads>(smem.s_v(), v, p.v_row_stride, keys_valid, ct);
   cp_async_commit();
+}
+// Before a block's first products: this thread's copies done, made visible to wgmma,
+// then every consumer thread's.
+template <typename Cfg> __device__ __forceinline__ void kv_ready() {
   cp_async_wait<0>();
   fence_proxy_async_smem();  // cp.async wrote the operands wgmma reads
-  mbar_arrive(w.kv_full());
+  named_sync(kBarDs, Cfg::kConsumerThreads);
 }
 
 // The loading thread (lane 0 of the serving warpgroup's warp 0): each step's Q and dO
 // (by TMA) and lse and D (bulk copies) into the ring, a stage's transaction barrier
-// counting their bytes. A thread apart from K and V's copies, so that the first steps'
-// loads overlap them. The loads of step s wait for the consumers to free a stage, which
-// they do as they finish step s - kStages. The walk goes by counters rather than
-// divisions: this warpgroup has 24 registers.
+// counting their bytes. A thread of its own, so that the first steps' loads overlap K's
+// and V's, and a block's first steps load under the last block's last ones.
+// The ring runs on over the CTA's blocks: s0 is the CTA's steps before this block's.
+// The loads of step s wait for the consumers to free a stage, which they do as they
+// finish step s - kStages. The walk goes by counters rather than divisions: this
+// warpgroup has 24 registers.
 template <typename Cfg>
 __device__ __forceinline__ void load_steps(const FjBackwardParams &P, const Maps &maps,
-                                           const Block<Cfg> &w) {
+                                           const Block<Cfg> &w, int s0) {
   constexpr int D = Cfg::kHeadDim, BM = Cfg::kBlockM;
   const FjForwardParams &p = P.fwd;
-  if (w.steps == 0)
-    return;
-  tma_prefetch_map(maps.q);
-  tma_prefetch_map(maps.dout);
   const int batch = w.seq.tma_batch(w.b);
   int h, mb;  // the query head within the group and the query block
   w.first_step(h, mb);
-  for (int s = 0; s < w.steps; ++s) {
+  for (int s = s0; s < s0 + w.steps; ++s) {
     const int stage = s % Cfg::kStages;
     mbar_wait(w.empty(stage), ((s / Cfg::kStages) & 1) ^ 1);
     const int head = w.h_kv * w.group + h, m0 = mb * BM, row = w.seq.tma_q_row(m0);
@@ -401,41 +451,38 @@ __device__ __forceinline__ void load_steps(const FjBackwardParams &P, const Maps
     bulk_load(w.s_stats(stage), P.lse_log2 + aligned, Cfg::kStatsFloats * 4, full);
     bulk_load(w.s_stats(stage) + Cfg::kStatsFloats * 4, P.dpsum + aligned,
               Cfg::kStatsFloats * 4, full);
-    w.next_step(s, h, mb);
+    w.next_step(s - s0, h, mb);
   }
 }
 
 // The sending thread of consumer c (lane 0 of serving warp 2 + c): each step's dQ slice,
 // which the consumer leaves in shared memory in fp32, added to the global accumulator
-// with one bulk reduction (16 KB a 64-column slice) into the tiled accumulator (rows past the sequence's
-// end add zeros to its padding), the slice handed back once read. A thread of its own,
-// so that no load waits for a reduction to be read (docs/PERF.md bw3: with one thread
-// doing both, the consumers waited for their slice buffer for 15 % of their time).
+// with one bulk reduction (16 KB a 64-column slice) into the tiled accumulator (rows past
+// the sequence's end add zeros to its padding), the slice handed back once read. A thread
+// of its own, so that no load waits for a reduction to be read (docs/PERF.md bw3: with
+// one thread doing both, the consumers waited for their slice buffer for 15 % of their
+// time). The consumer also writes where each slice goes (dq_dst): a walk over the
+// blocks does not fit this warpgroup's 24 registers. It ends at the consumer's -1.
 template <typename Cfg>
-__device__ __forceinline__ void send_dq(const FjBackwardParams &P, const Block<Cfg> &w, int c) {
-  const FjForwardParams &p = P.fwd;
-  if (Cfg::kDqFromRegisters || w.steps == 0 || P.dq_accum == nullptr)
-    return;
-  const long long rows0 =
-      bwd_mma::DqTiled::padded_row0(p, bwd_mma::first_query_row(p, w.seq, w.b), w.b);
-  int h, mb;
-  w.first_step(h, mb);
-  for (int s = 0; s < w.steps; ++s) {
-    mbar_wait(w.dq_written(c), s & 1);
-    const long long group = (rows0 + mb * Cfg::kBlockM) / 64 + c / Cfg::kDqColSlices;
-    float *dst = P.dq_accum + bwd_mma::DqTiled::slice(group, w.h_kv * w.group + h,
-                                                      (c % Cfg::kDqColSlices) * Cfg::kDqCols / 64,
-                                                      p.heads_q, Cfg::kHeadDim);
+__device__ __forceinline__ void send_dq(const FjBackwardParams &P, const Carve<Cfg> &smem,
+                                        int c) {
+#pragma unroll 1
+  for (int s = 0;; ++s) {
+    mbar_wait(smem.dq_written(c), s & 1);
+    long long offset;
+    asm volatile("ld.shared.s64 %0, [%1];\n" : "=l"(offset) : "r"(smem.dq_dst(c, s)) : "memory");
+    if (offset < 0)
+      break;
     asm volatile(
-        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
-        "r"(w.s_dq(c)), "n"(Cfg::kDqStageBytes)
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+            P.dq_accum + offset),
+        "r"(smem.s_dq(c)), "n"(Cfg::kDqStageBytes)
         : "memory");
     bulk_commit();
-    w.next_step(s, h, mb);
     bulk_wait_read();  // the slice has been read: the consumer may write the next
-    mbar_arrive(w.dq_read(c));
+    mbar_arrive(smem.dq_read(c));
   }
-  bulk_wait();
+  bulk_wait();  // the last reductions, before the CTA's shared memory goes
 }
 
 // ---- a consumer's step, in pieces that both step orders use ----
@@ -701,9 +748,32 @@ __device__ __forceinline__ void write_dq(const Block<Cfg> &w, int c, int s, int 
                  "f"(acc_dq[4 * j + 3])
                  : "memory");
 }
-template <typename Cfg> __device__ __forceinline__ void publish_dq(const Block<Cfg> &w, int c) {
+template <typename Cfg> __device__ __forceinline__ void publish_dq(const Carve<Cfg> &w, int c) {
   fence_proxy_async_smem();  // the bulk reduction reads the slice through the async proxy
   mbar_arrive(w.dq_written(c));
+}
+// Where consumer c's slice of step s (the CTA's; row m0 of query head q_head of the
+// block) goes, for its sending thread: written by the consumer's first thread once the
+// step's first products are issued, read once the slice is published (a step later).
+// The slot was last read for step s - 2, before the reduction that write_dq waited for
+// in step s - 1.
+template <typename Cfg>
+__device__ __forceinline__ void tell_dq_dst(const FjBackwardParams &P, const Block<Cfg> &w, int c,
+                                            int s, int m0, int q_head) {
+  const FjForwardParams &p = P.fwd;
+  const long long rows0 =
+      bwd_mma::DqTiled::padded_row0(p, bwd_mma::first_query_row(p, w.seq, w.b), w.b);
+  const long long offset = bwd_mma::DqTiled::slice(
+      (rows0 + m0) / 64 + c / Cfg::kDqColSlices, q_head,
+      (c % Cfg::kDqColSlices) * Cfg::kDqCols / 64, p.heads_q, Cfg::kHeadDim);
+  asm volatile("st.shared.s64 [%0], %1;\n" ::"r"(w.dq_dst(c, s)), "l"(offset) : "memory");
+}
+// After consumer c's last step (s: the CTA's steps): -1 ends its sending thread's walk.
+template <typename Cfg>
+__device__ __forceinline__ void end_dq(const Carve<Cfg> &w, int c, int s, int ct) {
+  if (ct % 128 == 0)
+    asm volatile("st.shared.s64 [%0], %1;\n" ::"r"(w.dq_dst(c, s)), "l"(-1ll) : "memory");
+  publish_dq<Cfg>(w, c);
 }
 
 // With a split head dim: quads kFirst .. kFirst + kCount - 1 of this consumer's dQ of
@@ -723,29 +793,75 @@ __device__ __forceinline__ void reduce_dq(float *slices, const float (&v)[N], in
                  : "memory");
 }
 
-// The end of a consumer's walk: dK (times the softmax scale) and dV of its rows
-// (64 from wg_row0) and columns (kDkvCols from col0) to global memory, staged through
-// K's and V's space once both consumers are done with them (dQ reads all of K).
+// The block's first rows of dK and dV in global memory.
+template <typename Cfg>
+__device__ __forceinline__ u16 *dk_rows(const FjBackwardParams &P, const Block<Cfg> &w) {
+  return (u16 *)P.dk +
+         tensor_base(w.seq.k_offset, w.b, w.h_kv, P.dk_batch_stride, P.dk_row_stride,
+                     P.dk_head_stride) +
+         (long long)w.n0 * P.dk_row_stride;
+}
+template <typename Cfg>
+__device__ __forceinline__ u16 *dv_rows(const FjBackwardParams &P, const Block<Cfg> &w) {
+  return (u16 *)P.dv +
+         tensor_base(w.seq.k_offset, w.b, w.h_kv, P.dv_batch_stride, P.dv_row_stride,
+                     P.dv_head_stride) +
+         (long long)w.n0 * P.dv_row_stride;
+}
+
+// The end of a consumer's walk with a split head dim: dK (times the softmax scale) and
+// dV of its columns (kDkvCols from col0) of the block's 64 rows to global memory,
+// staged through K's and V's space once both consumers are done with them (dQ reads
+// all of K); then the next block's K and V (tile `next`, -1: none) load there.
+template <typename Cfg>
+__device__ __forceinline__ void finish_block_in_kv(const FjBackwardParams &P, const Block<Cfg> &w,
+                                                   const float (&acc_dk)[Cfg::kDkvCols / 2],
+                                                   const float (&acc_dv)[Cfg::kDkvCols / 2],
+                                                   int wg_row0, int col0, int next, int ct) {
+  const int lane = ct & 31, g = lane >> 2, t = lane & 3;
+  named_sync(kBarDs, Cfg::kConsumerThreads);
+  stage_rows<Cfg, Cfg::kBlockN>(w.s_k(), acc_dk, wg_row0, col0 / 8, P.fwd.softmax_scale, g, t);
+  stage_rows<Cfg, Cfg::kBlockN>(w.s_v(), acc_dv, wg_row0, col0 / 8, 1.f, g, t);
+  named_sync(kBarDs, Cfg::kConsumerThreads);
+  store_rows<Cfg, Cfg::kBlockN, Cfg::kConsumerThreads>(dk_rows(P, w), P.dk_row_stride, w.s_k(),
+                                                       w.keys_valid, ct);
+  store_rows<Cfg, Cfg::kBlockN, Cfg::kConsumerThreads>(dv_rows(P, w), P.dv_row_stride, w.s_v(),
+                                                       w.keys_valid, ct);
+  named_sync(kBarDs, Cfg::kConsumerThreads);  // every thread has read its staged rows
+  if (next >= 0)
+    issue_kv<Cfg>(P.fwd, w, tile_at<Cfg>(P.fwd, next), ct);
+}
+
+// The end of a consumer's walk with the head dim whole: once both consumers' last
+// products are done with K, V and dS^T, the next block's K and V (tile `next`, -1:
+// none) begin to load, and dK (times the softmax scale) and dV of the consumer's 64 key
+// rows go to global memory meanwhile, staged where K and V are not: dK in dS^T's two
+// buffers, dV in the two consumers' dQ slices once their last reductions have read them
+// (step `last`, counted over the CTA's blocks), each a panel tile of the block's rows
+// as K's and V's. Both consumers then meet again, before either writes the next
+// block's dS^T or dQ. (A consumer staging its rows alone, with a barrier of its own,
+// made ptxas spill.)
 template <typename Cfg>
 __device__ __forceinline__ void finish_block(const FjBackwardParams &P, const Block<Cfg> &w,
                                              const float (&acc_dk)[Cfg::kDkvCols / 2],
                                              const float (&acc_dv)[Cfg::kDkvCols / 2],
-                                             int wg_row0, int col0, int ct) {
+                                             int wg_row0, int last, int next, int ct) {
   const int lane = ct & 31, g = lane >> 2, t = lane & 3;
   named_sync(kBarDs, Cfg::kConsumerThreads);
-  u16 *dk = (u16 *)P.dk +
-            tensor_base(w.seq.k_offset, w.b, w.h_kv, P.dk_batch_stride, P.dk_row_stride,
-                        P.dk_head_stride) +
-            (long long)w.n0 * P.dk_row_stride;
-  u16 *dv = (u16 *)P.dv +
-            tensor_base(w.seq.k_offset, w.b, w.h_kv, P.dv_batch_stride, P.dv_row_stride,
-                        P.dv_head_stride) +
-            (long long)w.n0 * P.dv_row_stride;
-  stage_rows<Cfg>(w.s_k(), acc_dk, wg_row0, col0 / 8, P.fwd.softmax_scale, g, t);
-  stage_rows<Cfg>(w.s_v(), acc_dv, wg_row0, col0 / 8, 1.f, g, t);
+  if (next >= 0)
+    issue_kv<Cfg>(P.fwd, w, tile_at<Cfg>(P.fwd, next), ct);
+  stage_rows<Cfg, Cfg::kBlockN>(w.s_ds(0), acc_dk, wg_row0, 0, P.fwd.softmax_scale, g, t);
+  if (P.dq_accum != nullptr && w.steps > 0)
+#pragma unroll
+    for (int c = 0; c < Cfg::kConsumers; ++c)
+      mbar_wait(w.dq_read(c), last & 1);
+  stage_rows<Cfg, Cfg::kBlockN>(w.s_dq(0), acc_dv, wg_row0, 0, 1.f, g, t);
   named_sync(kBarDs, Cfg::kConsumerThreads);
-  store_rows<Cfg>(dk, P.dk_row_stride, w.s_k(), w.keys_valid, ct);
-  store_rows<Cfg>(dv, P.dv_row_stride, w.s_v(), w.keys_valid, ct);
+  store_rows<Cfg, Cfg::kBlockN, Cfg::kConsumerThreads>(dk_rows(P, w), P.dk_row_stride, w.s_ds(0),
+                                                       w.keys_valid, ct);
+  store_rows<Cfg, Cfg::kBlockN, Cfg::kConsumerThreads>(dv_rows(P, w), P.dv_row_stride, w.s_dq(0),
+                                                       w.keys_valid, ct);
+  named_sync(kBarDs, Cfg::kConsumerThreads);
 }
 
 // A consumer warpgroup (c = 0, 1): keys c * 64 .. c * 64 + 63 of the block.
@@ -758,9 +874,13 @@ __device__ __forceinline__ void finish_block(const FjBackwardParams &P, const Bl
 // 128, 32 registers more of P^T and dS^T) ptxas serialises that order's wgmmas, so it
 // keeps bw1's: dV and dK issued together after dS^T, drained before dQ (docs/PERF.md
 // bw4, bw5).
+//
+// s0: the CTA's steps before this block's (the ring, the dS^T buffers and the dQ
+// slices run on over its blocks); next: the CTA's next tile (-1: none), whose K and V
+// the block's end loads.
 template <typename Cfg>
 __device__ __forceinline__ void consume_whole(const FjBackwardParams &P, const Block<Cfg> &w,
-                                             int c, int ct) {
+                                             int c, int ct, int s0, int next) {
   constexpr int D = Cfg::kHeadDim, BM = Cfg::kBlockM, BN = Cfg::kBlockN;
   constexpr bool kOverlapped = D == 128 && BM == 64;
   const FjForwardParams &p = P.fwd;
@@ -779,11 +899,10 @@ __device__ __forceinline__ void consume_whole(const FjBackwardParams &P, const B
   const int dq_rows0 = (c / Cfg::kDqColSlices) * 64;
   const int dq_col0 = (c % Cfg::kDqColSlices) * Cfg::kDqCols;
 
-  if (w.steps > 0)
-    mbar_wait(w.kv_full(), 0);
+  kv_ready<Cfg>();
   for (int s = 0; s < w.steps; ++s) {
-    const int stage = s % Cfg::kStages;
-    mbar_wait(w.full(stage), (s / Cfg::kStages) & 1);
+    const int gs = s0 + s, stage = gs % Cfg::kStages;
+    mbar_wait(w.full(stage), (gs / Cfg::kStages) & 1);
     int m0, q_head;
     bool partial;
     w.step(s, m0, q_head, partial);
@@ -794,7 +913,7 @@ __device__ __forceinline__ void consume_whole(const FjBackwardParams &P, const B
     // lse and D of row m0: the copies began at the 16-byte boundary before it.
     const u32 s_lse = w.s_stats(stage) + (u32)(lse_index(p, w.seq, q_head, m0) & 3) * 4;
     const u32 s_dpsum = s_lse + Cfg::kStatsFloats * 4;
-    const u32 s_ds = w.s_ds(s & 1);
+    const u32 s_ds = w.s_ds(gs & 1);
 
     // S^T and dP^T for this warpgroup's 64 keys, one commit group each.
     float acc_s[BM / 2], acc_dp[BM / 2];
@@ -803,6 +922,8 @@ __device__ __forceinline__ void consume_whole(const FjBackwardParams &P, const B
     wgmma_commit();
     product_over_d<Cfg, BN, BM, BM>(acc_dp, w.s_v() + c * 64 * 128, s_do);
     wgmma_commit();
+    if (with_dq && ct % 128 == 0)  // under the products, not before their issue
+      tell_dq_dst<Cfg>(P, w, c, gs, m0, q_head);
     if (with_dq && s > 0)
       publish_dq<Cfg>(w, c);  // the last step's slice
     wgmma_wait<1>();
@@ -835,7 +956,7 @@ __device__ __forceinline__ void consume_whole(const FjBackwardParams &P, const B
       pin_registers(acc_dv);
       pin_registers(acc_dq);
       if (with_dq)
-        write_dq<Cfg>(w, c, s, ct, acc_dq);
+        write_dq<Cfg>(w, c, gs, ct, acc_dq);
       wgmma_wait<0>();
       mbar_arrive(w.empty(stage));  // this thread is done with Q, dO, lse and D
     } else {
@@ -867,7 +988,7 @@ __device__ __forceinline__ void consume_whole(const FjBackwardParams &P, const B
         wgmma_wait<0>();
         pin_registers(acc_dq);
         mbar_arrive(w.empty(stage));  // this thread is done with Q, dO, lse and D
-        write_dq<Cfg>(w, c, s, ct, acc_dq);
+        write_dq<Cfg>(w, c, gs, ct, acc_dq);
       } else {
         wgmma_wait<0>();
         mbar_arrive(w.empty(stage));
@@ -878,7 +999,7 @@ __device__ __forceinline__ void consume_whole(const FjBackwardParams &P, const B
   }
   if (with_dq && w.steps > 0)
     publish_dq<Cfg>(w, c);
-  finish_block<Cfg>(P, w, acc_dk, acc_dv, wg_row0, 0, ct);
+  finish_block<Cfg>(P, w, acc_dk, acc_dv, wg_row0, s0 + w.steps - 1, next, ct);
 }
 
 // A consumer warpgroup (c = 0, 1) with a split head dim: all 64 keys of the block, the
@@ -888,9 +1009,10 @@ __device__ __forceinline__ void consume_whole(const FjBackwardParams &P, const B
 // from shared memory, then dQ = dS K, added to the accumulator from registers. The stage
 // is handed back as soon as dV's and dK's products are done: with one stage in the
 // ring, the next step's Q and dO then load under dQ's product and its reductions.
+// s0 and next as for consume_whole.
 template <typename Cfg>
 __device__ __forceinline__ void consume_split(const FjBackwardParams &P, const Block<Cfg> &w,
-                                             int c, int ct) {
+                                             int c, int ct, int s0, int next) {
   constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN, NC = Cfg::kScoreCols;
   constexpr int kCols = Cfg::kDkvCols;
   const FjForwardParams &p = P.fwd;
@@ -914,11 +1036,10 @@ __device__ __forceinline__ void consume_split(const FjBackwardParams &P, const B
   float dq_late[4 * kLate + 1];
   float *late_slices = nullptr;
 
-  if (w.steps > 0)
-    mbar_wait(w.kv_full(), 0);
+  kv_ready<Cfg>();
   for (int s = 0; s < w.steps; ++s) {
-    const int stage = s % Cfg::kStages;
-    mbar_wait(w.full(stage), (s / Cfg::kStages) & 1);
+    const int gs = s0 + s, stage = gs % Cfg::kStages;
+    mbar_wait(w.full(stage), (gs / Cfg::kStages) & 1);
     int m0, q_head;
     bool partial;
     w.step(s, m0, q_head, partial);
@@ -931,7 +1052,7 @@ __device__ __forceinline__ void consume_split(const FjBackwardParams &P, const B
     const u32 s_lse =
         w.s_stats(stage) + (u32)((lse_index(p, w.seq, q_head, m0) & 3) + c * NC) * 4;
     const u32 s_dpsum = s_lse + Cfg::kStatsFloats * 4;
-    const u32 s_ds = w.s_ds(s & 1), s_ps = w.s_ps(s & 1);
+    const u32 s_ds = w.s_ds(gs & 1), s_ps = w.s_ps(gs & 1);
 
     // S^T and dP^T: all keys x this warpgroup's queries (B rows c * NC of Q and dO).
     float acc_s[NC / 2], acc_dp[NC / 2];
@@ -980,26 +1101,26 @@ __device__ __forceinline__ void consume_split(const FjBackwardParams &P, const B
   }
   if (kLate > 0 && late_slices != nullptr)
     reduce_dq<kEarly, kLate, kEarly>(late_slices, dq_late, ct);
-  finish_block<Cfg>(P, w, acc_dk, acc_dv, wg_row0, col0, ct);
+  finish_block_in_kv<Cfg>(P, w, acc_dk, acc_dv, wg_row0, col0, next, ct);
 }
 
 template <typename Cfg>
 __device__ __forceinline__ void consume(const FjBackwardParams &P, const Block<Cfg> &w, int c,
-                                       int ct) {
+                                       int ct, int s0, int next) {
   if constexpr (Cfg::kSplitHead)
-    consume_split<Cfg>(P, w, c, ct);
+    consume_split<Cfg>(P, w, c, ct, s0, next);
   else
-    consume_whole<Cfg>(P, w, c, ct);
+    consume_whole<Cfg>(P, w, c, ct, s0, next);
 }
 
-// The key block of this CTA and its walk; each role builds its own after the register
+// A key block of this CTA and its walk; each role builds its own after the register
 // split, so that none of it is live across setmaxnreg.
 template <typename Cfg>
-__device__ __forceinline__ Block<Cfg> make_block(const FjBackwardParams &P, unsigned char *smem) {
+__device__ __forceinline__ Block<Cfg> make_block(const FjBackwardParams &P, unsigned char *smem,
+                                                 const bwd_mma::CtaTile &tile) {
   constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN;
   const FjForwardParams &p = P.fwd;
-  Block<Cfg> w;
-  const bwd_mma::CtaTile tile = bwd_mma::cta_tile<Cfg::kCausal>();
+  Block<Cfg> w(smem);
   w.b = tile.b;
   w.h_kv = tile.h_kv;
   w.seq = seq_extent(p, w.b);
@@ -1023,26 +1144,51 @@ __device__ __forceinline__ Block<Cfg> make_block(const FjBackwardParams &P, unsi
     }
   }
 
-  w.base = (smem_addr(smem) + 1023) & ~1023u;
-  static_assert(Block<Cfg>::kKvFull + 8 + 1024 == Cfg::kSmemBytes,
+  static_assert(Carve<Cfg>::kEnd + 1024 == Cfg::kSmemBytes,
                 "the carve-up is the size BwdWgmmaConfig counts");
   return w;
 }
 
-// Grid (ceil(seqlen_k / kBlockN), heads_kv, batch), kThreads threads: warpgroup 0
-// serves (lane 0 of warp 0 loads the steps, warp 1 copies K and V, lane 0 of warps 2-3
-// sends dQ), warpgroups 1 and 2 compute.
+// Calls fn(block, the next tile or -1) for each key block of this CTA: CTA c takes tiles
+// c, c + gridDim.x, ... (tile_at, next_tile; causal ones the heaviest first). The host
+// makes the grid persistent (at most one CTA an SM: BackwardEntries::persistentMain)
+// where the tiles are equal work, so that a block's K and V load, and its first steps'
+// Q and dO, under the last block's end, and no CTA pays a launch, its barriers' set-up
+// and an exposed epilogue per block (docs/PERF.md bw10); with causal attention, one
+// CTA a tile (a static walk's CTAs got unequal work). The loading thread and the
+// consumers walk the same blocks.
+//
+// Without kPersistent (a split head dim, a block mask's lists) the grid is
+// (ceil(seqlen_k / kBlockN), heads_kv, batch), a block a CTA (bwd_mma::cta_tile): in a
+// walk over blocks, ptxas spilled the split consumers' finish_block_in_kv and the
+// loading thread's list walk.
+template <typename Cfg, typename Fn>
+__device__ __forceinline__ void for_each_block(const FjBackwardParams &P, unsigned char *smem,
+                                               Fn &&fn) {
+  if constexpr (!Cfg::kPersistent) {
+    const bwd_mma::CtaTile tile = bwd_mma::cta_tile<Cfg::kCausal>();
+    if (tile.key_block * Cfg::kBlockN < seq_extent(P.fwd, tile.b).seqlen_k)
+      fn(make_block<Cfg>(P, smem, tile), -1);
+    return;
+  }
+#pragma unroll 1
+  for (int i = next_tile<Cfg>(P.fwd, blockIdx.x); i >= 0;) {
+    const int next = next_tile<Cfg>(P.fwd, i + gridDim.x);
+    fn(make_block<Cfg>(P, smem, tile_at<Cfg>(P.fwd, i)), next);
+    i = next;
+  }
+}
+
+// The blocks of for_each_block, kThreads threads: warpgroup 0 serves (lane 0 of
+// warp 0 loads the steps, lane 0 of warps 2-3 sends dQ), warpgroups 1 and 2 compute
+// (and copy K and V).
 template <typename Cfg>
 __device__ __forceinline__ void run_main(const FjBackwardParams &P, const Maps &maps,
                                          unsigned char *smem) {
   const FjForwardParams &p = P.fwd;
-  const bwd_mma::CtaTile tile = bwd_mma::cta_tile<Cfg::kCausal>();
-  if (tile.key_block * Cfg::kBlockN >= seq_extent(p, tile.b).seqlen_k)
-    return;  // varlen: this sequence has fewer keys than the longest
-
   const int tid = threadIdx.x;
   if (tid == 0) {
-    const Block<Cfg> w = make_block<Cfg>(P, smem);
+    const Carve<Cfg> w(smem);
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbar_init(w.full(s), 1);  // the loading thread's arrival, then the TMA bytes
       mbar_init(w.empty(s), Cfg::kConsumerThreads);  // every consumer thread arrives
@@ -1051,27 +1197,48 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, const Maps &
       mbar_init(w.dq_written(c), 128);  // the consumer's threads
       mbar_init(w.dq_read(c), 1);       // its sending thread, once the slice is read
     }
-    mbar_init(w.kv_full(), Cfg::kKvLoadThreads);
     mbar_fence_init();
   }
   __syncthreads();
 
   // One branch per role: setmaxnreg needs each warpgroup's role to be one side of a
-  // single if/else.
+  // single if/else. The loader and the consumers count the steps they have walked (s0),
+  // which give the barriers' stages and parities.
+  int s0 = 0;
   if (tid < 128) {
     regs_lower<Cfg::kServerRegs>();
-    // One walk for the three jobs: built in each branch, ptxas spilled (20 bytes at d 128,
-    // bw2).
-    const Block<Cfg> w = make_block<Cfg>(P, smem);
-    if (tid == 0)
-      load_steps<Cfg>(P, maps, w);
-    else if (tid >= 32 && tid < 64)
-      copy_kv<Cfg>(p, w, tid - 32);
-    else if (tid % 32 == 0 && tid / 32 - 2 < Cfg::kConsumers)
-      send_dq<Cfg>(P, w, tid / 32 - 2);
+    if (tid == 0) {
+      if (p.seqlen_q > 0) {  // else the host encoded no maps
+        tma_prefetch_map(maps.q);
+        tma_prefetch_map(maps.dout);
+      }
+      for_each_block<Cfg>(P, smem, [&](const Block<Cfg> &w, int) {
+        load_steps<Cfg>(P, maps, w, s0);
+        s0 += w.steps;
+      });
+    } else if (!Cfg::kDqFromRegisters && P.dq_accum != nullptr && tid % 32 == 0 &&
+               tid >= 64 && tid / 32 - 2 < Cfg::kConsumers) {  // warp 1 has no job
+      send_dq<Cfg>(P, Carve<Cfg>(smem), tid / 32 - 2);
+    }
   } else {
     regs_raise<Cfg::kConsumerRegs>();
-    consume<Cfg>(P, make_block<Cfg>(P, smem), (tid - 128) / 128, tid - 128);
+    const int c = (tid - 128) / 128;
+    // The first block's K and V (the next ones load under each block's end).
+    if constexpr (Cfg::kPersistent) {
+      const int first = next_tile<Cfg>(p, blockIdx.x);
+      if (first >= 0)
+        issue_kv<Cfg>(p, Carve<Cfg>(smem), tile_at<Cfg>(p, first), tid - 128);
+    } else {
+      const bwd_mma::CtaTile tile = bwd_mma::cta_tile<Cfg::kCausal>();
+      if (tile.key_block * Cfg::kBlockN < seq_extent(p, tile.b).seqlen_k)
+        issue_kv<Cfg>(p, Carve<Cfg>(smem), tile, tid - 128);
+    }
+    for_each_block<Cfg>(P, smem, [&](const Block<Cfg> &w, int next) {
+      consume<Cfg>(P, w, c, tid - 128, s0, next);
+      s0 += w.steps;
+    });
+    if (!Cfg::kDqFromRegisters && P.dq_accum != nullptr)
+      end_dq<Cfg>(Carve<Cfg>(smem), c, s0, tid - 128);
   }
 }
 

@@ -3,6 +3,8 @@
 #include "support/error.h"
 #include "tuner/backward_problem.h"
 
+#include <algorithm>
+
 namespace flashjit::tuner {
 namespace {
 
@@ -76,6 +78,12 @@ BackwardKernel::load(llvm::StringRef cubin, const generator::EmittedKernel &emit
       return kernel.takeError();
     result->blockSteps_ = *kernel;
   }
+  if (e.persistentMain) {
+    auto sms = runtime::currentDeviceSmCount();
+    if (!sms)
+      return sms.takeError();
+    result->smCount_ = std::max(1, *sms);
+  }
   result->module_ = std::move(*module);
   result->entries_ = e;
   result->threads_ = emitted.threads;
@@ -113,14 +121,21 @@ llvm::Error BackwardKernel::launch(const FjBackwardParams &params, CUstream stre
     if (llvm::Error err = encodeBackwardMaps(maps, entries_.tma, params))
       return err;
   // Key blocks no query sees (or all of them, with no queries) still write their
-  // zero dK and dV.
-  if (p.seqlen_k > 0)
+  // zero dK and dV. A main pass that walks the tiles itself takes them on a grid in x:
+  // one CTA an SM when persistent, else one a tile.
+  if (p.seqlen_k > 0) {
+    const unsigned blocks = ceilDiv(p.seqlen_k, entries_.keysPerCta);
+    unsigned grid[3] = {blocks, (unsigned)p.heads_kv, (unsigned)p.batch};
+    if (entries_.tileWalk) {
+      const long long tiles = (long long)blocks * p.heads_kv * p.batch;
+      grid[0] = (unsigned)(entries_.persistentMain ? std::min<long long>(tiles, smCount_) : tiles);
+      grid[1] = grid[2] = 1;
+    }
     for (const runtime::Kernel &pass : passes_)
-      if (llvm::Error err = pass.launch(ceilDiv(p.seqlen_k, entries_.keysPerCta),
-                                        (unsigned)p.heads_kv, (unsigned)p.batch,
-                                        (unsigned)threads_, (unsigned)sharedBytes_, stream,
-                                        mainArgs))
+      if (llvm::Error err = pass.launch(grid[0], grid[1], grid[2], (unsigned)threads_,
+                                        (unsigned)sharedBytes_, stream, mainArgs))
         return err;
+  }
   if (p.seqlen_q == 0)
     return llvm::Error::success();
   if (params.dq_accum)

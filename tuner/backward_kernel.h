@@ -97,6 +97,7 @@ private:
   std::vector<runtime::Kernel> passes_;
   generator::BackwardEntries entries_;
   int threads_ = 0, sharedBytes_ = 0, registers_ = 0;
+  int smCount_ = 0;  // of the device it was loaded on, for a persistent main pass
 };
 
 // The naive backward reference (fp32, or emulating the dtype's rounding), with the

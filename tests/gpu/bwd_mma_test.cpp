@@ -3,9 +3,10 @@
 // grid) and bwd_wgmma (sm_90a only, head dims 64, 128 and 256; skipped elsewhere). dQ, dK
 // and dV of every head dim x fp16/bf16 x causal, over sequence pairs that are not
 // multiples of the tiles, MHA/GQA/MQA, with poisoned outputs; variable-length batches,
-// strided layouts, softmax scales, every tile of the tuner's space on one shape, and
-// deterministic mode (its gradients checked, and bitwise-identical over 100 reruns of a
-// 4000 x 4000 problem); bwd_mma also with head_dim_v != head_dim.
+// strided layouts, softmax scales, every tile of the tuner's space on one shape, more
+// key blocks than a CTA an SM (bwd_wgmma's persistent grid), and deterministic mode (its
+// gradients checked, and bitwise-identical over 100 reruns of a 4000 x 4000 problem);
+// bwd_mma also with head_dim_v != head_dim.
 #include "backward_check.h"
 #include "kernel_pool.h"
 
@@ -257,6 +258,33 @@ TEST_P(Bwd, DeterministicModeIsBitwiseReproducible) {
     }
     EXPECT_EQ(differing, 0) << spec.key() << ": runs differing from the first of 100";
   }
+}
+
+// More key blocks than a grid of one CTA an SM (bwd_wgmma's persistent main pass): each
+// CTA walks several blocks, causal ones heaviest first, so that K and V of one block load
+// under the end of the one before, the Q/dO ring and the dQ slices run on across blocks.
+// MHA and GQA, lengths that are not multiples of the tiles, a variable-length batch
+// whose short sequences leave tiles of the walk without keys, and deterministic mode.
+TEST_P(Bwd, ManyBlocksPerCta) {
+  const Family family = GetParam();
+  FLASHJIT_REQUIRE_FAMILY(family);
+  int checked = 0;
+  for (int d : headDimsOf(family, {64, 128}))
+    for (bool causal : {false, true}) {
+      KernelSpec spec = bwdSpec(d, d, causal ? DType::FP16 : DType::BF16, causal, family);
+      TileConfig tile = generator::defaultTile(spec);
+      // 8 key blocks x 8 heads x 6 sequences = 384 tiles at 128 keys a block.
+      EXPECT_EQ(checkBackward(spec, tile, shapeOf(6, 8, 8, 1000, 1001, d, d), 31, false), "")
+          << spec.key() << " MHA";
+      EXPECT_EQ(checkBackward(spec, tile, shapeOf(4, 12, 4, 900, 1100, d, d), 32, causal), "")
+          << spec.key() << " GQA" << (causal ? " deterministic" : "");
+      tuner::ForwardShape varlen = shapeOf(10, 8, 4, 1000, 1001, d, d);
+      varlen.seqlensQ = {1000, 3, 512, 129, 77, 1000, 640, 1, 256, 999};
+      varlen.seqlensK = {1001, 130, 511, 128, 900, 17, 640, 1000, 256, 1};
+      EXPECT_EQ(checkBackward(spec, tile, varlen, 33, false), "") << spec.key() << " varlen";
+      checked += 3;
+    }
+  EXPECT_EQ(checked, 12);
 }
 
 // Small shapes of each head dim, for compute-sanitizer (memcheck, racecheck):
