@@ -793,20 +793,22 @@ __device__ __forceinline__ void reduce_dq(float *slices, const float (&v)[N], in
                  : "memory");
 }
 
-// The block's first rows of dK and dV in global memory.
+// The block's first row of dK or dV (`grad`, with its strides) in global memory.
+template <typename Cfg>
+__device__ __forceinline__ u16 *block_rows(void *grad, long long batch_stride,
+                                           long long row_stride, long long head_stride,
+                                           const Block<Cfg> &w) {
+  return (u16 *)grad +
+         tensor_base(w.seq.k_offset, w.b, w.h_kv, batch_stride, row_stride, head_stride) +
+         (long long)w.n0 * row_stride;
+}
 template <typename Cfg>
 __device__ __forceinline__ u16 *dk_rows(const FjBackwardParams &P, const Block<Cfg> &w) {
-  return (u16 *)P.dk +
-         tensor_base(w.seq.k_offset, w.b, w.h_kv, P.dk_batch_stride, P.dk_row_stride,
-                     P.dk_head_stride) +
-         (long long)w.n0 * P.dk_row_stride;
+  return block_rows(P.dk, P.dk_batch_stride, P.dk_row_stride, P.dk_head_stride, w);
 }
 template <typename Cfg>
 __device__ __forceinline__ u16 *dv_rows(const FjBackwardParams &P, const Block<Cfg> &w) {
-  return (u16 *)P.dv +
-         tensor_base(w.seq.k_offset, w.b, w.h_kv, P.dv_batch_stride, P.dv_row_stride,
-                     P.dv_head_stride) +
-         (long long)w.n0 * P.dv_row_stride;
+  return block_rows(P.dv, P.dv_batch_stride, P.dv_row_stride, P.dv_head_stride, w);
 }
 
 // The end of a consumer's walk with a split head dim: dK (times the softmax scale) and
