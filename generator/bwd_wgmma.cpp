@@ -200,7 +200,7 @@ llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileCon
   e.passes = {"flashjit_bwd_main"};
   e.keysPerCta = tile.blockN;
   // A walk over tiles, but not with a split head dim or a mask_mod's block mask
-  // (BwdWgmmaConfig::kPersistent); persistent where CTAs' tiles are equal work: a static
+  // (BwdWgmmaConfig::kTileWalk); persistent where CTAs' tiles are equal work: a static
   // walk over causal tiles, heaviest first, gave CTAs up to 3x unequal work (0.64-0.84x;
   // docs/PERF.md bw10), so causal kernels run a CTA a tile.
   e.tileWalk = !splitsHead(spec) && spec.features.maskMod.empty();

@@ -90,7 +90,7 @@ struct BwdWgmmaConfig {
   // A walk over tiles (bwd_wgmma::for_each_block: a persistent grid, or with causal
   // attention one CTA a tile; the host's BackwardEntries::tileWalk), but not with a split
   // head dim, nor with a block mask's step lists: either made ptxas spill across the walk.
-  static constexpr bool kPersistent = !kSplitHead && !kBlockSteps;
+  static constexpr bool kTileWalk = !kSplitHead && !kBlockSteps;
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = kConsumerThreads + 128;  // and the serving warpgroup
 
@@ -1160,14 +1160,14 @@ __device__ __forceinline__ Block<Cfg> make_block(const FjBackwardParams &P, unsi
 // CTA a tile (a static walk's CTAs got unequal work). The loading thread and the
 // consumers walk the same blocks.
 //
-// Without kPersistent (a split head dim, a block mask's lists) the grid is
+// Without kTileWalk (a split head dim, a block mask's lists) the grid is
 // (ceil(seqlen_k / kBlockN), heads_kv, batch), a block a CTA (bwd_mma::cta_tile): in a
 // walk over blocks, ptxas spilled the split consumers' finish_block_in_kv and the
 // loading thread's list walk.
 template <typename Cfg, typename Fn>
 __device__ __forceinline__ void for_each_block(const FjBackwardParams &P, unsigned char *smem,
                                                Fn &&fn) {
-  if constexpr (!Cfg::kPersistent) {
+  if constexpr (!Cfg::kTileWalk) {
     const bwd_mma::CtaTile tile = bwd_mma::cta_tile<Cfg::kCausal>();
     if (tile.key_block * Cfg::kBlockN < seq_extent(P.fwd, tile.b).seqlen_k)
       fn(make_block<Cfg>(P, smem, tile), -1);
@@ -1226,7 +1226,7 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, const Maps &
     regs_raise<Cfg::kConsumerRegs>();
     const int c = (tid - 128) / 128;
     // The first block's K and V (the next ones load under each block's end).
-    if constexpr (Cfg::kPersistent) {
+    if constexpr (Cfg::kTileWalk) {
       const int first = next_tile<Cfg>(p, blockIdx.x);
       if (first >= 0)
         issue_kv<Cfg>(p, Carve<Cfg>(smem), tile_at<Cfg>(p, first), tid - 128);
