@@ -66,6 +66,13 @@ std::optional<std::string> bwdWgmmaFeatureRefusal(const KernelSpec &spec) {
   return std::nullopt;
 }
 
+// The main pass walks tiles on a persistent grid (BwdWgmmaConfig::kTileWalk), and with
+// causal attention claims them from a counter (kClaimsTiles).
+bool walksTiles(const KernelSpec &spec) {
+  return !splitsHead(spec) && spec.features.maskMod.empty();
+}
+bool claimsTiles(const KernelSpec &spec) { return walksTiles(spec) && spec.causal; }
+
 int bwdWgmmaKeysPerCta(const KernelSpec &spec) { return splitsHead(spec) ? 64 : 128; }
 
 int bwdWgmmaMinStages(const KernelSpec &spec) { return splitsHead(spec) ? 1 : 2; }
@@ -75,13 +82,15 @@ int bwdWgmmaMainSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
   // two of P^T with a split head dim), lse and D per stage (block_m + 4 floats each), the
   // two consumers' fp32 dQ (64 rows x their columns; none with a split head dim, whose
   // consumers add dQ from registers), the mbarriers (the ring's full and empty, each
-  // slice's written and read), each consumer's two dQ destination slots.
+  // slice's written and read), each consumer's two dQ destination slots, and with
+  // claimed tiles two tile slots with their full and empty barriers and the request.
   const int d = spec.headDim;
   const int dqSlice = splitsHead(spec) ? 0 : 64 * dqColumns(spec, tile) * 4;
   const int scoreBuffers = splitsHead(spec) ? 4 : 2;
   return 1024 + 2 * tile.blockN * d * 2 + 2 * tile.stages * tile.blockM * d * 2 +
          scoreBuffers * tile.blockN * tile.blockM * 2 + tile.stages * 2 * (tile.blockM + 4) * 4 +
-         2 * dqSlice + (2 * tile.stages + 2 * 2) * 8 + 2 * 2 * 8;
+         2 * dqSlice + (2 * tile.stages + 2 * 2) * 8 + 2 * 2 * 8 +
+         (claimsTiles(spec) ? (2 * 3 + 1) * 8 : 0);
 }
 
 int bwdWgmmaSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
@@ -200,11 +209,11 @@ llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileCon
   e.passes = {"flashjit_bwd_main"};
   e.keysPerCta = tile.blockN;
   // A walk over tiles, but not with a split head dim or a mask_mod's block mask
-  // (BwdWgmmaConfig::kTileWalk); persistent where CTAs' tiles are equal work: a static
-  // walk over causal tiles, heaviest first, gave CTAs up to 3x unequal work (0.64-0.84x;
-  // docs/PERF.md bw10), so causal kernels run a CTA a tile.
-  e.tileWalk = !splitsHead(spec) && spec.features.maskMod.empty();
-  e.persistentMain = e.tileWalk && !spec.causal;
+  // (BwdWgmmaConfig::kTileWalk), on a persistent grid. Causal tiles are unequal work: a
+  // static walk over them gave CTAs up to 3x unequal work (0.64-0.84x; docs/PERF.md
+  // bw10), so causal CTAs claim their tiles from a counter (kClaimsTiles).
+  e.tileWalk = walksTiles(spec);
+  e.claimsTiles = claimsTiles(spec);
   // Q and dO by TMA in boxes of 64 columns x block_m rows (128-byte swizzle).
   e.tma.enabled = true;
   e.tma.dtype = spec.dtype;

@@ -38,10 +38,12 @@ struct BackwardEntries {
   std::string prep, convert, dq;    // entry names
   std::vector<std::string> passes;  // the main kernel: one entry, or dV then dK and dQ
   int keysPerCta = 0;               // main: grid.x = ceil(seqlen_k / keysPerCta)
-  // The main pass walks the ceil(seqlen_k / keysPerCta) x heads_kv x batch tiles
-  // itself on a grid in x, CTA c taking tiles c, c + gridDim.x, ... (bwd_wgmma):
-  // tileWalk. persistentMain: that grid is min(tiles, SMs) CTAs, else one CTA a tile.
-  bool tileWalk = false, persistentMain = false;
+  // tileWalk: the main pass walks the ceil(seqlen_k / keysPerCta) x heads_kv x batch
+  // tiles itself on a persistent grid, min(tiles, SMs) CTAs in x (bwd_wgmma), CTA c
+  // taking tile c first. claimsTiles: it claims the rest from FjBackwardParams::
+  // tile_counter, which the host zeroes before each call; else CTA c takes c + gridDim.x,
+  // c + 2 gridDim.x, ...
+  bool tileWalk = false, claimsTiles = false;
   int dqRowsPerCta = 0;             // dq: grid.x = ceil(seqlen_q / dqRowsPerCta)
   int dqSharedBytes = 0;            // dq's dynamic shared memory
   int dqThreads = 0;                // dq's block size

@@ -87,10 +87,17 @@ struct BwdWgmmaConfig {
   static constexpr int kBlockN = kSplitHead ? 64 : 64 * kConsumers;
   static constexpr int kScoreCols = kSplitHead ? kBlockM / kConsumers : kBlockM;  // S^T's N
   static constexpr int kDkvCols = kSplitHead ? kHeadDim / kConsumers : kHeadDim;
-  // A walk over tiles (bwd_wgmma::for_each_block: a persistent grid, or with causal
-  // attention one CTA a tile; the host's BackwardEntries::tileWalk), but not with a split
-  // head dim, nor with a block mask's step lists: either made ptxas spill across the walk.
+  // A walk over tiles on a persistent grid (bwd_wgmma::for_each_block; the host's
+  // BackwardEntries::tileWalk), but not with a split head dim, nor with a block mask's
+  // step lists: either made ptxas spill across the walk.
   static constexpr bool kTileWalk = !kSplitHead && !kBlockSteps;
+  // Causal tiles are unequal work, so a CTA takes its first tile by its index and claims
+  // the rest from a counter in the workspace (FjBackwardParams::tile_counter) as it goes,
+  // heaviest first: a static walk gave CTAs up to 3x unequal work (docs/PERF.md bw10).
+  // A thread of the serving warpgroup claims each as late as the block before allows, and
+  // passes it to the loading thread and the consumers through a slot in shared memory
+  // (claim_tiles, NextTile).
+  static constexpr bool kClaimsTiles = kTileWalk && kCausal;
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = kConsumerThreads + 128;  // and the serving warpgroup
 
@@ -141,7 +148,8 @@ struct BwdWgmmaConfig {
   static constexpr int kSmemBytes = 1024 + 2 * kKBytes + 2 * kStages * kQBytes +
                                     2 * kDsBytes + kPsBytes + kStages * kStatsBytes +
                                     kConsumers * kDqStageBytes +
-                                    (2 * kStages + 2 * kConsumers) * 8 + kConsumers * 2 * 8;
+                                    (2 * kStages + 2 * kConsumers) * 8 + kConsumers * 2 * 8 +
+                                    (kClaimsTiles ? (2 * 3 + 1) * 8 : 0);
   // A block's end stages dK in the dS^T buffers and dV in the dQ slices, which K and V
   // do not use, so that the next block's K and V load meanwhile (bwd_wgmma::
   // finish_block). With a split head dim they are staged in K's and V's own space, and
@@ -271,7 +279,10 @@ template <typename Cfg> struct Carve {
   static constexpr u32 kDqWritten = kEmpty + Cfg::kStages * 8;
   static constexpr u32 kDqRead = kDqWritten + Cfg::kConsumers * 8;
   static constexpr u32 kDqDst = kDqRead + Cfg::kConsumers * 8;  // two slots a consumer
-  static constexpr u32 kEnd = kDqDst + Cfg::kConsumers * 2 * 8;
+  // Two tile slots (with kClaimsTiles), each a tile index and its full and empty
+  // barriers, then the loading thread's request for the next tile.
+  static constexpr u32 kTileSlots = kDqDst + Cfg::kConsumers * 2 * 8;
+  static constexpr u32 kEnd = kTileSlots + (Cfg::kClaimsTiles ? (2 * 3 + 1) * 8 : 0);
   __device__ __forceinline__ u32 s_k() const { return base; }
   __device__ __forceinline__ u32 s_v() const { return base + kV; }
   __device__ __forceinline__ u32 s_q(int stage) const { return base + kQ + stage * Cfg::kQBytes; }
@@ -297,6 +308,16 @@ template <typename Cfg> struct Carve {
   __device__ __forceinline__ u32 dq_dst(int c, int s) const {
     return base + kDqDst + (c * 2 + (s & 1)) * 8;
   }
+  // The tile of the CTA's u-th block, posted by the claiming thread (tile_full: its one
+  // arrival) and taken by the loading thread and every consumer thread (tile_empty).
+  __device__ __forceinline__ u32 tile_slot(int u) const { return base + kTileSlots + (u & 1) * 8; }
+  __device__ __forceinline__ u32 tile_full(int u) const {
+    return base + kTileSlots + 16 + (u & 1) * 8;
+  }
+  __device__ __forceinline__ u32 tile_empty(int u) const {
+    return base + kTileSlots + 32 + (u & 1) * 8;
+  }
+  __device__ __forceinline__ u32 tile_wanted() const { return base + kTileSlots + 48; }
 };
 
 // What the roles share: the key block, its walk over (query head, query block) steps
@@ -388,6 +409,77 @@ template <typename Cfg> __device__ __forceinline__ int next_tile(const FjForward
   }
   return -1;
 }
+
+// With kClaimsTiles: the next tile with keys after the CTA's first (gridDim.x of them,
+// one a CTA by its index), claimed from the workspace's counter, which the host zeroes
+// before each call; -1 once none is left.
+template <typename Cfg>
+__device__ __forceinline__ int claim_tile(const FjBackwardParams &P) {
+  const FjForwardParams &p = P.fwd;
+  const int tiles = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN * p.heads_kv * p.batch;
+#pragma unroll 1
+  for (;;) {
+    const int i = (int)gridDim.x + atomicAdd(P.tile_counter, 1);
+    if (i >= tiles)
+      return -1;
+    const bwd_mma::CtaTile tile = tile_at<Cfg>(p, i);
+    if (tile.key_block * Cfg::kBlockN < seq_extent(p, tile.b).seqlen_k)
+      return i;
+  }
+}
+// Tile i (-1: the walk's end) of the CTA's u-th block into its slot, once the loading
+// thread and every consumer thread have taken the one posted two blocks before.
+template <typename Cfg> __device__ __forceinline__ void post_tile(const Carve<Cfg> &w, int u, int i) {
+  mbar_wait(w.tile_empty(u), ((u >> 1) & 1) ^ 1);
+  st_shared_u32(w.tile_slot(u), (u32)i);
+  mbar_arrive(w.tile_full(u));
+}
+template <typename Cfg> __device__ __forceinline__ int take_tile(const Carve<Cfg> &w, int u) {
+  mbar_wait(w.tile_full(u), (u >> 1) & 1);
+  const int i = (int)ld_shared_u32(w.tile_slot(u));
+  mbar_arrive(w.tile_empty(u));
+  return i;
+}
+// The claiming thread (lane 0 of the serving warpgroup's warp 1): the CTA's first tile,
+// then each next one once the loading thread has loaded a block's steps (tile_wanted),
+// as late as that thread can wait for it (NextTile). A thread of its own: the loading
+// thread's 24 registers spilled with the claim.
+template <typename Cfg>
+__device__ __forceinline__ void claim_tiles(const FjBackwardParams &P, const Carve<Cfg> &w) {
+  int i = blockIdx.x;  // < the tiles: the host launches at most one CTA a tile
+  const bwd_mma::CtaTile tile = tile_at<Cfg>(P.fwd, i);
+  if (tile.key_block * Cfg::kBlockN >= seq_extent(P.fwd, tile.b).seqlen_k)
+    i = claim_tile<Cfg>(P);
+  post_tile<Cfg>(w, 0, i);
+#pragma unroll 1
+  for (int u = 1; i >= 0; ++u) {
+    mbar_wait(w.tile_wanted(), (u - 1) & 1);
+    i = claim_tile<Cfg>(P);
+    post_tile<Cfg>(w, u, i);
+  }
+}
+
+// The CTA's first tile, or -1: by its index (next_tile) or, with kClaimsTiles, as the
+// claiming thread posted it.
+template <typename Cfg>
+__device__ __forceinline__ int first_tile(const FjBackwardParams &P, const Carve<Cfg> &w) {
+  if constexpr (Cfg::kClaimsTiles)
+    return take_tile<Cfg>(w, 0);
+  return next_tile<Cfg>(P.fwd, blockIdx.x);
+}
+// The tile after the CTA's u-th block, or -1, asked for where it is needed: known as the
+// block begins (next_tile), or with kClaimsTiles claimed as late as the block allows,
+// so that a CTA does not hold a heavy tile while it walks another (docs/PERF.md bw11):
+// the loading thread asks for it once it has loaded the block's steps, and the
+// consumers take it at the block's end (finish_block), as they load its K and V.
+template <typename Cfg> struct NextTile {
+  int known, u;
+  __device__ __forceinline__ int take(const Carve<Cfg> &w) const {
+    if constexpr (Cfg::kClaimsTiles)
+      return take_tile<Cfg>(w, u + 1);
+    return known;
+  }
+};
 
 // K and V of `tile` into shared memory, by the consumers' cp.async (ct: the thread among
 // them), rows past the block's keys zero-filled: issued for the next block as soon as
@@ -814,12 +906,13 @@ __device__ __forceinline__ u16 *dv_rows(const FjBackwardParams &P, const Block<C
 // The end of a consumer's walk with a split head dim: dK (times the softmax scale) and
 // dV of its columns (kDkvCols from col0) of the block's 64 rows to global memory,
 // staged through K's and V's space once both consumers are done with them (dQ reads
-// all of K); then the next block's K and V (tile `next`, -1: none) load there.
+// all of K); then the next block's K and V (its tile, returned; -1: none) load there.
 template <typename Cfg>
-__device__ __forceinline__ void finish_block_in_kv(const FjBackwardParams &P, const Block<Cfg> &w,
-                                                   const float (&acc_dk)[Cfg::kDkvCols / 2],
-                                                   const float (&acc_dv)[Cfg::kDkvCols / 2],
-                                                   int wg_row0, int col0, int next, int ct) {
+__device__ __forceinline__ int finish_block_in_kv(const FjBackwardParams &P, const Block<Cfg> &w,
+                                                  const float (&acc_dk)[Cfg::kDkvCols / 2],
+                                                  const float (&acc_dv)[Cfg::kDkvCols / 2],
+                                                  int wg_row0, int col0, NextTile<Cfg> after,
+                                                  int ct) {
   const int lane = ct & 31, g = lane >> 2, t = lane & 3;
   named_sync(kBarDs, Cfg::kConsumerThreads);
   stage_rows<Cfg, Cfg::kBlockN>(w.s_k(), acc_dk, wg_row0, col0 / 8, P.fwd.softmax_scale, g, t);
@@ -830,13 +923,15 @@ __device__ __forceinline__ void finish_block_in_kv(const FjBackwardParams &P, co
   store_rows<Cfg, Cfg::kBlockN, Cfg::kConsumerThreads>(dv_rows(P, w), P.dv_row_stride, w.s_v(),
                                                        w.keys_valid, ct);
   named_sync(kBarDs, Cfg::kConsumerThreads);  // every thread has read its staged rows
+  const int next = after.take(w);
   if (next >= 0)
     issue_kv<Cfg>(P.fwd, w, tile_at<Cfg>(P.fwd, next), ct);
+  return next;
 }
 
 // The end of a consumer's walk with the head dim whole: once both consumers' last
-// products are done with K, V and dS^T, the next block's K and V (tile `next`, -1:
-// none) begin to load, and dK (times the softmax scale) and dV of the consumer's 64 key
+// products are done with K, V and dS^T, the next block's K and V (its tile, returned;
+// -1: none) begin to load, and dK (times the softmax scale) and dV of the consumer's 64 key
 // rows go to global memory meanwhile, staged where K and V are not: dK in dS^T's two
 // buffers, dV in the two consumers' dQ slices once their last reductions have read them
 // (step `last`, counted over the CTA's blocks), each a panel tile of the block's rows
@@ -844,12 +939,13 @@ __device__ __forceinline__ void finish_block_in_kv(const FjBackwardParams &P, co
 // block's dS^T or dQ. (A consumer staging its rows alone, with a barrier of its own,
 // made ptxas spill.)
 template <typename Cfg>
-__device__ __forceinline__ void finish_block(const FjBackwardParams &P, const Block<Cfg> &w,
-                                             const float (&acc_dk)[Cfg::kDkvCols / 2],
-                                             const float (&acc_dv)[Cfg::kDkvCols / 2],
-                                             int wg_row0, int last, int next, int ct) {
+__device__ __forceinline__ int finish_block(const FjBackwardParams &P, const Block<Cfg> &w,
+                                            const float (&acc_dk)[Cfg::kDkvCols / 2],
+                                            const float (&acc_dv)[Cfg::kDkvCols / 2],
+                                            int wg_row0, int last, NextTile<Cfg> after, int ct) {
   const int lane = ct & 31, g = lane >> 2, t = lane & 3;
   named_sync(kBarDs, Cfg::kConsumerThreads);
+  const int next = after.take(w);
   if (next >= 0)
     issue_kv<Cfg>(P.fwd, w, tile_at<Cfg>(P.fwd, next), ct);
   stage_rows<Cfg, Cfg::kBlockN>(w.s_ds(0), acc_dk, wg_row0, 0, P.fwd.softmax_scale, g, t);
@@ -864,6 +960,7 @@ __device__ __forceinline__ void finish_block(const FjBackwardParams &P, const Bl
   store_rows<Cfg, Cfg::kBlockN, Cfg::kConsumerThreads>(dv_rows(P, w), P.dv_row_stride, w.s_dq(0),
                                                        w.keys_valid, ct);
   named_sync(kBarDs, Cfg::kConsumerThreads);
+  return next;
 }
 
 // A consumer warpgroup (c = 0, 1): keys c * 64 .. c * 64 + 63 of the block.
@@ -878,11 +975,11 @@ __device__ __forceinline__ void finish_block(const FjBackwardParams &P, const Bl
 // bw4, bw5).
 //
 // s0: the CTA's steps before this block's (the ring, the dS^T buffers and the dQ
-// slices run on over its blocks); next: the CTA's next tile (-1: none), whose K and V
-// the block's end loads.
+// slices run on over its blocks); after: the CTA's next tile, whose K and V the block's
+// end loads, and which it returns (-1: none).
 template <typename Cfg>
-__device__ __forceinline__ void consume_whole(const FjBackwardParams &P, const Block<Cfg> &w,
-                                             int c, int ct, int s0, int next) {
+__device__ __forceinline__ int consume_whole(const FjBackwardParams &P, const Block<Cfg> &w,
+                                             int c, int ct, int s0, NextTile<Cfg> after) {
   constexpr int D = Cfg::kHeadDim, BM = Cfg::kBlockM, BN = Cfg::kBlockN;
   constexpr bool kOverlapped = D == 128 && BM == 64;
   const FjForwardParams &p = P.fwd;
@@ -1001,7 +1098,7 @@ __device__ __forceinline__ void consume_whole(const FjBackwardParams &P, const B
   }
   if (with_dq && w.steps > 0)
     publish_dq<Cfg>(w, c);
-  finish_block<Cfg>(P, w, acc_dk, acc_dv, wg_row0, s0 + w.steps - 1, next, ct);
+  return finish_block<Cfg>(P, w, acc_dk, acc_dv, wg_row0, s0 + w.steps - 1, after, ct);
 }
 
 // A consumer warpgroup (c = 0, 1) with a split head dim: all 64 keys of the block, the
@@ -1011,10 +1108,10 @@ __device__ __forceinline__ void consume_whole(const FjBackwardParams &P, const B
 // from shared memory, then dQ = dS K, added to the accumulator from registers. The stage
 // is handed back as soon as dV's and dK's products are done: with one stage in the
 // ring, the next step's Q and dO then load under dQ's product and its reductions.
-// s0 and next as for consume_whole.
+// s0 and after as for consume_whole.
 template <typename Cfg>
-__device__ __forceinline__ void consume_split(const FjBackwardParams &P, const Block<Cfg> &w,
-                                             int c, int ct, int s0, int next) {
+__device__ __forceinline__ int consume_split(const FjBackwardParams &P, const Block<Cfg> &w,
+                                             int c, int ct, int s0, NextTile<Cfg> after) {
   constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN, NC = Cfg::kScoreCols;
   constexpr int kCols = Cfg::kDkvCols;
   const FjForwardParams &p = P.fwd;
@@ -1103,16 +1200,16 @@ __device__ __forceinline__ void consume_split(const FjBackwardParams &P, const B
   }
   if (kLate > 0 && late_slices != nullptr)
     reduce_dq<kEarly, kLate, kEarly>(late_slices, dq_late, ct);
-  finish_block_in_kv<Cfg>(P, w, acc_dk, acc_dv, wg_row0, col0, next, ct);
+  return finish_block_in_kv<Cfg>(P, w, acc_dk, acc_dv, wg_row0, col0, after, ct);
 }
 
 template <typename Cfg>
-__device__ __forceinline__ void consume(const FjBackwardParams &P, const Block<Cfg> &w, int c,
-                                       int ct, int s0, int next) {
+__device__ __forceinline__ int consume(const FjBackwardParams &P, const Block<Cfg> &w, int c,
+                                      int ct, int s0, NextTile<Cfg> after) {
   if constexpr (Cfg::kSplitHead)
-    consume_split<Cfg>(P, w, c, ct, s0, next);
+    return consume_split<Cfg>(P, w, c, ct, s0, after);
   else
-    consume_whole<Cfg>(P, w, c, ct, s0, next);
+    return consume_whole<Cfg>(P, w, c, ct, s0, after);
 }
 
 // A key block of this CTA and its walk; each role builds its own after the register
@@ -1151,14 +1248,15 @@ __device__ __forceinline__ Block<Cfg> make_block(const FjBackwardParams &P, unsi
   return w;
 }
 
-// Calls fn(block, the next tile or -1) for each key block of this CTA: CTA c takes tiles
-// c, c + gridDim.x, ... (tile_at, next_tile; causal ones the heaviest first). The host
-// makes the grid persistent (at most one CTA an SM: BackwardEntries::persistentMain)
-// where the tiles are equal work, so that a block's K and V load, and its first steps'
-// Q and dO, under the last block's end, and no CTA pays a launch, its barriers' set-up
-// and an exposed epilogue per block (docs/PERF.md bw10); with causal attention, one
-// CTA a tile (a static walk's CTAs got unequal work). The loading thread and the
-// consumers walk the same blocks.
+// Calls fn(block, NextTile) for each key block of this CTA, from tile `first`
+// (first_tile); fn returns the next tile it took (NextTile::take), -1 at the walk's
+// end. The walk runs on a grid of one CTA an SM (BwdWgmmaConfig::kTileWalk, the host's
+// BackwardEntries::tileWalk), so that a block's K and V load, and its first steps' Q
+// and dO, under the last block's end, and no CTA pays a launch, its barriers' set-up and
+// an exposed epilogue per block (docs/PERF.md bw10). Non-causal CTAs take tiles c,
+// c + gridDim.x, ... (next_tile); causal ones claim theirs after the first, heaviest
+// first (kClaimsTiles: claim_tiles). The loading thread and the consumers walk the same
+// blocks.
 //
 // Without kTileWalk (a split head dim, a block mask's lists) the grid is
 // (ceil(seqlen_k / kBlockN), heads_kv, batch), a block a CTA (bwd_mma::cta_tile): in a
@@ -1166,18 +1264,17 @@ __device__ __forceinline__ Block<Cfg> make_block(const FjBackwardParams &P, unsi
 // loading thread's list walk.
 template <typename Cfg, typename Fn>
 __device__ __forceinline__ void for_each_block(const FjBackwardParams &P, unsigned char *smem,
-                                               Fn &&fn) {
+                                               int first, Fn &&fn) {
   if constexpr (!Cfg::kTileWalk) {
     const bwd_mma::CtaTile tile = bwd_mma::cta_tile<Cfg::kCausal>();
     if (tile.key_block * Cfg::kBlockN < seq_extent(P.fwd, tile.b).seqlen_k)
-      fn(make_block<Cfg>(P, smem, tile), -1);
+      fn(make_block<Cfg>(P, smem, tile), NextTile<Cfg>{-1, 0});
     return;
   }
 #pragma unroll 1
-  for (int i = next_tile<Cfg>(P.fwd, blockIdx.x); i >= 0;) {
-    const int next = next_tile<Cfg>(P.fwd, i + gridDim.x);
-    fn(make_block<Cfg>(P, smem, tile_at<Cfg>(P.fwd, i)), next);
-    i = next;
+  for (int i = first, u = 0; i >= 0; ++u) {
+    const NextTile<Cfg> after{Cfg::kClaimsTiles ? -1 : next_tile<Cfg>(P.fwd, i + gridDim.x), u};
+    i = fn(make_block<Cfg>(P, smem, tile_at<Cfg>(P.fwd, i)), after);
   }
 }
 
@@ -1199,6 +1296,13 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, const Maps &
       mbar_init(w.dq_written(c), 128);  // the consumer's threads
       mbar_init(w.dq_read(c), 1);       // its sending thread, once the slice is read
     }
+    if constexpr (Cfg::kClaimsTiles) {
+      for (int u = 0; u < 2; ++u) {
+        mbar_init(w.tile_full(u), 1);  // the claiming thread
+        mbar_init(w.tile_empty(u), 1 + Cfg::kConsumerThreads);  // the loading thread, consumers
+      }
+      mbar_init(w.tile_wanted(), 1);  // the loading thread, a block's steps loaded
+    }
     mbar_fence_init();
   }
   __syncthreads();
@@ -1214,20 +1318,27 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, const Maps &
         tma_prefetch_map(maps.q);
         tma_prefetch_map(maps.dout);
       }
-      for_each_block<Cfg>(P, smem, [&](const Block<Cfg> &w, int) {
+      const int first = Cfg::kTileWalk ? first_tile<Cfg>(P, Carve<Cfg>(smem)) : -1;
+      for_each_block<Cfg>(P, smem, first, [&](const Block<Cfg> &w, NextTile<Cfg> after) {
         load_steps<Cfg>(P, maps, w, s0);
         s0 += w.steps;
+        if constexpr (Cfg::kClaimsTiles)
+          mbar_arrive(w.tile_wanted());  // now the claiming thread claims the next
+        return after.take(w);
       });
+    } else if (Cfg::kClaimsTiles && tid == 32) {
+      claim_tiles<Cfg>(P, Carve<Cfg>(smem));
     } else if (!Cfg::kDqFromRegisters && P.dq_accum != nullptr && tid % 32 == 0 &&
-               tid >= 64 && tid / 32 - 2 < Cfg::kConsumers) {  // warp 1 has no job
+               tid >= 64 && tid / 32 - 2 < Cfg::kConsumers) {
       send_dq<Cfg>(P, Carve<Cfg>(smem), tid / 32 - 2);
     }
   } else {
     regs_raise<Cfg::kConsumerRegs>();
     const int c = (tid - 128) / 128;
     // The first block's K and V (the next ones load under each block's end).
+    int first = -1;
     if constexpr (Cfg::kTileWalk) {
-      const int first = next_tile<Cfg>(p, blockIdx.x);
+      first = first_tile<Cfg>(P, Carve<Cfg>(smem));
       if (first >= 0)
         issue_kv<Cfg>(p, Carve<Cfg>(smem), tile_at<Cfg>(p, first), tid - 128);
     } else {
@@ -1235,9 +1346,10 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, const Maps &
       if (tile.key_block * Cfg::kBlockN < seq_extent(p, tile.b).seqlen_k)
         issue_kv<Cfg>(p, Carve<Cfg>(smem), tile, tid - 128);
     }
-    for_each_block<Cfg>(P, smem, [&](const Block<Cfg> &w, int next) {
-      consume<Cfg>(P, w, c, tid - 128, s0, next);
+    for_each_block<Cfg>(P, smem, first, [&](const Block<Cfg> &w, NextTile<Cfg> after) {
+      const int next = consume<Cfg>(P, w, c, tid - 128, s0, after);
       s0 += w.steps;
+      return next;
     });
     if (!Cfg::kDqFromRegisters && P.dq_accum != nullptr)
       end_dq<Cfg>(Carve<Cfg>(smem), c, s0, tid - 128);

@@ -31,6 +31,9 @@ struct FjBackwardParams {
   // (or the packed row with cu_seqlens); bwd_wgmma's is tiled in 64 x 64 slices
   // (bwd_mma::DqTiled).
   float *dq_accum;
+  // The main pass's tile counter (bwd_wgmma's causal walk claims its tiles from it), in
+  // the workspace before dq_accum, zeroed by the host before each call.
+  int *tile_counter;
   // Block sparsity of a mask_mod at the main kernel's tiles (NULL: none; fj_block_mask,
   // built by bwd_mma::build_block_steps): the steps key block n of kv head h_kv of
   // sequence b must take, as (query head within the group << 24) | (query block << 1) |

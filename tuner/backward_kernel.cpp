@@ -78,7 +78,7 @@ BackwardKernel::load(llvm::StringRef cubin, const generator::EmittedKernel &emit
       return kernel.takeError();
     result->blockSteps_ = *kernel;
   }
-  if (e.persistentMain) {
+  if (e.tileWalk) {
     auto sms = runtime::currentDeviceSmCount();
     if (!sms)
       return sms.takeError();
@@ -91,22 +91,44 @@ BackwardKernel::load(llvm::StringRef cubin, const generator::EmittedKernel &emit
   return std::move(result);
 }
 
+llvm::Error BackwardKernel::zeroScratch(const FjBackwardParams &params, CUstream stream) const {
+  const FjForwardParams &p = params.fwd;
+  // The dQ accumulator starts at zero: one contiguous memset runs at the write
+  // bandwidth, where the prep kernel's per-row stores ran at half of it (docs/PERF.md
+  // bw6).
+  CUdeviceptr start = 0;
+  size_t words = 0;
+  if (params.dq_accum && p.seqlen_q > 0) {
+    start = reinterpret_cast<CUdeviceptr>(params.dq_accum);
+    words = dqAccumulatorFloats(p, entries_.tiledDq, entries_.dqAccumColumns);
+  }
+  // So does the counter a main pass claims its tiles from. The workspace puts it just
+  // before the accumulator (bindWorkspace), and the same memset takes it.
+  if (entries_.claimsTiles && p.seqlen_k > 0) {
+    if (!params.tile_counter)
+      return makeError(ErrorCode::Internal, "{0} needs the workspace's tile counter",
+                       entries_.passes.front());
+    const auto counter = reinterpret_cast<CUdeviceptr>(params.tile_counter);
+    if (words > 0 && start == counter + kBackwardCounterBytes) {
+      start = counter;
+      words += kBackwardCounterBytes / 4;
+    } else if (llvm::Error err = runtime::fillWordsAsync(counter, 0, 1, stream)) {
+      return err;
+    }
+  }
+  if (words == 0)
+    return llvm::Error::success();
+  return runtime::fillWordsAsync(start, 0, words, stream);
+}
+
 llvm::Error BackwardKernel::launch(const FjBackwardParams &params, CUstream stream) const {
   const FjForwardParams &p = params.fwd;
   if (p.batch == 0 || p.heads_q == 0)
     return llvm::Error::success();
   void *args[] = {const_cast<FjBackwardParams *>(&params)};
   const unsigned convertBlocks = ceilDiv(p.seqlen_q, entries_.auxRowsPerCta);
-  // The dQ accumulator starts at zero: one contiguous memset runs at the write
-  // bandwidth, where the prep kernel's per-row stores ran at half of it (docs/PERF.md
-  // bw6).
-  if (params.dq_accum && p.seqlen_q > 0)
-    if (llvm::Error err =
-            runtime::fillWordsAsync(reinterpret_cast<CUdeviceptr>(params.dq_accum), 0,
-                                    dqAccumulatorFloats(p, entries_.tiledDq,
-                                                        entries_.dqAccumColumns),
-                                    stream))
-      return err;
+  if (llvm::Error err = zeroScratch(params, stream))
+    return err;
   if (p.seqlen_q > 0)
     if (llvm::Error err = prep_.launch(ceilDiv(p.seqlen_q, entries_.prepRowsPerCta),
                                        (unsigned)p.heads_q, (unsigned)p.batch,
@@ -121,14 +143,14 @@ llvm::Error BackwardKernel::launch(const FjBackwardParams &params, CUstream stre
     if (llvm::Error err = encodeBackwardMaps(maps, entries_.tma, params))
       return err;
   // Key blocks no query sees (or all of them, with no queries) still write their
-  // zero dK and dV. A main pass that walks the tiles itself takes them on a grid in x:
-  // one CTA an SM when persistent, else one a tile.
+  // zero dK and dV. A main pass that walks the tiles itself takes them on a grid in x,
+  // one CTA an SM (at most one a tile: a CTA's first tile is its index).
   if (p.seqlen_k > 0) {
     const unsigned blocks = ceilDiv(p.seqlen_k, entries_.keysPerCta);
     unsigned grid[3] = {blocks, (unsigned)p.heads_kv, (unsigned)p.batch};
     if (entries_.tileWalk) {
       const long long tiles = (long long)blocks * p.heads_kv * p.batch;
-      grid[0] = (unsigned)(entries_.persistentMain ? std::min<long long>(tiles, smCount_) : tiles);
+      grid[0] = (unsigned)std::min<long long>(tiles, smCount_);
       grid[1] = grid[2] = 1;
     }
     for (const runtime::Kernel &pass : passes_)

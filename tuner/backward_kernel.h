@@ -97,6 +97,8 @@ private:
   std::vector<runtime::Kernel> passes_;
   generator::BackwardEntries entries_;
   int threads_ = 0, sharedBytes_ = 0, registers_ = 0;
+  // Zeroes what the kernels add to or count on: the dQ accumulator and the tile counter.
+  llvm::Error zeroScratch(const FjBackwardParams &params, CUstream stream) const;
   int smCount_ = 0;  // of the device it was loaded on, for a persistent main pass
 };
 

@@ -23,7 +23,8 @@ BackwardWorkspace backwardWorkspace(int headsQ, long long rows, int batch, int h
       align256(((size_t)headsQ * (size_t)rows + FJ_BWD_STATS_PAD) * sizeof(float));
   w.lseLog2 = 0;
   w.dpsum = stats;
-  w.bytes = 2 * stats;
+  w.tileCounter = 2 * stats;
+  w.bytes = w.tileCounter + kBackwardCounterBytes;
   w.hasDqAccum = !deterministic;
   if (w.hasDqAccum) {
     w.dqAccum = w.bytes;
@@ -49,6 +50,7 @@ void bindWorkspace(FjBackwardParams &params, const BackwardWorkspace &layout, vo
   params.lse_log2 = reinterpret_cast<float *>(bytes + layout.lseLog2);
   params.dpsum = reinterpret_cast<float *>(bytes + layout.dpsum);
   params.dq_accum = layout.hasDqAccum ? reinterpret_cast<float *>(bytes + layout.dqAccum) : nullptr;
+  params.tile_counter = reinterpret_cast<int *>(bytes + layout.tileCounter);
 }
 
 llvm::Expected<BackwardBuffers> allocateBackwardBuffers(const ForwardShape &shape,

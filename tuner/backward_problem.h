@@ -16,11 +16,14 @@ namespace flashjit::tuner {
 
 // Where the backward kernels' scratch lives in the caller's workspace (byte offsets,
 // each 256-byte aligned): lse * log2(e) and D laid out like the lse ([batch, heads_q,
-// seqlen_q], or [heads_q, total_q] with cu_seqlens), then, unless deterministic, the
-// fp32 dQ accumulator: [rows][heads_q][head_dim] for bwd_mma, tiled over rows + 128 batch
-// padded rows for bwd_wgmma (templates/bwd_mma.cuh, DqTiled).
+// seqlen_q], or [heads_q, total_q] with cu_seqlens), the main pass's tile counter
+// (kBackwardCounterBytes), then, unless deterministic, the fp32 dQ accumulator:
+// [rows][heads_q][head_dim] for bwd_mma, tiled over rows + 128 batch padded rows for
+// bwd_wgmma (templates/bwd_mma.cuh, DqTiled). The counter directly precedes the
+// accumulator, so that one memset zeroes both.
+constexpr size_t kBackwardCounterBytes = 256;  // 256-byte aligned, as the rest
 struct BackwardWorkspace {
-  size_t lseLog2 = 0, dpsum = 0, dqAccum = 0;
+  size_t lseLog2 = 0, dpsum = 0, tileCounter = 0, dqAccum = 0;
   bool hasDqAccum = false;
   size_t bytes = 0;  // in total, a multiple of 256
 };

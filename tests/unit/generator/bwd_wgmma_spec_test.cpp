@@ -197,18 +197,19 @@ TEST(BwdWgmmaSpec, EmitsABackwardModule) {
   }
 }
 
-// Where the main pass walks the tiles on a grid in x (tileWalk) and where that grid is
-// persistent (one CTA an SM): not with a split head dim or a mask_mod's block mask (ptxas
-// spilled), and persistent only without causal masking (docs/PERF.md bw10); bwd_mma
-// keeps its grid of one CTA a key block.
+// Where the main pass walks the tiles on a persistent grid (tileWalk) and where it claims
+// them from the workspace's counter (claimsTiles): not with a split head dim or a
+// mask_mod's block mask (ptxas spilled), and claimed with causal masking, whose tiles are
+// unequal work (docs/PERF.md bw10, bw11); bwd_mma keeps its grid of one CTA a key block.
 TEST(BwdWgmmaSpec, MainPassWalksTilesWherePersistencePays) {
   struct Case {
     int d;
-    bool causal, maskMod, walks, persistent;
+    bool causal, maskMod, walks, claims;
   };
-  for (const Case &c : {Case{64, false, false, true, true}, Case{128, false, false, true, true},
-                        Case{128, true, false, true, false}, Case{256, false, false, false, false},
-                        Case{128, false, true, false, false}}) {
+  for (const Case &c : {Case{64, false, false, true, false}, Case{128, false, false, true, false},
+                        Case{64, true, false, true, true}, Case{128, true, false, true, true},
+                        Case{256, false, false, false, false}, Case{256, true, false, false, false},
+                        Case{128, true, true, false, false}}) {
     KernelSpec spec = bwdWgmmaSpec(c.d);
     spec.causal = c.causal;
     if (c.maskMod)
@@ -216,14 +217,14 @@ TEST(BwdWgmmaSpec, MainPassWalksTilesWherePersistencePays) {
     auto kernel = emitKernel(spec, defaultTile(spec));
     ASSERT_TRUE(bool(kernel)) << llvm::toString(kernel.takeError());
     EXPECT_EQ(kernel->backward.tileWalk, c.walks) << spec.key();
-    EXPECT_EQ(kernel->backward.persistentMain, c.persistent) << spec.key();
+    EXPECT_EQ(kernel->backward.claimsTiles, c.claims) << spec.key();
   }
   KernelSpec mma = bwdWgmmaSpec(128);
   mma.family = Family::BwdMma;
   auto mmaKernel = emitKernel(mma, defaultTile(mma));
   ASSERT_TRUE(bool(mmaKernel)) << llvm::toString(mmaKernel.takeError());
   EXPECT_FALSE(mmaKernel->backward.tileWalk);
-  EXPECT_FALSE(mmaKernel->backward.persistentMain);
+  EXPECT_FALSE(mmaKernel->backward.claimsTiles);
 }
 
 // A mask_mod's module also builds the block mask's step lists at the main kernel's tiles

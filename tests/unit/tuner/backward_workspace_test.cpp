@@ -108,3 +108,23 @@ TEST(BackwardWorkspace, UniformLengthsOfWholeGroupsZeroNoPadding) {
   EXPECT_EQ(dqAccumulatorFloats(p, true, 128), 16ull * 1024 * 16 * 128);
   EXPECT_EQ(dqAccumulatorFloats(p, false, 128), 16ull * 1000 * 16 * 128);
 }
+
+// The main pass's tile counter lies in every workspace, deterministic or not, and just
+// before the dQ accumulator, so that the launch's one memset zeroes both
+// (BackwardKernel::zeroScratch).
+TEST(BackwardWorkspace, TileCounterPrecedesTheAccumulator) {
+  for (bool deterministic : {false, true}) {
+    const BackwardWorkspace w = backwardWorkspace(16, 16 * 1000, 16, 128, deterministic);
+    EXPECT_GE(w.tileCounter, w.dpsum + 16 * 1000 * sizeof(float));
+    EXPECT_LE(w.tileCounter + kBackwardCounterBytes, w.bytes);
+    EXPECT_EQ(w.tileCounter % 256, 0u);
+    if (!deterministic) {
+      EXPECT_EQ(w.tileCounter + kBackwardCounterBytes, w.dqAccum);
+    }
+    char base[1] = {};
+    FjBackwardParams params{};
+    bindWorkspace(params, w, base);
+    EXPECT_EQ(reinterpret_cast<char *>(params.tile_counter), base + w.tileCounter);
+    EXPECT_EQ(params.dq_accum == nullptr, deterministic);
+  }
+}
