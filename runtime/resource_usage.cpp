@@ -1,6 +1,7 @@
 #include "runtime/resource_usage.h"
 
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/Twine.h"
 
 #include <algorithm>
 #include <optional>
@@ -48,6 +49,34 @@ ResourceUsage parsePtxasLog(llvm::StringRef log) {
     }
   }
   return usage;
+}
+
+std::vector<std::string> spillingFunctions(llvm::StringRef log) {
+  std::vector<std::string> spilling;
+  llvm::SmallVector<llvm::StringRef, 64> lines;
+  log.split(lines, '\n', -1, false);
+  llvm::StringRef function = "?";
+  for (llvm::StringRef line : lines) {
+    if (!line.startswith("ptxas"))
+      continue;
+    if (size_t at = line.find("function '"); at != llvm::StringRef::npos) {
+      function = line.substr(at + 10).split('\'').first;
+      continue;
+    }
+    int stored = 0, loaded = 0;
+    llvm::SmallVector<llvm::StringRef, 8> clauses;
+    line.split(clauses, ',');
+    for (llvm::StringRef clause : clauses) {
+      raiseTo(stored, countBefore(clause, " bytes spill stores"));
+      raiseTo(loaded, countBefore(clause, " bytes spill loads"));
+    }
+    if (stored + loaded > 0)
+      spilling.push_back(
+          (function + ": " + llvm::Twine(stored) + " bytes stored, " + llvm::Twine(loaded) +
+           " loaded")
+              .str());
+  }
+  return spilling;
 }
 
 std::vector<std::string> ptxasNotes(llvm::StringRef log) {

@@ -24,6 +24,11 @@ struct ResourceUsage {
 // Lines it does not recognise are ignored.
 ResourceUsage parsePtxasLog(llvm::StringRef log);
 
+// The functions that spill, each as "name: S bytes stored, L loaded", in log order (the
+// entry named by the "Compiling entry function 'name'" line before the spill line), so
+// that a rejection says which of a module's kernels spills.
+std::vector<std::string> spillingFunctions(llvm::StringRef log);
+
 // What ptxas says about the code beyond its resource usage: its warnings and its coded
 // advisories, such as
 //   ptxas info    : (C7519) warpgroup.arrive is injected in around line 2933 by ...

@@ -2,6 +2,7 @@
 
 #include "support/elapsed.h"
 #include "support/error.h"
+#include "runtime/resource_usage.h"
 #include "support/hash.h"
 #include "tuner/loaded_kernel.h"
 
@@ -32,8 +33,13 @@ std::string binaryKeyText(const generator::KernelSpec &spec, const generator::Ti
 }
 
 std::string compileRejection(int spillBytes, llvm::StringRef log) {
-  if (spillBytes > 0)
-    return llvm::formatv("spills {0} bytes of registers", spillBytes).str();
+  if (spillBytes > 0) {
+    std::string message = llvm::formatv("spills {0} bytes of registers", spillBytes).str();
+    std::vector<std::string> where = runtime::spillingFunctions(log);
+    if (!where.empty())
+      message += " (" + llvm::join(where, "; ") + ")";
+    return message;
+  }
   llvm::SmallVector<llvm::StringRef, 16> lines;
   log.split(lines, '\n', -1, false);
   for (llvm::StringRef line : lines) {

@@ -69,5 +69,19 @@ TEST(PtxasNotes, KeepsWarningsAndCodedAdvisoriesOnly) {
   EXPECT_TRUE(ptxasNotes(kCapturedLog).empty());
 }
 
+// A module's spilling functions are named, so a rejection says which kernel spills.
+TEST(ResourceUsage, NamesTheFunctionsThatSpill) {
+  const char *log =
+      "ptxas info    : Compiling entry function 'flashjit_bwd_prep' for 'sm_90a'\n"
+      "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Compiling entry function 'flashjit_bwd_main' for 'sm_90a'\n"
+      "ptxas info    : Function properties for flashjit_bwd_main\n"
+      "ptxas         .     24 bytes stack frame, 16 bytes spill stores, 12 bytes spill loads\n"
+      "ptxas info    : Used 168 registers, used 16 barriers\n";
+  EXPECT_EQ(spillingFunctions(log),
+            std::vector<std::string>{"flashjit_bwd_main: 16 bytes stored, 12 loaded"});
+  EXPECT_TRUE(spillingFunctions("ptxas info    : Used 40 registers\n").empty());
+}
+
 } // namespace
 } // namespace flashjit::runtime

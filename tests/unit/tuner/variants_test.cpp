@@ -41,6 +41,11 @@ TEST(CompileRejection, SpillsAndSerializedOrIgnoredInstructions) {
             "");
   EXPECT_NE(tuner::compileRejection(16, ""), "");
   EXPECT_NE(tuner::compileRejection(16, "").find("16 bytes"), std::string::npos);
+  EXPECT_EQ(tuner::compileRejection(
+                28, "ptxas info    : Compiling entry function 'main' for 'sm_90a'\n"
+                    "ptxas         .     24 bytes stack frame, 16 bytes spill stores, 12 "
+                    "bytes spill loads\n"),
+            "spills 28 bytes of registers (main: 16 bytes stored, 12 loaded)");
   std::string serialized = tuner::compileRejection(
       0, "ptxas info : Compiling entry function 'k'\n"
          "ptxas warning : Potential Performance Loss: wgmma.mma_async instructions are "
