@@ -39,6 +39,13 @@ KernelSpec mmaSpec(const KernelSpec &spec) {
 }
 TileConfig dqTile(const KernelSpec &spec) { return bwdMmaDefaultTile(mmaSpec(spec)); }
 
+// The main pass walks tiles on a persistent grid (BwdWgmmaConfig::kTileWalk), and with
+// causal attention claims them from a counter (kClaimsTiles).
+bool walksTiles(const KernelSpec &spec) {
+  return !splitsHead(spec) && spec.features.maskMod.empty();
+}
+bool claimsTiles(const KernelSpec &spec) { return walksTiles(spec) && spec.causal; }
+
 } // namespace
 
 int bwdWgmmaAccumulatorRegisters(const KernelSpec &spec, const TileConfig &tile) {
@@ -65,13 +72,6 @@ std::optional<std::string> bwdWgmmaFeatureRefusal(const KernelSpec &spec) {
                        "64: its one tile spills; bwd_mma runs it");
   return std::nullopt;
 }
-
-// The main pass walks tiles on a persistent grid (BwdWgmmaConfig::kTileWalk), and with
-// causal attention claims them from a counter (kClaimsTiles).
-bool walksTiles(const KernelSpec &spec) {
-  return !splitsHead(spec) && spec.features.maskMod.empty();
-}
-bool claimsTiles(const KernelSpec &spec) { return walksTiles(spec) && spec.causal; }
 
 int bwdWgmmaKeysPerCta(const KernelSpec &spec) { return splitsHead(spec) ? 64 : 128; }
 

@@ -91,14 +91,15 @@ public:
   const generator::BackwardEntries &entries() const { return entries_; }
 
 private:
+  // Zeroes what the kernels add to or count on: the dQ accumulator and the tile counter.
+  llvm::Error zeroScratch(const FjBackwardParams &params, CUstream stream) const;
+
   std::unique_ptr<runtime::Module> module_;
   runtime::Kernel prep_, convert_, dq_;
   std::optional<runtime::Kernel> blockSteps_;
   std::vector<runtime::Kernel> passes_;
   generator::BackwardEntries entries_;
   int threads_ = 0, sharedBytes_ = 0, registers_ = 0;
-  // Zeroes what the kernels add to or count on: the dQ accumulator and the tile counter.
-  llvm::Error zeroScratch(const FjBackwardParams &params, CUstream stream) const;
   int smCount_ = 0;  // of the device it was loaded on, for a persistent main pass
 };
 

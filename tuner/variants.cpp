@@ -1,8 +1,8 @@
 #include "tuner/variants.h"
 
+#include "runtime/resource_usage.h"
 #include "support/elapsed.h"
 #include "support/error.h"
-#include "runtime/resource_usage.h"
 #include "support/hash.h"
 #include "tuner/loaded_kernel.h"
 
