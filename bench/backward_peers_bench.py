@@ -17,6 +17,9 @@ Shapes as bench/peers_bench.py (batch*N = 16384 tokens, heads*head_dim = 2048). 
      its rounds reported (each round's reading kept in the JSON);
   3. TFLOP/s with the papers' count: backward = 2.5 x the forward's 4*B*H*N^2*d
      (halved when causal); ratios to each peer and their geometric means.
+A shape whose kernel flashjit cannot give (fj_kernel_get fails) is recorded as failed with
+the library's message, and the run goes on to the other shapes; any failed shape makes the
+exit status 1.
 """
 import argparse
 import ctypes as C
@@ -195,7 +198,16 @@ def main():
                     bwd_flops = 2.5 * fwd_flops
                     per_set = 8 * B * N * H * d * 2  # q k v o dout dq dk dv
                     sets = max(1, math.ceil(2 * l2 / per_set))
-                    handle = fj.kernel(dtype, d, H, causal, N, B)
+                    try:
+                        handle = fj.kernel(dtype, d, H, causal, N, B)
+                    except RuntimeError as ex:
+                        # Recorded as a failed shape; the run goes on to the others.
+                        rows.append(dict(dtype=dname, d=d, N=N, B=B, H=H, causal=causal,
+                                         passed=False, error=None, bar=None,
+                                         kernel_error=str(ex)))
+                        print(f"{dname:5} {d:>4} {N:>6} {str(causal):6} FAILED: {ex}",
+                              flush=True)
+                        continue
                     data = []
                     for _ in range(sets):
                         q, k, v, dout = (torch.randn(B, N, H, d, device="cuda", dtype=dtype)
@@ -302,9 +314,10 @@ def main():
     summary = {}
     for peer in peers:
         for kind, suffix in (("bwd", ""), ("fwdbwd", "_fwdbwd")):
-            ratios = [r["flashjit" + suffix] / r[peer + suffix] for r in rows if r.get(peer + suffix)]
-            long_ratios = [r["flashjit" + suffix] / r[peer + suffix] for r in rows
-                           if r.get(peer + suffix) and r["N"] >= 1024]
+            timed = [r for r in rows if r.get(peer + suffix) and r.get("flashjit" + suffix)]
+            ratios = [r["flashjit" + suffix] / r[peer + suffix] for r in timed]
+            long_ratios = [r["flashjit" + suffix] / r[peer + suffix] for r in timed
+                           if r["N"] >= 1024]
             if ratios:
                 summary[f"{peer}_{kind}"] = dict(geomean=geomean(ratios), min=min(ratios),
                                                  max=max(ratios), shapes=len(ratios),
@@ -315,7 +328,8 @@ def main():
                       f"(min {s['min']:.3f}, max {s['max']:.3f}, {s['shapes']} shapes; "
                       f">= 1.0 on {s['at_or_above_n1024']}/{s['shapes_n1024']} with N >= 1024)")
     failed = [r for r in rows if not r["passed"]]
-    print(f"correctness: {len(rows) - len(failed)} passed, {len(failed)} failed")
+    print(f"correctness: {len(rows) - len(failed)} passed, {len(failed)} failed"
+          f" ({sum('kernel_error' in r for r in failed)} without a kernel)")
     json.dump(dict(device=torch.cuda.get_device_name(0), rows=rows, summary=summary),
               open(os.path.join(a.out, "backward_bench.json"), "w"), indent=1)
     return 1 if failed else 0
