@@ -389,8 +389,16 @@ __device__ __forceinline__ void bulk_load(u32 dst, const void *src, u32 bytes, u
                : "memory");
 }
 
-// Tile i of (ceil(seqlen_k / kBlockN), heads_kv, batch), causal ones in
-// bwd_mma::causal_tile's order (for_each_block).
+// The (ceil(seqlen_k / kBlockN), heads_kv, batch) tiles of the main pass, tile i of them
+// (causal ones in bwd_mma::causal_tile's order), and whether a tile has keys (with
+// cu_seqlens a sequence may have fewer than the longest).
+template <typename Cfg> __device__ __forceinline__ int tile_count(const FjForwardParams &p) {
+  return (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN * p.heads_kv * p.batch;
+}
+template <typename Cfg>
+__device__ __forceinline__ bool has_keys(const FjForwardParams &p, const bwd_mma::CtaTile &tile) {
+  return tile.key_block * Cfg::kBlockN < seq_extent(p, tile.b).seqlen_k;
+}
 template <typename Cfg>
 __device__ __forceinline__ bwd_mma::CtaTile tile_at(const FjForwardParams &p, int i) {
   const int blocks = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
@@ -398,15 +406,12 @@ __device__ __forceinline__ bwd_mma::CtaTile tile_at(const FjForwardParams &p, in
     return bwd_mma::causal_tile(i, blocks, p.heads_kv, p.batch);
   return {i % blocks, (i / blocks) % p.heads_kv, i / (blocks * p.heads_kv)};
 }
-// This CTA's first tile from i on (i, i + gridDim.x, ...) that has keys (with cu_seqlens
-// a sequence may have fewer than the longest), or -1.
+// This CTA's first tile from i on (i, i + gridDim.x, ...) that has keys, or -1.
 template <typename Cfg> __device__ __forceinline__ int next_tile(const FjForwardParams &p, int i) {
-  const int tiles = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN * p.heads_kv * p.batch;
-  for (; i < tiles; i += gridDim.x) {
-    const bwd_mma::CtaTile tile = tile_at<Cfg>(p, i);
-    if (tile.key_block * Cfg::kBlockN < seq_extent(p, tile.b).seqlen_k)
+  const int tiles = tile_count<Cfg>(p);
+  for (; i < tiles; i += gridDim.x)
+    if (has_keys<Cfg>(p, tile_at<Cfg>(p, i)))
       return i;
-  }
   return -1;
 }
 
@@ -416,14 +421,13 @@ template <typename Cfg> __device__ __forceinline__ int next_tile(const FjForward
 template <typename Cfg>
 __device__ __forceinline__ int claim_tile(const FjBackwardParams &P) {
   const FjForwardParams &p = P.fwd;
-  const int tiles = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN * p.heads_kv * p.batch;
+  const int tiles = tile_count<Cfg>(p);
 #pragma unroll 1
   for (;;) {
     const int i = (int)gridDim.x + atomicAdd(P.tile_counter, 1);
     if (i >= tiles)
       return -1;
-    const bwd_mma::CtaTile tile = tile_at<Cfg>(p, i);
-    if (tile.key_block * Cfg::kBlockN < seq_extent(p, tile.b).seqlen_k)
+    if (has_keys<Cfg>(p, tile_at<Cfg>(p, i)))
       return i;
   }
 }
@@ -447,8 +451,7 @@ template <typename Cfg> __device__ __forceinline__ int take_tile(const Carve<Cfg
 template <typename Cfg>
 __device__ __forceinline__ void claim_tiles(const FjBackwardParams &P, const Carve<Cfg> &w) {
   int i = blockIdx.x;  // < the tiles: the host launches at most one CTA a tile
-  const bwd_mma::CtaTile tile = tile_at<Cfg>(P.fwd, i);
-  if (tile.key_block * Cfg::kBlockN >= seq_extent(P.fwd, tile.b).seqlen_k)
+  if (!has_keys<Cfg>(P.fwd, tile_at<Cfg>(P.fwd, i)))
     i = claim_tile<Cfg>(P);
   post_tile<Cfg>(w, 0, i);
 #pragma unroll 1
@@ -1266,6 +1269,8 @@ template <typename Cfg, typename Fn>
 __device__ __forceinline__ void for_each_block(const FjBackwardParams &P, unsigned char *smem,
                                                int first, Fn &&fn) {
   if constexpr (!Cfg::kTileWalk) {
+    // has_keys written out: through the helper, ptxas scheduled the mask_mod kernels
+    // differently (other machine code than the GPU-tested one).
     const bwd_mma::CtaTile tile = bwd_mma::cta_tile<Cfg::kCausal>();
     if (tile.key_block * Cfg::kBlockN < seq_extent(P.fwd, tile.b).seqlen_k)
       fn(make_block<Cfg>(P, smem, tile), NextTile<Cfg>{-1, 0});
@@ -1343,7 +1348,7 @@ __device__ __forceinline__ void run_main(const FjBackwardParams &P, const Maps &
         issue_kv<Cfg>(p, Carve<Cfg>(smem), tile_at<Cfg>(p, first), tid - 128);
     } else {
       const bwd_mma::CtaTile tile = bwd_mma::cta_tile<Cfg::kCausal>();
-      if (tile.key_block * Cfg::kBlockN < seq_extent(p, tile.b).seqlen_k)
+      if (has_keys<Cfg>(p, tile))
         issue_kv<Cfg>(p, Carve<Cfg>(smem), tile, tid - 128);
     }
     for_each_block<Cfg>(P, smem, first, [&](const Block<Cfg> &w, NextTile<Cfg> after) {
