@@ -66,6 +66,15 @@ llvm::Expected<std::string> nvrtcVersion() {
   return llvm::formatv("{0}.{1}", major, minor).str();
 }
 
+llvm::Expected<std::string> nvrtcLibrary() {
+  auto api = detail::nvrtc();
+  if (!api)
+    return api.takeError();
+  if (api->ownCopy)
+    return api->path + " (flashjit's own copy)";
+  return api->path + " (shared: " + api->sharedBecause + ")";
+}
+
 bool nvrtcCachesPrograms(int major, int minor) {
   return major > 12 || (major == 12 && minor >= 9);
 }

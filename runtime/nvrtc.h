@@ -1,7 +1,8 @@
-// Run-time compilation of CUDA C++ with NVRTC. libnvrtc is loaded with
-// llvm::sys::DynamicLibrary on first use ($FLASHJIT_NVRTC_LIBRARY overrides the
-// path; default libnvrtc.so.13), so nothing here links against the toolkit and
-// compilation works on machines with no GPU and no driver.
+// Run-time compilation of CUDA C++ with NVRTC. libnvrtc is loaded on first use, a copy
+// that no other library in the process uses where one can be had (runtime/nvrtc_api.h
+// says why; $FLASHJIT_NVRTC_LIBRARY overrides the path, default libnvrtc.so.13), so
+// nothing here links against the toolkit and compilation works on machines with no GPU
+// and no driver.
 #pragma once
 
 #include "llvm/ADT/StringRef.h"
@@ -74,6 +75,11 @@ bool nvrtcCachesPrograms(int major, int minor);
 
 // "13.0": the version of the NVRTC library that compile() uses.
 llvm::Expected<std::string> nvrtcVersion();
+
+// Which NVRTC library compile() uses and whether another library in the process uses
+// it too, e.g. "libnvrtc.so.13 (flashjit's own copy)" or "libnvrtc.so.13 (shared:
+// <why>)"; for `flashjit info`.
+llvm::Expected<std::string> nvrtcLibrary();
 
 // True for the targets compile() accepts ("sm_XY" or "sm_XYa").
 bool isValidTarget(llvm::StringRef target);

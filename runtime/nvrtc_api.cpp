@@ -3,19 +3,59 @@
 #include "support/env.h"
 #include "support/error.h"
 
+#include "llvm/ADT/SmallString.h"
 #include "llvm/Support/DynamicLibrary.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+
+#include <dlfcn.h>
+#include <link.h>
 
 namespace flashjit::runtime::detail {
+namespace {
 
-llvm::Expected<std::unique_ptr<NvrtcApi>> loadNvrtc(const std::string &path) {
-  std::string why;
-  auto library = llvm::sys::DynamicLibrary::getPermanentLibrary(path.c_str(), &why);
-  if (!library.isValid())
-    return makeError(ErrorCode::NotSupported, "cannot load NVRTC from '{0}': {1}", path, why);
+// The file of the library the dynamic loader has under `name`, when one is loaded.
+std::optional<std::string> loadedFile(const std::string &name) {
+  void *handle = dlopen(name.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  if (!handle)
+    return std::nullopt;
+  std::optional<std::string> file;
+  link_map *map = nullptr;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && *map->l_name)
+    file = map->l_name;
+  dlclose(handle); // drops only the reference RTLD_NOLOAD took
+  return file;
+}
+
+// Where a CUDA toolkit keeps its libraries, most specific first.
+std::vector<std::string> toolkitLibraryDirs() {
+  std::vector<std::string> roots;
+  for (const char *variable : {"CUDA_HOME", "CUDA_PATH"})
+    if (std::optional<std::string> root = getEnv(variable); root && !root->empty())
+      roots.push_back(*root);
+  roots.push_back("/usr/local/cuda");
+  std::vector<std::string> dirs;
+#if defined(__aarch64__)
+  const char *targetDir = "targets/sbsa-linux/lib";
+#else
+  const char *targetDir = "targets/x86_64-linux/lib";
+#endif
+  for (const std::string &root : roots)
+    for (const char *sub : {"lib64", targetDir}) {
+      llvm::SmallString<256> dir(root);
+      llvm::sys::path::append(dir, sub);
+      dirs.push_back(std::string(dir));
+    }
+  return dirs;
+}
+
+// Every function of NVRTC from a loaded library, by name.
+template <typename Lookup>
+llvm::Expected<std::unique_ptr<NvrtcApi>> resolve(const std::string &path, Lookup lookup) {
   auto api = std::make_unique<NvrtcApi>();
   api->path = path;
 #define FLASHJIT_RESOLVE(fn)                                                            \
-  api->fn = reinterpret_cast<decltype(api->fn)>(library.getAddressOfSymbol(#fn));       \
+  api->fn = reinterpret_cast<decltype(api->fn)>(lookup(#fn));                           \
   if (!api->fn)                                                                         \
     return makeError(ErrorCode::NotSupported, "'{0}' is not NVRTC: it lacks {1}", path, #fn);
   FLASHJIT_NVRTC_FUNCTIONS(FLASHJIT_RESOLVE)
@@ -23,9 +63,49 @@ llvm::Expected<std::unique_ptr<NvrtcApi>> loadNvrtc(const std::string &path) {
   return api;
 }
 
+} // namespace
+
+llvm::Expected<std::unique_ptr<NvrtcApi>> loadNvrtc(const std::string &path) {
+  std::string why;
+  auto library = llvm::sys::DynamicLibrary::getPermanentLibrary(path.c_str(), &why);
+  if (!library.isValid())
+    return makeError(ErrorCode::NotSupported, "cannot load NVRTC from '{0}': {1}", path, why);
+  return resolve(path, [&](const char *name) { return library.getAddressOfSymbol(name); });
+}
+
+// sys::DynamicLibrary opens with RTLD_GLOBAL, which would offer this copy's functions to
+// every library that binds a symbol later: the other copy's users could then compile
+// in ours. RTLD_LOCAL keeps it flashjit's. The handle is never closed.
+llvm::Expected<std::unique_ptr<NvrtcApi>> loadNvrtcCopy(const std::string &path) {
+  void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char *why = dlerror();
+    return makeError(ErrorCode::NotSupported, "cannot load NVRTC from '{0}': {1}", path,
+                     why ? why : "dlopen failed");
+  }
+  return resolve(path, [&](const char *name) { return dlsym(handle, name); });
+}
+
 std::string defaultNvrtcPath() {
   std::optional<std::string> path = getEnv("FLASHJIT_NVRTC_LIBRARY");
   return path && !path->empty() ? *path : "libnvrtc.so.13";
+}
+
+std::optional<std::string> separateCopyOf(const std::string &name, std::string *loaded) {
+  std::optional<std::string> inUse = loadedFile(name);
+  if (loaded)
+    *loaded = inUse.value_or("");
+  if (!inUse)
+    return std::nullopt;
+  for (const std::string &dir : toolkitLibraryDirs()) {
+    llvm::SmallString<256> candidate(dir);
+    llvm::sys::path::append(candidate, name);
+    bool same = true;
+    if (llvm::sys::fs::exists(candidate) &&
+        !llvm::sys::fs::equivalent(candidate, *inUse, same) && !same)
+      return std::string(candidate);
+  }
+  return std::nullopt;
 }
 
 llvm::Expected<const NvrtcApi &> nvrtc() {
@@ -36,11 +116,28 @@ llvm::Expected<const NvrtcApi &> nvrtc() {
   };
   static const Loaded loaded = [] {
     Loaded result;
-    auto api = loadNvrtc(defaultNvrtcPath());
-    if (api)
-      result.api = std::move(*api);
-    else
+    std::string path = defaultNvrtcPath();
+    bool named = path.find('/') != std::string::npos; // FLASHJIT_NVRTC_LIBRARY's file
+    std::string inUse;
+    std::optional<std::string> separate =
+        named ? std::nullopt : separateCopyOf(path, &inUse);
+    if (named)
+      inUse = loadedFile(path).value_or("");
+    auto api = separate ? loadNvrtcCopy(*separate) : loadNvrtc(path);
+    if (!api) {
       result.failure = llvm::toString(api.takeError());
+      return result;
+    }
+    result.api = std::move(*api);
+    result.api->ownCopy = separate || inUse.empty();
+    if (!result.api->ownCopy)
+      result.api->sharedBecause =
+          named ? llvm::formatv("another library loaded {0} first", inUse).str()
+                : llvm::formatv("another library loaded {0} first, and no other copy was "
+                                "found under $CUDA_HOME, $CUDA_PATH or /usr/local/cuda "
+                                "(FLASHJIT_NVRTC_LIBRARY can name one)",
+                                inUse)
+                      .str();
     return result;
   }();
   if (!loaded.api)

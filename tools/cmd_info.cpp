@@ -29,6 +29,9 @@ int runInfo() {
                          flashjit::generator::familyFingerprint(family));
   auto nvrtc = flashjit::runtime::nvrtcVersion();
   out << "NVRTC:   " << (nvrtc ? *nvrtc : llvm::toString(nvrtc.takeError())) << "\n";
+  if (nvrtc)
+    if (auto library = flashjit::runtime::nvrtcLibrary())
+      out << "         " << *library << "\n";
   auto driver = flashjit::runtime::driverVersion();
   if (!driver) {
     out << "Driver:  " << llvm::toString(driver.takeError())

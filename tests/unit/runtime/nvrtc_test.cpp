@@ -1,7 +1,12 @@
 // NVRTC through runtime/nvrtc.h: real compiles with the libnvrtc of this machine.
 #include "runtime/nvrtc.h"
 #include "runtime/nvrtc_api.h"
+#include "support/env.h"
 #include "support/error.h"
+
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
 
 #include <gtest/gtest.h>
 
@@ -266,6 +271,53 @@ TEST(NvrtcLoader, LibraryWithoutNvrtcIsRejected) {
   auto api = detail::loadNvrtc("libm.so.6");
   ASSERT_FALSE(bool(api));
   EXPECT_NE(llvm::toString(api.takeError()).find("lacks nvrtcVersion"), std::string::npos);
+}
+
+// When the library is loaded, another file of it under $CUDA_HOME is the separate copy
+// (libm stands in for NVRTC: loaded in every C++ process, and small to copy), and the
+// loaded file itself never is.
+TEST(NvrtcLoader, SeparateCopyIsAnotherFileUnderTheToolkit) {
+  std::string inUse;
+  llvm::SmallString<128> root;
+  ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("fj-toolkit", root));
+  llvm::SmallString<128> lib64(root);
+  llvm::sys::path::append(lib64, "lib64");
+  ASSERT_FALSE(llvm::sys::fs::create_directory(lib64));
+  llvm::SmallString<128> copy(lib64);
+  llvm::sys::path::append(copy, "libm.so.6");
+  std::optional<std::string> loaded = [] {
+    std::string file;
+    detail::separateCopyOf("libm.so.6", &file);
+    return file.empty() ? std::nullopt : std::optional<std::string>(file);
+  }();
+  ASSERT_TRUE(loaded) << "libm is loaded in this process";
+  ASSERT_FALSE(llvm::sys::fs::copy_file(*loaded, copy));
+
+  const char *saved = std::getenv("CUDA_HOME");
+  std::string previous = saved ? saved : "";
+  setenv("CUDA_HOME", root.c_str(), 1);
+  std::optional<std::string> separate = detail::separateCopyOf("libm.so.6", &inUse);
+  EXPECT_EQ(inUse, *loaded);
+  EXPECT_EQ(separate, std::optional<std::string>(std::string(copy)));
+  auto notNvrtc = detail::loadNvrtcCopy(std::string(copy));  // loads, then lacks NVRTC
+  ASSERT_FALSE(bool(notNvrtc));
+  EXPECT_NE(llvm::toString(notNvrtc.takeError()).find("lacks nvrtcVersion"), std::string::npos);
+  // A link to the loaded file is that file, not a copy.
+  llvm::sys::fs::remove(copy);
+  ASSERT_FALSE(llvm::sys::fs::create_link(*loaded, copy));
+  EXPECT_NE(detail::separateCopyOf("libm.so.6", &inUse),
+            std::optional<std::string>(std::string(copy)));
+  if (saved)
+    setenv("CUDA_HOME", previous.c_str(), 1);
+  else
+    unsetenv("CUDA_HOME");
+  llvm::sys::fs::remove_directories(root);
+}
+
+TEST(NvrtcLoader, NothingLoadedNeedsNoSeparateCopy) {
+  std::string inUse = "unset";
+  EXPECT_FALSE(detail::separateCopyOf("libflashjit-nonexistent.so.1", &inUse));
+  EXPECT_EQ(inUse, "");
 }
 
 TEST(NvrtcLoader, EnvironmentOverridesThePath) {
