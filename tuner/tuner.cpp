@@ -202,6 +202,9 @@ llvm::Expected<Selection> Tuner::Impl::heuristic(const generator::KernelSpec &sp
   BuildOptions build;
   build.threads = 1;
   build.mutateSource = options.mutateSource;
+  // A cached spill would refuse the tile for good, and this mode has only a tile or two
+  // to offer: such a row is checked by compiling again (BuildOptions::recheckSpills).
+  build.recheckSpills = true;
   for (const SpaceEntry &entry : space) {
     if (entry.verdict != Verdict::Candidate)
       continue;

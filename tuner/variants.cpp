@@ -83,7 +83,8 @@ llvm::Expected<BuildResult> buildVariants(cache::Cache &cache, const generator::
     // A binary stored without ptxas's report (NVRTC 12.9+ served it from its own cache
     // before compile() turned that off) may spill or have its wgmma serialised unseen:
     // compiled again, it replaces the row.
-    if (*found && (*found)->row.registers < 0 && options.allowCompile)
+    if (*found && options.allowCompile &&
+        ((*found)->row.registers < 0 || (options.recheckSpills && (*found)->row.spillBytes > 0)))
       found->reset();
     if (*found) {
       v.binary = std::move((*found)->row);

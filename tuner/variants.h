@@ -51,6 +51,10 @@ struct BuildOptions {
   bool allowCompile = true;   // false: a binary missing from the cache is an error (in
                               // the variant, not of the call)
   unsigned threads = 0;       // compile threads; 0: one per core
+  // Compile again a tile whose cached row spilled, rather than reject it on the row's
+  // word. Rows made before flashjit compiled with a private NVRTC (0.12.1) may carry a
+  // spill that another library's use of NVRTC caused (runtime/nvrtc_api.h).
+  bool recheckSpills = false;
   // Test hook: edits a candidate's source before it is keyed and compiled (the GPU
   // tests plant a wrong kernel this way).
   std::function<void(const generator::TileConfig &, std::string &source)> mutateSource;

@@ -112,6 +112,38 @@ TEST(BuildVariants, ARowWithoutPtxasReportIsCompiledAgain) {
   EXPECT_EQ(third->compiled, 0) << "the row was replaced";
 }
 
+// A cached spill is taken at its word unless the caller asks for a re-check, which
+// compiles the tile again and replaces the row with what this NVRTC reports.
+TEST(BuildVariants, ACachedSpillIsCompiledAgainOnlyWhenAsked) {
+  auto cache = memoryCache();
+  std::vector<TileConfig> tiles = {{64, 64, 4, 2}};
+  tuner::BuildOptions options;
+  auto first = tuner::buildVariants(*cache, spec64(), tiles, options);
+  ASSERT_TRUE(bool(first)) << llvm::toString(first.takeError());
+  ASSERT_EQ(first->variants[0].binary->spillBytes, 0);
+  cache::BinaryRow spilled = *first->variants[0].binary;
+  spilled.spillBytes = 440;
+  ASSERT_FALSE(bool(cache->publish(&spilled, nullptr)));
+
+  auto trusted = tuner::buildVariants(*cache, spec64(), tiles, options);
+  ASSERT_TRUE(bool(trusted)) << llvm::toString(trusted.takeError());
+  EXPECT_EQ(trusted->compiled, 0);
+  EXPECT_FALSE(trusted->variants[0].usable());
+  EXPECT_NE(trusted->variants[0].rejection.find("spills 440 bytes"), std::string::npos)
+      << trusted->variants[0].rejection;
+
+  options.recheckSpills = true;
+  auto rechecked = tuner::buildVariants(*cache, spec64(), tiles, options);
+  ASSERT_TRUE(bool(rechecked)) << llvm::toString(rechecked.takeError());
+  EXPECT_EQ(rechecked->compiled, 1);
+  EXPECT_TRUE(rechecked->variants[0].usable()) << rechecked->variants[0].rejection;
+  options.recheckSpills = false;
+  auto after = tuner::buildVariants(*cache, spec64(), tiles, options);
+  ASSERT_TRUE(bool(after)) << llvm::toString(after.takeError());
+  EXPECT_EQ(after->compiled, 0);
+  EXPECT_TRUE(after->variants[0].usable()) << "the row was replaced";
+}
+
 TEST(BuildVariants, MutatedSourceGetsItsOwnKeyAndNoCompileWhenForbidden) {
   auto cache = memoryCache();
   tuner::BuildOptions options;
