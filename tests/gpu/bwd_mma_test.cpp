@@ -302,6 +302,28 @@ TEST_P(Bwd, SanitizerShapes) {
     }
 }
 
+// ManyBlocksPerCta's walks, at a size compute-sanitizer finishes in minutes: 528 tiles
+// of one or two query steps, four or so a CTA on a grid of one CTA an SM, so that racecheck
+// sees K/V loads under the previous tile, the claimed causal walk's tile slots, and the
+// dQ slices cross tiles (deterministic too):
+//   compute-sanitizer --tool racecheck gpu_tests --gtest_filter='Families/Bwd.WalkSanitizerShapes/*'
+TEST_P(Bwd, WalkSanitizerShapes) {
+  const Family family = GetParam();
+  FLASHJIT_REQUIRE_FAMILY(family);
+  for (int d : headDimsOf(family, {64, 128}))
+    for (bool causal : {false, true}) {
+      KernelSpec spec = bwdSpec(d, d, DType::BF16, causal, family);
+      TileConfig tile = generator::defaultTile(spec);
+      for (bool deterministic : {false, true}) {
+        if (deterministic && (!causal || d != 64))
+          continue;
+        EXPECT_EQ(checkBackward(spec, tile, shapeOf(44, 4, 4, 100, 257, d, d), 41, deterministic),
+                  "")
+            << spec.key() << (deterministic ? " deterministic" : "");
+      }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, Bwd, ::testing::Values(Family::BwdMma, Family::BwdWgmma),
                          familyParamName);
 
