@@ -52,8 +52,9 @@ struct BuildOptions {
                               // the variant, not of the call)
   unsigned threads = 0;       // compile threads; 0: one per core
   // Compile again a tile whose cached row spilled, rather than reject it on the row's
-  // word. Rows made before flashjit compiled with a private NVRTC (0.12.1) may carry a
-  // spill that another library's use of NVRTC caused (runtime/nvrtc_api.h).
+  // word: rows written by flashjit 0.12.0 and earlier, which compiled with whatever copy
+  // of NVRTC the process shared, may carry a spill that another library's use of NVRTC
+  // caused (runtime/nvrtc_api.h).
   bool recheckSpills = false;
   // Test hook: edits a candidate's source before it is keyed and compiled (the GPU
   // tests plant a wrong kernel this way).
