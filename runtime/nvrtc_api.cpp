@@ -75,7 +75,7 @@ llvm::Expected<std::unique_ptr<NvrtcApi>> loadNvrtc(const std::string &path) {
 
 // sys::DynamicLibrary opens with RTLD_GLOBAL, which would offer this copy's functions to
 // every library that binds a symbol later: the other copy's users could then compile
-// in ours. RTLD_LOCAL keeps it flashjit's. The handle is never closed.
+// in ours. RTLD_LOCAL keeps it flashjit's. A loaded NVRTC is never closed.
 llvm::Expected<std::unique_ptr<NvrtcApi>> loadNvrtcCopy(const std::string &path) {
   void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
@@ -83,7 +83,10 @@ llvm::Expected<std::unique_ptr<NvrtcApi>> loadNvrtcCopy(const std::string &path)
     return makeError(ErrorCode::NotSupported, "cannot load NVRTC from '{0}': {1}", path,
                      why ? why : "dlopen failed");
   }
-  return resolve(path, [&](const char *name) { return dlsym(handle, name); });
+  auto api = resolve(path, [&](const char *name) { return dlsym(handle, name); });
+  if (!api)
+    dlclose(handle);
+  return api;
 }
 
 std::string defaultNvrtcPath() {
@@ -91,10 +94,10 @@ std::string defaultNvrtcPath() {
   return path && !path->empty() ? *path : "libnvrtc.so.13";
 }
 
-std::optional<std::string> separateCopyOf(const std::string &name, std::string *loaded) {
+std::optional<std::string> separateCopyOf(const std::string &name, std::string *inUseOut) {
   std::optional<std::string> inUse = loadedFile(name);
-  if (loaded)
-    *loaded = inUse.value_or("");
+  if (inUseOut)
+    *inUseOut = inUse.value_or("");
   if (!inUse)
     return std::nullopt;
   for (const std::string &dir : toolkitLibraryDirs()) {
@@ -123,21 +126,36 @@ llvm::Expected<const NvrtcApi &> nvrtc() {
         named ? std::nullopt : separateCopyOf(path, &inUse);
     if (named)
       inUse = loadedFile(path).value_or("");
-    auto api = separate ? loadNvrtcCopy(*separate) : loadNvrtc(path);
+    std::string copyFailure;
+    if (separate) {
+      auto copy = loadNvrtcCopy(*separate);
+      if (copy) {
+        result.api = std::move(*copy);
+        result.api->ownCopy = true;
+        return result;
+      }
+      copyFailure = llvm::toString(copy.takeError());
+    }
+    auto api = loadNvrtc(path);
     if (!api) {
       result.failure = llvm::toString(api.takeError());
       return result;
     }
     result.api = std::move(*api);
-    result.api->ownCopy = separate || inUse.empty();
+    result.api->ownCopy = inUse.empty();
     if (!result.api->ownCopy)
       result.api->sharedBecause =
           named ? llvm::formatv("another library loaded {0} first", inUse).str()
-                : llvm::formatv("another library loaded {0} first, and no other copy was "
-                                "found under $CUDA_HOME, $CUDA_PATH or /usr/local/cuda "
-                                "(FLASHJIT_NVRTC_LIBRARY can name one)",
-                                inUse)
-                      .str();
+          : !copyFailure.empty()
+              ? llvm::formatv("another library loaded {0} first, and the other copy did "
+                              "not load: {1}",
+                              inUse, copyFailure)
+                    .str()
+              : llvm::formatv("another library loaded {0} first, and no other copy was "
+                              "found under $CUDA_HOME, $CUDA_PATH or /usr/local/cuda "
+                              "(FLASHJIT_NVRTC_LIBRARY can name one)",
+                              inUse)
+                    .str();
     return result;
   }();
   if (!loaded.api)

@@ -21,6 +21,7 @@ struct NvrtcApi {
   std::string path; // the library the functions came from
   // Whether no other library in the process was using this copy of NVRTC when flashjit
   // loaded it (nvrtc()), and when it was, why flashjit could not have one of its own.
+  // (A library that loads libnvrtc.so.13 after flashjit did gets flashjit's copy.)
   bool ownCopy = false;
   std::string sharedBecause;
 #define FLASHJIT_DECLARE(fn) decltype(&::fn) fn = nullptr;
@@ -55,8 +56,9 @@ std::string defaultNvrtcPath();
 // $CUDA_PATH or /usr/local/cuda (lib64/, targets/<arch>-linux/lib/) that is not the
 // loaded file. The dynamic loader keeps one copy per file, so a second file is a
 // second copy, with state of its own. Nothing when `name` is not loaded yet (flashjit
-// will be the first user) or no other file exists; `loadedFile` gets the loaded one.
-std::optional<std::string> separateCopyOf(const std::string &name, std::string *loadedFile);
+// will be the first user) or no other file exists; `inUse` gets the loaded one ("" if
+// none).
+std::optional<std::string> separateCopyOf(const std::string &name, std::string *inUse);
 
 // The process-wide NVRTC, loaded on first use (thread-safe): $FLASHJIT_NVRTC_LIBRARY
 // as given, else libnvrtc.so.13, or separateCopyOf() it when another library loaded
