@@ -1,7 +1,6 @@
 // NVRTC through runtime/nvrtc.h: real compiles with the libnvrtc of this machine.
 #include "runtime/nvrtc.h"
 #include "runtime/nvrtc_api.h"
-#include "support/env.h"
 #include "support/error.h"
 
 #include "llvm/ADT/SmallString.h"
