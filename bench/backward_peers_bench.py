@@ -70,6 +70,15 @@ class VariantInfo(C.Structure):
                [("tuned_us", C.c_double), ("calls", C.c_int64)]
 
 
+def nvrtc_files():
+    """The libnvrtc files mapped into this process (Linux), sorted."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return sorted({line.split()[-1] for line in maps if "libnvrtc.so" in line})
+    except OSError:
+        return []
+
+
 class Flashjit:
     def __init__(self, path, tune_mode, budget):
         self.lib = C.CDLL(path)
@@ -330,7 +339,12 @@ def main():
     failed = [r for r in rows if not r["passed"]]
     print(f"correctness: {len(rows) - len(failed)} passed, {len(failed)} failed"
           f" ({sum('kernel_error' in r for r in failed)} without a kernel)")
-    json.dump(dict(device=torch.cuda.get_device_name(0), rows=rows, summary=summary),
+    # PyTorch's NVRTC and, where flashjit found one, its own (PERF bw12: a shared copy
+    # compiles differently once cuDNN has used it).
+    nvrtc = nvrtc_files()
+    print("NVRTC files in this process:", ", ".join(nvrtc) or "unknown")
+    json.dump(dict(device=torch.cuda.get_device_name(0), rows=rows, summary=summary,
+                   nvrtc_files=nvrtc),
               open(os.path.join(a.out, "backward_bench.json"), "w"), indent=1)
     return 1 if failed else 0
 
