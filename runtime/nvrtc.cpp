@@ -75,6 +75,17 @@ llvm::Expected<std::string> nvrtcLibrary() {
   return api->path + " (shared: " + api->sharedBecause + ")";
 }
 
+std::optional<std::string> nvrtcSharedBecause() {
+  auto api = detail::nvrtc();
+  if (!api) {
+    llvm::consumeError(api.takeError());
+    return std::nullopt;
+  }
+  if (api->ownCopy)
+    return std::nullopt;
+  return api->sharedBecause;
+}
+
 bool nvrtcCachesPrograms(int major, int minor) {
   return major > 12 || (major == 12 && minor >= 9);
 }

@@ -8,6 +8,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,10 @@ llvm::Expected<std::string> nvrtcVersion();
 // it too, e.g. "libnvrtc.so.13 (flashjit's own copy)" or "libnvrtc.so.13 (shared:
 // <why>)"; for `flashjit info`.
 llvm::Expected<std::string> nvrtcLibrary();
+
+// Why compile() shares its NVRTC with another library in the process (nvrtcLibrary()'s
+// reason); nothing when it has a copy of its own or NVRTC does not load.
+std::optional<std::string> nvrtcSharedBecause();
 
 // True for the targets compile() accepts ("sm_XY" or "sm_XYa").
 bool isValidTarget(llvm::StringRef target);

@@ -1,5 +1,6 @@
 #include "tuner/variants.h"
 
+#include "runtime/nvrtc.h"
 #include "runtime/resource_usage.h"
 #include "support/elapsed.h"
 #include "support/error.h"
@@ -38,6 +39,11 @@ std::string compileRejection(int spillBytes, llvm::StringRef log) {
     std::vector<std::string> where = runtime::spillingFunctions(log);
     if (!where.empty())
       message += " (" + llvm::join(where, "; ") + ")";
+    // Another library's use of a shared NVRTC has made clean kernels spill (PERF bw12).
+    if (runtime::nvrtcSharedBecause())
+      message += "; flashjit's NVRTC is shared with another library in this process, "
+                 "whose compiles can change what it makes (`flashjit info`; "
+                 "FLASHJIT_NVRTC_LIBRARY can name a copy of its own)";
     return message;
   }
   llvm::SmallVector<llvm::StringRef, 16> lines;
