@@ -122,10 +122,11 @@ llvm::Expected<const NvrtcApi &> nvrtc() {
     std::string path = defaultNvrtcPath();
     bool named = path.find('/') != std::string::npos; // FLASHJIT_NVRTC_LIBRARY's file
     std::string inUse;
-    std::optional<std::string> separate =
-        named ? std::nullopt : separateCopyOf(path, &inUse);
+    std::optional<std::string> separate;
     if (named)
       inUse = loadedFile(path).value_or("");
+    else
+      separate = separateCopyOf(path, &inUse);
     std::string copyFailure;
     if (separate) {
       auto copy = loadNvrtcCopy(*separate);
@@ -143,19 +144,15 @@ llvm::Expected<const NvrtcApi &> nvrtc() {
     }
     result.api = std::move(*api);
     result.api->ownCopy = inUse.empty();
-    if (!result.api->ownCopy)
-      result.api->sharedBecause =
-          named ? llvm::formatv("another library loaded {0} first", inUse).str()
-          : !copyFailure.empty()
-              ? llvm::formatv("another library loaded {0} first, and the other copy did "
-                              "not load: {1}",
-                              inUse, copyFailure)
-                    .str()
-              : llvm::formatv("another library loaded {0} first, and no other copy was "
-                              "found under $CUDA_HOME, $CUDA_PATH or /usr/local/cuda "
-                              "(FLASHJIT_NVRTC_LIBRARY can name one)",
-                              inUse)
-                    .str();
+    if (result.api->ownCopy)
+      return result;
+    std::string &why = result.api->sharedBecause;
+    why = llvm::formatv("another library loaded {0} first", inUse).str();
+    if (!copyFailure.empty())
+      why += ", and the other copy did not load: " + copyFailure;
+    else if (!named)
+      why += ", and no other copy was found under $CUDA_HOME, $CUDA_PATH or /usr/local/cuda "
+             "(FLASHJIT_NVRTC_LIBRARY can name one)";
     return result;
   }();
   if (!loaded.api)
