@@ -103,13 +103,15 @@ class Flashjit:
         self.check(self.lib.fj_kernel_get(self.ctx, C.byref(desc), C.byref(handle)), "fj_kernel_get")
         return handle
 
-    def served(self, handle):
-        """(tile, bucket) of the backward variant that served the most calls so far: the
-        one fj_backward dispatched the timed shape to, which need not be the first."""
+    def served(self, handle, backward=True):
+        """(tile, bucket) of the backward (else forward) variant that served the most calls
+        so far: the one fj_backward (fj_forward) dispatched the timed shape to, which need
+        not be the first."""
         info = KernelInfoV2(struct_size=C.sizeof(KernelInfoV2))
         self.check(self.lib.fj_kernel_info(handle, C.byref(info)), "fj_kernel_info")
+        first = info.num_variants - info.num_backward_variants
         best = None
-        for i in range(info.num_variants - info.num_backward_variants, info.num_variants):
+        for i in (range(first, info.num_variants) if backward else range(first)):
             vi = VariantInfo(struct_size=C.sizeof(VariantInfo))
             self.check(self.lib.fj_kernel_variant_info(handle, i, C.byref(vi)),
                        "fj_kernel_variant_info")
@@ -194,7 +196,7 @@ def main():
     print(f"device {torch.cuda.get_device_name(0)}, flashjit {fj.lib.fj_version().decode()}, "
           f"torch {torch.__version__}; backward TFLOP/s (fwd+bwd in brackets)")
     print(f"{'dtype':5} {'d':>4} {'N':>6} {'causal':6} {'flashjit':>16} {'cudnn':>16} {'fa2':>16}"
-          f"  bwd tile           check")
+          f"  bwd tile           fwd tile           check")
     rows = []
     for dname in a.dtypes.split(","):
         dtype = torch.bfloat16 if dname == "bf16" else torch.float16
@@ -302,7 +304,8 @@ def main():
                         row[name + "_fwdbwd"] = statistics.median(readings[name][1])
                         row[name + "_rounds"] = readings[name]
                     tile, bucket = fj.served(handle)
-                    row.update(tile=tile, bucket=bucket)
+                    fwd_tile, fwd_bucket = fj.served(handle, backward=False)
+                    row.update(tile=tile, bucket=bucket, fwd_tile=fwd_tile, fwd_bucket=fwd_bucket)
                     del graphs, timed
                     rows.append(row)
 
@@ -314,7 +317,7 @@ def main():
                         (f" ({row['error']:.1e} <= {row['bar']:.1e})" if row["error"] is not None
                          else " (finite; N above --check-max-n)")
                     print(f"{dname:5} {d:>4} {N:>6} {str(causal):6} {cell('flashjit')} "
-                          f"{cell('cudnn')} {cell('fa2')}  {tile:18} {check}", flush=True)
+                          f"{cell('cudnn')} {cell('fa2')}  {tile:18} {fwd_tile:18} {check}", flush=True)
                     fj.check(fj.lib.fj_kernel_release(handle), "fj_kernel_release")
                     del data
                     torch.cuda.empty_cache()
