@@ -61,6 +61,7 @@ struct TileEstimate {
   int blocksPerSM = 0;          // occupancy
   long long ctas = 0;           // for the bucket's timing shape
   double waveEfficiency = 0;    // busy SM slots over slots held, over all waves
+  double waveFill = 0;          // the same, counting one CTA a slot (no per-SM throughput)
   double causalWaste = 0;       // extra work on masked diagonal tiles, fraction
   double computeSeconds = 0, hbmSeconds = 0, l2Seconds = 0;
   double modelSeconds = 0;      // the largest of the three
@@ -104,16 +105,23 @@ struct SpaceOptions {
 std::vector<SpaceEntry> buildSpace(const generator::KernelSpec &spec, const Bucket &bucket,
                                    const DeviceModel &device, const SpaceOptions &options = {});
 
-// The model's choice (heuristic mode): the first candidate of buildSpace, with the
-// generator's default tile preferred among the model's ties. Null when every tile
-// was pruned.
+// The tile heuristic mode prefers for `bucket`: the generator's default tile
+// (generator::defaultTile), except where the measured picks depend on the length of the
+// key walk: fwd_wgmma at d <= 64 (16-bit, no features) takes three consumers over 96
+// keys from 2k keys without causal and from 4k with it (docs/PERF.md bw13).
+generator::TileConfig preferredTile(const generator::KernelSpec &spec, const Bucket &bucket);
+
+// The model's choice (heuristic mode) for the bucket `space` was built for: the first
+// candidate of buildSpace, with preferredTile preferred among the model's ties. Null when
+// every tile was pruned.
 const SpaceEntry *heuristicChoice(llvm::ArrayRef<SpaceEntry> space,
-                                  const generator::KernelSpec &spec);
+                                  const generator::KernelSpec &spec, const Bucket &bucket);
 
 // Moves the heuristic choice to the front of `space`, the other entries keeping their
 // order: the order candidates are tried in. A tune whose budget allows one timing then
 // gets what heuristic mode would, not the tile the model's tie-break (smallest
 // footprint) happens to put first. False when there is no choice (nothing moves).
-bool leadWithHeuristicChoice(std::vector<SpaceEntry> &space, const generator::KernelSpec &spec);
+bool leadWithHeuristicChoice(std::vector<SpaceEntry> &space, const generator::KernelSpec &spec,
+                             const Bucket &bucket);
 
 } // namespace flashjit::tuner

@@ -100,7 +100,7 @@ llvm::Expected<Selection> Tuner::Impl::tune(const generator::KernelSpec &spec,
   // Timed in this order until the budget runs out: heuristic mode's tile first. Where the
   // model ties (every d = 64 fwd_wgmma tile predicts the same time), the rest follow by
   // footprint, and a cold start's compiling can leave time for one timing only.
-  leadWithHeuristicChoice(space, spec);
+  leadWithHeuristicChoice(space, spec, bucket);
   report.space = (int)space.size();
   std::vector<generator::TileConfig> tiles;
   for (const SpaceEntry &e : space) {

@@ -197,7 +197,7 @@ llvm::Expected<Selection> Tuner::Impl::heuristic(const generator::KernelSpec &sp
   std::vector<SpaceEntry> space =
       buildSpace(spec, bucket, deviceModelFor(device->properties()), spaceOptions);
   // The model's choice first; should it not compile cleanly, the next best.
-  leadWithHeuristicChoice(space, spec);
+  leadWithHeuristicChoice(space, spec, bucket);
   std::string failures;
   BuildOptions build;
   build.threads = 1;

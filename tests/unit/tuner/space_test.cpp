@@ -159,8 +159,9 @@ TEST(Space, CandidateListOverridesTheSpace) {
 
 TEST(Space, HeuristicPrefersTheDefaultTileAmongModelTies) {
   KernelSpec s = spec(128);
-  auto space = tuner::buildSpace(s, Bucket::forShape(16384, 16384, 32), h100());
-  const SpaceEntry *choice = tuner::heuristicChoice(space, s);
+  const Bucket bucket = Bucket::forShape(16384, 16384, 32);
+  auto space = tuner::buildSpace(s, bucket, h100());
+  const SpaceEntry *choice = tuner::heuristicChoice(space, s, bucket);
   ASSERT_NE(choice, nullptr);
   EXPECT_EQ(choice->verdict, Verdict::Candidate);
   EXPECT_LE(choice->estimate.modelSeconds, space.front().estimate.modelSeconds * 1.01);
@@ -174,7 +175,8 @@ TEST(Space, HeuristicPrefersTheDefaultTileAmongModelTies) {
   // Nothing to choose from: no choice.
   tuner::SpaceOptions none;
   none.only = {{64, 64, 8, 2}};
-  EXPECT_EQ(tuner::heuristicChoice(tuner::buildSpace(s, Bucket{}, h100(), none), s), nullptr);
+  EXPECT_EQ(tuner::heuristicChoice(tuner::buildSpace(s, Bucket{}, h100(), none), s, Bucket{}),
+            nullptr);
 }
 
 TEST(Space, TheHeuristicChoiceIsTriedFirst) {
@@ -182,16 +184,17 @@ TEST(Space, TheHeuristicChoiceIsTriedFirst) {
   // footprint tie-break (bm128.bn64 first); the default tile must lead instead.
   for (bool causal : {false, true}) {
     KernelSpec s = wgmma(64, causal);
-    auto space = tuner::buildSpace(s, Bucket::forShape(512, 512, 1024), h100());
+    const Bucket bucket = Bucket::forShape(512, 512, 1024);
+    auto space = tuner::buildSpace(s, bucket, h100());
     ASSERT_GE(count(space, Verdict::Candidate), 2);
-    const generator::TileConfig choice = tuner::heuristicChoice(space, s)->tile;
+    const generator::TileConfig choice = tuner::heuristicChoice(space, s, bucket)->tile;
     EXPECT_EQ(choice, generator::defaultTile(s));
     EXPECT_FALSE(space.front().tile == choice) << "the reordering is not exercised";
     std::vector<std::string> before;
     for (const SpaceEntry &e : space)
       if (!(e.tile == choice))
         before.push_back(e.tile.key());
-    EXPECT_TRUE(tuner::leadWithHeuristicChoice(space, s));
+    EXPECT_TRUE(tuner::leadWithHeuristicChoice(space, s, bucket));
     EXPECT_EQ(space.front().tile, choice);
     std::vector<std::string> after;
     for (size_t i = 1; i < space.size(); ++i)
@@ -202,7 +205,7 @@ TEST(Space, TheHeuristicChoiceIsTriedFirst) {
   tuner::SpaceOptions none;
   none.only = {{64, 64, 8, 2}};
   auto pruned = tuner::buildSpace(spec(128), Bucket{}, h100(), none);
-  EXPECT_FALSE(tuner::leadWithHeuristicChoice(pruned, spec(128)));
+  EXPECT_FALSE(tuner::leadWithHeuristicChoice(pruned, spec(128), Bucket{}));
 }
 
 TEST(Space, ModelCountsCausalWasteAndOccupancy) {
@@ -333,12 +336,13 @@ TEST(WgmmaSpace, ModelPrefersTwoConsumersAndWideKeyTiles) {
 TEST(WgmmaSpace, HeuristicChoiceIsAValidCandidate) {
   for (int d : {64, 128, 256}) {
     KernelSpec s = wgmma(d, true);
-    auto space = tuner::buildSpace(s, Bucket::forShape(16384, 16384, 32), h100());
-    const SpaceEntry *choice = tuner::heuristicChoice(space, s);
+    const Bucket bucket = Bucket::forShape(16384, 16384, 32);
+    auto space = tuner::buildSpace(s, bucket, h100());
+    const SpaceEntry *choice = tuner::heuristicChoice(space, s, bucket);
     ASSERT_NE(choice, nullptr) << s.key();
     EXPECT_EQ(choice->verdict, Verdict::Candidate) << s.key();
     EXPECT_EQ(choice->tile.warps, 4 * (choice->tile.blockM / 64 + 1)) << s.key();
-    EXPECT_EQ(choice->tile, generator::defaultTile(s)) << s.key();
+    EXPECT_EQ(choice->tile, tuner::preferredTile(s, bucket)) << s.key();
   }
 }
 
@@ -349,10 +353,11 @@ TEST(WgmmaSpace, TheDefaultTileLeadsOverTheModelsFirst) {
   KernelSpec s = wgmma(64, false);
   auto h200 = tuner::deviceModelForPreset("H200");
   ASSERT_TRUE(bool(h200)) << llvm::toString(h200.takeError());
-  auto space = tuner::buildSpace(s, Bucket::forShape(512, 512, 1024), *h200);
+  const Bucket bucket = Bucket::forShape(512, 512, 1024);
+  auto space = tuner::buildSpace(s, bucket, *h200);
   ASSERT_FALSE(space.front().tile == generator::defaultTile(s))
       << "the model's first is the default here: the rule is not exercised";
-  EXPECT_EQ(tuner::heuristicChoice(space, s)->tile, generator::defaultTile(s));
+  EXPECT_EQ(tuner::heuristicChoice(space, s, bucket)->tile, generator::defaultTile(s));
 }
 
 KernelSpec bwdWgmma(int d, bool causal = false) {
@@ -395,7 +400,8 @@ TEST(BwdWgmmaSpace, EveryHeadDimItTakesHasValidCandidates) {
         llvm::consumeError(std::move(err));
       }
       EXPECT_GE(valid, 1);
-      auto space = tuner::buildSpace(s, Bucket::forShape(4096, 4096, 32), h100());
+      const Bucket bucket = Bucket::forShape(4096, 4096, 32);
+      auto space = tuner::buildSpace(s, bucket, h100());
       print(space);
       EXPECT_EQ(space.size(), d > 128 ? 6u : 4u);  // and one stage at 256
       EXPECT_GE(count(space, Verdict::Candidate), 1);
@@ -405,10 +411,51 @@ TEST(BwdWgmmaSpace, EveryHeadDimItTakesHasValidCandidates) {
           EXPECT_FALSE(bool(err)) << e.tile.key() << ": " << llvm::toString(std::move(err));
           EXPECT_GT(e.estimate.modelSeconds, 0) << e.tile.key();
         }
-      const SpaceEntry *choice = tuner::heuristicChoice(space, s);
+      const SpaceEntry *choice = tuner::heuristicChoice(space, s, bucket);
       ASSERT_NE(choice, nullptr);
       EXPECT_EQ(choice->tile, generator::defaultTile(s));
     }
+}
+
+// fwd_wgmma d <= 64: three consumers over 96 keys once the key walk is long (2k keys
+// without causal, 4k with it), on grids that fill the GPU; the default elsewhere, and
+// for FP8, features and larger head dims.
+TEST(WgmmaSpace, LongKeyWalksAtHeadDim64PreferThreeConsumersOver96Keys) {
+  auto h200 = tuner::deviceModelForPreset("H200");
+  ASSERT_TRUE(bool(h200)) << llvm::toString(h200.takeError());
+  const TileConfig long96{192, 96, 16, 2};
+  auto choiceFor = [&](const KernelSpec &s, int n, int bh) {
+    const Bucket bucket = Bucket::forShape(n, n, bh);
+    auto space = tuner::buildSpace(s, bucket, *h200);
+    const SpaceEntry *choice = tuner::heuristicChoice(space, s, bucket);
+    EXPECT_NE(choice, nullptr) << s.key() << " " << bucket.key();
+    return choice ? choice->tile : TileConfig{};
+  };
+  // The ladder's buckets (16k tokens a step, 32 heads).
+  for (bool causal : {false, true})
+    for (int n : {512, 1024, 2048, 4096, 8192, 16384}) {
+      KernelSpec s = wgmma(64, causal);
+      SCOPED_TRACE(s.key() + " N " + std::to_string(n));
+      const bool longWalk = n >= (causal ? 4096 : 2048);
+      EXPECT_EQ(choiceFor(s, n, 16384 / n * 32), longWalk ? long96 : generator::defaultTile(s));
+      EXPECT_EQ(tuner::preferredTile(s, Bucket::forShape(n, n, 16384 / n * 32)),
+                longWalk ? long96 : generator::defaultTile(s));
+    }
+  // One long sequence and head: 22 row tiles of 192 for 132 SMs; not the long-walk tile
+  // (the model's own choice, here a smaller tile that makes more CTAs).
+  EXPECT_FALSE(choiceFor(wgmma(64, false), 4096, 1) == long96);
+  // Not for d 128, FP8 or a feature.
+  EXPECT_EQ(choiceFor(wgmma(128, false), 8192, 64), generator::defaultTile(wgmma(128, false)));
+  KernelSpec fp8 = wgmma(64, false);
+  fp8.dtype = generator::DType::E4M3;
+  EXPECT_EQ(tuner::preferredTile(fp8, Bucket::forShape(8192, 8192, 64)),
+            generator::defaultTile(fp8));
+  KernelSpec windowed = wgmma(64, true);
+  windowed.features.window = true;
+  windowed.features.windowLeft = 1024;
+  windowed.features.windowRight = 0;
+  EXPECT_EQ(tuner::preferredTile(windowed, Bucket::forShape(8192, 8192, 64)),
+            generator::defaultTile(windowed));
 }
 
 } // namespace
