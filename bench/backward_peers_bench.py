@@ -13,8 +13,9 @@ Shapes as bench/peers_bench.py (batch*N = 16384 tokens, heads*head_dim = 2048). 
   2. time with CUDA events (warm-up, median, inputs rotated over enough sets to exceed
      twice the L2): the backward alone (flashjit: fj_backward; peers:
      torch.autograd.grad of a retained graph, i.e. their backward kernels only), and
-     forward + backward; every backend in --rounds interleaved rounds, the median of
-     its rounds reported (each round's reading kept in the JSON);
+     forward + backward; every backend in --rounds interleaved rounds (each round
+     starting one backend later), the median of its rounds reported (each round's
+     reading kept in the JSON);
   3. TFLOP/s with the papers' count: backward = 2.5 x the forward's 4*B*H*N^2*d
      (halved when causal); ratios to each peer and their geometric means.
 A shape whose kernel flashjit cannot give (fj_kernel_get fails) is recorded as failed with
@@ -291,8 +292,12 @@ def main():
                             torch.autograd.grad(out, g[i][1], g[i][2])
                         timed[name] = (peer_bwd, peer_both)
                     readings = {name: ([], []) for name in timed}
-                    for _ in range(a.rounds):
-                        for name, (bwd, both) in timed.items():
+                    # Each round starts one backend later: a fixed order would give the
+                    # first one the GPU's state after the setup pause in every round.
+                    order = list(timed.items())
+                    for r in range(a.rounds):
+                        k = r % len(order)
+                        for name, (bwd, both) in order[k:] + order[:k]:
                             readings[name][0].append(bwd_flops / median_ms(bwd, sets) / 1e9)
                             readings[name][1].append(
                                 (fwd_flops + bwd_flops) / median_ms(both, sets) / 1e9)
