@@ -403,9 +403,9 @@ generator::TileConfig preferredTile(const generator::KernelSpec &spec, const Buc
   // The default's consumers are the measured picks for short walks: at d <= 64, two
   // (causal) or three over 128 keys. Over longer walks a 192-row tile's longer prologue
   // is paid back, and 96 keys keep its softmax under the tensor cores' work: the H200's
-  // tuner screens over the length ladder (bf16 and fp16) had bm192.bn96 faster than the
-  // default by 3-10 % from 2k keys without causal (-11 % at 512, even at 1k) and by
-  // 9-24 % from 4k with it (-1 to -2 % at 2k, -8 % at 1k).
+  // tuner screens over the length ladder (bf16 and fp16) ran bm192.bn96 at 1.03-1.10x the
+  // default's speed from 2k keys without causal (1.00x at 1k, 0.89x at 512) and at
+  // 1.09-1.24x from 4k keys with it (0.98-0.99x at 2k, 0.92x at 1k; docs/PERF.md bw13).
   if (isWgmma(spec) && spec.dtype != generator::DType::E4M3 && !spec.features.any() &&
       std::max(spec.headDim, spec.headDimV) <= 64 &&
       bucket.seqK >= (spec.causal ? 4096 : 2048))
