@@ -39,11 +39,21 @@ unset FLASHJIT_TUNE
 # per bucket for the forward (FP8 included) and backward families; decode's default
 # buckets (split count tuned with the tile) at head dim 128, over 16-bit and FP8 caches
 # (e4m3: bf16 q and o; added in 0.12, so files tuned before have no such rows).
+# Since bw13 (docs/PERF.md) also fwd_wgmma's length ladder in 16 bits: N 512..16384 at
+# 16k tokens a step with heads x head dim = 2048 (the peers' shapes), what a handle without
+# a length hint tunes (72 rows, about 3 minutes on an H200).
 bucket=(--causal both --seqlens 1024 --batch-heads 32 --budget-s 3 --cache "$db")
+fwd_wgmma_ladder() {
+  for dh in 64:32 128:16 256:8; do
+    "$flashjit" tune --family fwd_wgmma --head-dims "${dh%:*}" --ladder-heads "${dh#*:}" \
+      --dtypes bf16,fp16 --causal both --budget-s 3 --cache "$db"
+  done
+}
 tune_family() {
   case $1 in
     fwd_wgmma) "$flashjit" tune --family fwd_wgmma --head-dims 64,128,256 --dtypes bf16,fp16,e4m3 \
-                 "${bucket[@]}" ;;
+                 "${bucket[@]}"
+               fwd_wgmma_ladder ;;
     fwd_mma | bwd_wgmma) "$flashjit" tune --family "$1" --head-dims 64,128,256 --dtypes bf16,fp16 \
                  "${bucket[@]}" ;;
     dec_mma) "$flashjit" tune --family dec_mma --head-dims 128 --dtypes bf16,fp16,e4m3 --causal both \
@@ -54,6 +64,7 @@ tune_family() {
 
 if [ -z "$old" ]; then
   "$flashjit" tune --head-dims 64,128,256 --dtypes bf16,fp16,e4m3 --backward "${bucket[@]}"
+  fwd_wgmma_ladder
   tune_family dec_mma
   "$flashjit" cache export --user "$db" --format json --out "$out"
   "$flashjit" cache merge --format json --carry "$out" --out "$out"
