@@ -153,6 +153,20 @@ class Flashjit:
         self.check(self.lib.fj_backward(handle, C.byref(args), self.stream()), "fj_backward")
 
 
+def training_set(fj, handle, batch, n, heads, d, dtype, deterministic=False):
+    """One set of a training step's tensors (BSHD), the forward run on them (o, lse), and
+    fj_backward's arguments. dq, dk and dv start as NaN and are kept in the set: the
+    arguments hold only their addresses."""
+    q, k, v, dout = (torch.randn(batch, n, heads, d, device="cuda", dtype=dtype)
+                     for _ in range(4))
+    o = torch.empty_like(q)
+    lse = torch.empty(batch, heads, n, device="cuda", dtype=torch.float32)
+    dq, dk, dv = (torch.full_like(q, float("nan")) for _ in range(3))
+    fj.forward(handle, q, k, v, o, lse)
+    args, ws = fj.backward_args(handle, q, k, v, o, lse, dout, dq, dk, dv, deterministic)
+    return dict(q=q, k=k, v=v, dout=dout, o=o, lse=lse, dq=dq, dk=dk, dv=dv, args=args, ws=ws)
+
+
 def reference_grads(q, k, v, dout, causal):
     """fp32 autograd of the textbook formula, BSHD tensors."""
     qf, kf, vf = (t.detach().float().transpose(1, 2).requires_grad_() for t in (q, k, v))
@@ -220,18 +234,8 @@ def main():
                         print(f"{dname:5} {d:>4} {N:>6} {str(causal):6} FAILED: {ex}",
                               flush=True)
                         continue
-                    data = []
-                    for _ in range(sets):
-                        q, k, v, dout = (torch.randn(B, N, H, d, device="cuda", dtype=dtype)
-                                         for _ in range(4))
-                        o = torch.empty_like(q)
-                        lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
-                        dq, dk, dv = (torch.full_like(q, float("nan")) for _ in range(3))
-                        fj.forward(handle, q, k, v, o, lse)
-                        args, ws = fj.backward_args(handle, q, k, v, o, lse, dout, dq, dk, dv,
-                                                    a.deterministic)
-                        data.append(dict(q=q, k=k, v=v, dout=dout, o=o, lse=lse, dq=dq, dk=dk,
-                                         dv=dv, args=args, ws=ws))
+                    data = [training_set(fj, handle, B, N, H, d, dtype, a.deterministic)
+                            for _ in range(sets)]
                     row = dict(dtype=dname, d=d, N=N, B=B, H=H, causal=causal)
                     # Correctness where the fp32 reference fits.
                     s0 = data[0]

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from backward_peers_bench import Flashjit  # noqa: E402
+from backward_peers_bench import Flashjit, training_set  # noqa: E402
 from peers_bench import median_ms  # noqa: E402
 
 
@@ -58,23 +58,16 @@ def main():
         sets = max(1, math.ceil(2 * l2 / (8 * batch * n * heads * d * 2)))
         data = []
         for _ in range(sets):
-            q, k, v, dout = (torch.randn(batch, n, heads, d, device="cuda", dtype=dtype)
-                             for _ in range(4))
-            o = torch.empty_like(q)
-            lse = torch.empty(batch, heads, n, device="cuda", dtype=torch.float32)
-            dq, dk, dv = (torch.empty_like(q) for _ in range(3))
-            fj.forward(handle, q, k, v, o, lse)
-            args, workspace = fj.backward_args(handle, q, k, v, o, lse, dout, dq, dk, dv)
-            leaves = [t.transpose(1, 2).detach().requires_grad_() for t in (q, k, v)]
+            s = training_set(fj, handle, batch, n, heads, d, dtype)
+            s["leaves"] = [s[t].transpose(1, 2).detach().requires_grad_() for t in "qkv"]
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
-            # The gradients and the workspace are kept: args holds only their addresses.
-            data.append(dict(fwd=(q, k, v, o, lse), grads=(dq, dk, dv), args=args,
-                             workspace=workspace, leaves=leaves, out=out,
-                             dout=dout.transpose(1, 2)))
+                s["out"] = F.scaled_dot_product_attention(*s["leaves"], is_causal=causal)
+            s["dout_bhsd"] = s["dout"].transpose(1, 2)
+            data.append(s)
 
         def fj_fwd(i):
-            fj.forward(handle, *data[i]["fwd"])
+            s = data[i]
+            fj.forward(handle, s["q"], s["k"], s["v"], s["o"], s["lse"])
 
         def fj_bwd(i):
             fj.backward(handle, data[i]["args"])
@@ -88,11 +81,11 @@ def main():
                 return F.scaled_dot_product_attention(*data[i]["leaves"], is_causal=causal)
 
         def cudnn_bwd(i):
-            torch.autograd.grad(data[i]["out"], data[i]["leaves"], data[i]["dout"],
+            torch.autograd.grad(data[i]["out"], data[i]["leaves"], data[i]["dout_bhsd"],
                                 retain_graph=True)
 
         def cudnn_both(i):
-            torch.autograd.grad(cudnn_fwd(i), data[i]["leaves"], data[i]["dout"])
+            torch.autograd.grad(cudnn_fwd(i), data[i]["leaves"], data[i]["dout_bhsd"])
 
         passes = {"fj": (fj_fwd, fj_bwd, fj_both), "cudnn": (cudnn_fwd, cudnn_bwd, cudnn_both)}
         readings = {(who, p): [] for who in passes for p in range(3)}
