@@ -128,7 +128,10 @@ int bwdPrepRowsPerCta(const KernelSpec &spec) {
 }
 
 std::string bwdMmaSharedEntryPoints(const KernelSpec &spec, llvm::StringRef dqConfig,
-                                    bool tiledDq) {
+                                    bool tiledDq, int accumColumns) {
+  // The convert kernel's accumulator columns, where they are more than the head dim.
+  const std::string padded =
+      accumColumns > spec.headDim ? llvm::formatv(", {0}", accumColumns).str() : "";
   return llvm::formatv("static_assert(fj::bwd_mma::prep_rows_per_cta<{2}>() == {5}, \"host and "
                        "device disagree on the prep kernel's rows\");\n"
                        "static_assert(fj::bwd_mma::DqTiled::kConvertRows == {6}, \"host and "
@@ -139,7 +142,7 @@ std::string bwdMmaSharedEntryPoints(const KernelSpec &spec, llvm::StringRef dqCo
                        "}\n"
                        "extern \"C\" __global__ void __launch_bounds__(256)\n"
                        "flashjit_bwd_convert_dq(const FjBackwardParams params) {{\n"
-                       "  fj::bwd_mma::run_convert<{0}, {1}, {4}>(params);\n"
+                       "  fj::bwd_mma::run_convert<{0}, {1}, {4}{7}>(params);\n"
                        "}\n"
                        "extern \"C\" __global__ void __launch_bounds__({3}::kThreads, 1)\n"
                        "flashjit_bwd_dq(const FjBackwardParams params) {{\n"
@@ -148,7 +151,7 @@ std::string bwdMmaSharedEntryPoints(const KernelSpec &spec, llvm::StringRef dqCo
                        "}\n",
                        elementTypeName(spec.dtype), spec.headDim, spec.headDimV, dqConfig,
                        tiledDq ? "true" : "false", bwdPrepRowsPerCta(spec),
-                       kTiledDqConvertRows)
+                       kTiledDqConvertRows, padded)
       .str();
 }
 

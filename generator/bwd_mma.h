@@ -28,12 +28,13 @@ TileConfig bwdMmaDefaultTile(const KernelSpec &spec);
 // configuration is the typedef `dqConfig`, and their names and launch geometry, for the
 // tile that configuration was made from (passes and keysPerCta are the family's own).
 // `tiledDq`: convert reads, and the launch zeroes, the dQ accumulator in its tiled layout
-// (bwd_wgmma's, fj::bwd_mma::DqTiled) rather than the row-major one.
+// (bwd_wgmma's, fj::bwd_mma::DqTiled) rather than the row-major one, of `accumColumns`
+// columns a head where that is more than the head dim (bwd_wgmma's padded head dims).
 // With a mask_mod: the kernel that builds the block mask's step lists
 // (bwd_mma::build_block_steps) at FjConfig's tiles (kBackwardBlockStepsEntry); "" without.
 std::string bwdBlockStepsEntryPoint(const KernelSpec &spec);
 std::string bwdMmaSharedEntryPoints(const KernelSpec &spec, llvm::StringRef dqConfig,
-                                    bool tiledDq);
+                                    bool tiledDq, int accumColumns = 0);
 BackwardEntries bwdMmaSharedEntries(const KernelSpec &spec, const TileConfig &dqTile,
                                     bool tiledDq);
 // Query rows per CTA of the prep kernel (templates/bwd_mma.cuh, prep_rows_per_cta).

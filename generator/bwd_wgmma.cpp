@@ -26,7 +26,8 @@ bool splitsHead(const KernelSpec &spec) { return spec.headDim > 128; }
 // the two warpgroups split the step's rows into 64-row slices, then the head dim.
 int dqColumns(const KernelSpec &spec, const TileConfig &tile) {
   const int rowSlices = tile.blockM / 64;
-  return rowSlices > 0 && 2 % rowSlices == 0 ? spec.headDim / (2 / rowSlices) : 0;
+  return rowSlices > 0 && 2 % rowSlices == 0 ? bwdWgmmaPaddedHeadDim(spec) / (2 / rowSlices)
+                                             : 0;
 }
 
 // The deterministic dq kernel is bwd_mma's (templates/bwd_mma.cuh, run_dq), on the tile
@@ -49,15 +50,19 @@ bool claimsTiles(const KernelSpec &spec) { return walksTiles(spec) && spec.causa
 } // namespace
 
 int bwdWgmmaAccumulatorRegisters(const KernelSpec &spec, const TileConfig &tile) {
+  const int d = bwdWgmmaPaddedHeadDim(spec);
   if (splitsHead(spec))
-    return spec.headDim / 2 + dqColumns(spec, tile) / 2;
-  return spec.headDim + tile.blockM;
+    return d / 2 + dqColumns(spec, tile) / 2;
+  return d + tile.blockM;
 }
 
 bool bwdWgmmaSupportsHeadDims(const KernelSpec &spec) {
-  return spec.headDim == spec.headDimV &&
-         (spec.headDim == 64 || spec.headDim == 128 || spec.headDim == 256);
+  return spec.headDim == spec.headDimV && spec.headDim % 16 == 0 && spec.headDim >= 32 &&
+         spec.headDim <= 256;
 }
+
+int bwdWgmmaPaddedHeadDim(const KernelSpec &spec) { return bwdWgmmaPaddedHeadDim(spec.headDim); }
+int bwdWgmmaPaddedHeadDim(int headDim) { return headDim <= 64 ? 64 : headDim <= 128 ? 128 : 256; }
 
 std::optional<std::string> bwdWgmmaFeatureRefusal(const KernelSpec &spec) {
   const Features &f = spec.features;
@@ -67,9 +72,9 @@ std::optional<std::string> bwdWgmmaFeatureRefusal(const KernelSpec &spec) {
                          "bwd_mma runs it",
                          f.keySuffix().substr(1))
         .str();
-  if (f.softcap > 0 && spec.headDim == 64 && (spec.causal || f.window))
-    return std::string("bwd_wgmma does not take softcap with causal or a window at head dim "
-                       "64: its one tile spills; bwd_mma runs it");
+  if (f.softcap > 0 && bwdWgmmaPaddedHeadDim(spec) == 64 && (spec.causal || f.window))
+    return std::string("bwd_wgmma does not take softcap with causal or a window at head dims "
+                       "up to 64: its one tile spills; bwd_mma runs it");
   return std::nullopt;
 }
 
@@ -84,7 +89,7 @@ int bwdWgmmaMainSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
   // consumers add dQ from registers), the mbarriers (the ring's full and empty, each
   // slice's written and read), each consumer's two dQ destination slots, and with
   // claimed tiles two tile slots with their full and empty barriers and the request.
-  const int d = spec.headDim;
+  const int d = bwdWgmmaPaddedHeadDim(spec);
   const int dqSlice = splitsHead(spec) ? 0 : 64 * dqColumns(spec, tile) * 4;
   const int scoreBuffers = splitsHead(spec) ? 4 : 2;
   return 1024 + 2 * tile.blockN * d * 2 + 2 * tile.stages * tile.blockM * d * 2 +
@@ -145,12 +150,19 @@ std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) 
   const TileConfig dq = dqTile(spec);
   // The deterministic dq kernel (bwd_mma's) recomputes P too: both configs take the
   // features.
-  const char *features = spec.features.any() ? ", FjFeatures" : "";
+  // A head dim short of its panels (bwdWgmmaPaddedHeadDim) names its valid columns
+  // after the features; the others keep the configuration's shorter form.
+  const int padded = bwdWgmmaPaddedHeadDim(spec);
+  std::string features = spec.features.any() ? ", FjFeatures" : "";
+  if (padded != spec.headDim)
+    features = llvm::formatv("{0}, {1}", spec.features.any() ? ", FjFeatures" : ", fj::NoFeatures",
+                             spec.headDim)
+                   .str();
   return featuresBlock(spec.features) +
          llvm::formatv(
              "// ---- configuration: {0} / {1} ----\n"
-             "typedef fj::BwdWgmmaConfig<{2}, {3}, {4}, {5}, {6}{16}> FjConfig;\n"
-             "typedef fj::BwdMmaConfig<{2}, {3}, {3}, {7}, {8}, {9}, {10}, {6}{16}> FjDqConfig;\n"
+             "typedef fj::BwdWgmmaConfig<{2}, {18}, {4}, {5}, {6}{16}> FjConfig;\n"
+             "typedef fj::BwdMmaConfig<{2}, {3}, {3}, {7}, {8}, {9}, {10}, {6}{19}> FjDqConfig;\n"
              "static_assert(FjConfig::kSmemBytes == {11}, \"host and device disagree on shared "
              "memory\");\n"
              "static_assert(FjDqConfig::kDqSmemBytes == {12}, \"host and device disagree on the "
@@ -168,9 +180,10 @@ std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) 
              spec.key(), tile.key(), elementTypeName(spec.dtype), spec.headDim, tile.blockM,
              tile.stages, spec.causal ? "true" : "false", dq.blockM, dq.blockN, dq.warps,
              dq.stages, bwdWgmmaMainSharedBytes(spec, tile),
-             bwdMmaDqSharedBytes(mmaSpec(spec), dq), bwdMmaSharedEntryPoints(spec, "FjDqConfig", true),
+             bwdMmaDqSharedBytes(mmaSpec(spec), dq),
+             bwdMmaSharedEntryPoints(spec, "FjDqConfig", true, padded),
              kBwdWgmmaConsumerRegisters, kBwdWgmmaServerRegisters, features,
-             bwdBlockStepsEntryPoint(spec))
+             bwdBlockStepsEntryPoint(spec), padded, spec.features.any() ? ", FjFeatures" : "")
              .str();
 }
 
@@ -187,9 +200,10 @@ llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileCon
   // with A = P^T, dS^T read K-major from shared memory), dQ (64 queries x a slice of the
   // head dim, dS^T and K read MN-major).
   const bool split = splitsHead(spec);
+  const int padded = bwdWgmmaPaddedHeadDim(spec);
   std::string dkdv =
-      split ? emitWgmmaSmemSmem("wgmma_bwd_dkdv_ss", spec.dtype, spec.headDim / 2, false, true)
-            : emitWgmmaRegSmem("wgmma_bwd_dkdv", spec.dtype, spec.headDim);
+      split ? emitWgmmaSmemSmem("wgmma_bwd_dkdv_ss", spec.dtype, padded / 2, false, true)
+            : emitWgmmaRegSmem("wgmma_bwd_dkdv", spec.dtype, padded);
   std::string wrappers =
       "// ---- generated: wgmma wrappers ----\nnamespace fj {\n" +
       emitWgmmaSmemSmem("wgmma_bwd_st", spec.dtype, split ? tile.blockM / 2 : tile.blockM, false,
@@ -206,6 +220,7 @@ llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileCon
   kernel.source = resumeLineNumbers(std::move(kernel.source), kProgramName);
   BackwardEntries &e = kernel.backward;
   e = bwdMmaSharedEntries(mmaSpec(spec), dqTile(spec), /*tiledDq=*/true);
+  e.dqAccumColumns = padded;  // the tiled accumulator's columns, as the main kernel's
   e.passes = {"flashjit_bwd_main"};
   e.keysPerCta = tile.blockN;
   // A walk over tiles, but not with a split head dim or a mask_mod's block mask
@@ -214,7 +229,8 @@ llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileCon
   // bw10), so causal CTAs claim their tiles from a counter (kClaimsTiles).
   e.tileWalk = walksTiles(spec);
   e.claimsTiles = claimsTiles(spec);
-  // Q and dO by TMA in boxes of 64 columns x block_m rows (128-byte swizzle).
+  // Q and dO by TMA in boxes of 64 columns x block_m rows (128-byte swizzle); the maps
+  // end at the head dim, so a padded one's last panel reads zeros past it.
   e.tma.enabled = true;
   e.tma.dtype = spec.dtype;
   e.tma.headDim = e.tma.headDimV = spec.headDim;

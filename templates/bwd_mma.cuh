@@ -578,13 +578,18 @@ __device__ __forceinline__ void run_prep(const FjBackwardParams &P) {
 // halves so that each ends with eight columns of one row: the stores are whole 16-byte
 // rows, 32 contiguous bytes per row and warp. Every load of a thread is issued before
 // its first store. (docs/PERF.md bw7: 16-row blocks storing 4 bytes a lane ran at 61 %
-// of the copy rate.)
-template <typename T, int kHeadDim>
+// of the copy rate.) The accumulator has kAccumDim columns a head (bwd_wgmma's padded
+// head dims: more than kHeadDim, the last ones unused); a head dim of 16-column pairs
+// that do not split evenly over the eight warps leaves the last warps idle in the last
+// round.
+template <typename T, int kHeadDim, int kAccumDim = kHeadDim>
 __device__ __forceinline__ void convert_tiled(const FjBackwardParams &P) {
   constexpr int kRows = DqTiled::kConvertRows, kQuarters = kRows / 16;
   constexpr int kPairs = kQuarters * kHeadDim / 16;  // (quarter, two chunks) per warp load
-  constexpr int kPerWarp = kPairs / 8;
-  static_assert(kRows == 64 && kPairs % 8 == 0, "whole groups, eight warps");
+  constexpr int kPerWarp = (kPairs + 7) / 8;
+  static_assert(kRows == 64 && kHeadDim % 16 == 0 && kAccumDim % 64 == 0 &&
+                    kHeadDim <= kAccumDim,
+                "whole groups of 16-column pairs");
   const FjForwardParams &p = P.fwd;
   const int h = blockIdx.y, b = blockIdx.z, i0 = blockIdx.x * kRows;
   const SeqExtent seq = seq_extent(p, b);
@@ -592,7 +597,7 @@ __device__ __forceinline__ void convert_tiled(const FjBackwardParams &P) {
     return;
   // The block's first row in the padded space starts a 64-row group (DqTiled).
   const long long row0 = DqTiled::padded_row0(p, first_query_row(p, seq, b), b) + i0;
-  const float *group = P.dq_accum + DqTiled::slice(row0 / 64, h, 0, p.heads_q, kHeadDim);
+  const float *group = P.dq_accum + DqTiled::slice(row0 / 64, h, 0, p.heads_q, kAccumDim);
   u16 *dq = (u16 *)P.dq +
             tensor_base(seq.q_offset, b, h, P.dq_batch_stride, P.dq_row_stride,
                         P.dq_head_stride) +
@@ -602,16 +607,22 @@ __device__ __forceinline__ void convert_tiled(const FjBackwardParams &P) {
   auto unit = [&](int q, int k) {
     return *(const float4 *)(group + (k / 8) * 4096 + ((k % 8) * 128 + q * 32 + lane) * 4);
   };
+  // Whether the warp has a pair in round i (always, where the pairs split evenly).
+  auto has_pair = [&](int i) { return kPairs % 8 == 0 || warp + 8 * i < kPairs; };
   float4 lo[kPerWarp], hi[kPerWarp];
 #pragma unroll
   for (int i = 0; i < kPerWarp; ++i) {
     const int pair = warp + 8 * i, q = pair / (kHeadDim / 16), k = 2 * (pair % (kHeadDim / 16));
-    lo[i] = unit(q, k);
-    hi[i] = unit(q, k + 1);
+    if (has_pair(i)) {
+      lo[i] = unit(q, k);
+      hi[i] = unit(q, k + 1);
+    }
   }
   const float s = p.softmax_scale;
 #pragma unroll
   for (int i = 0; i < kPerWarp; ++i) {
+    if (!has_pair(i))
+      break;  // warp-uniform: the shuffles below see the whole warp
     const int pair = warp + 8 * i, q = pair / (kHeadDim / 16), k = 2 * (pair % (kHeadDim / 16));
     // Lane t holds piece t of four (row, chunk) pieces: (g, k), (g + 8, k), (g, k + 1),
     // (g + 8, k + 1); it ends with all four lanes' parts of its own piece t.
@@ -638,10 +649,10 @@ __device__ __forceinline__ void convert_tiled(const FjBackwardParams &P) {
 
 // The row-major accumulator: grid (ceil(seqlen_q / 8), heads_q, batch), one warp per
 // query row; the tiled one goes to convert_tiled.
-template <typename T, int kHeadDim, bool kTiledDq = false>
+template <typename T, int kHeadDim, bool kTiledDq = false, int kAccumDim = kHeadDim>
 __device__ __forceinline__ void run_convert(const FjBackwardParams &P) {
   if constexpr (kTiledDq) {
-    convert_tiled<T, kHeadDim>(P);
+    convert_tiled<T, kHeadDim, kAccumDim>(P);
     return;
   }
   const FjForwardParams &p = P.fwd;

@@ -54,7 +54,7 @@
 namespace fj {
 
 template <typename Element_, int kHeadDim_, int kBlockM_, int kStages_, bool kCausal_,
-          typename Features_ = NoFeatures>
+          typename Features_ = NoFeatures, int kValidDim_ = kHeadDim_>
 struct BwdWgmmaConfig {
   typedef Element_ Element;
   // Attention features: the window, ALiBi, soft-capping and a mask_mod, through the
@@ -66,7 +66,14 @@ struct BwdWgmmaConfig {
   static_assert(!Features::kScoreMod && !(Features::kSoftcap > 0.f && Features::kAlibi),
                 "bwd_wgmma takes the window, ALiBi, soft-capping without ALiBi and mask_mod");
   static constexpr bool kSoftcap = Features::kSoftcap > 0.f;
-  static constexpr int kHeadDim = kHeadDim_;  // = head_dim_v
+  // The head dim the products run on (= head_dim_v), whole 64-column panels, and the
+  // caller's head dim in it: the columns past kValidDim load as zeros (TMA's fill of Q
+  // and dO past their maps' columns, load_panels_async's of K and V), so S^T and dP^T are
+  // exact and dK, dV and dQ get zero columns there, which no store writes back
+  // (store_rows; the convert kernel's kHeadDim). generator::bwdWgmmaPaddedHeadDim.
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kValidDim = kValidDim_;
+  static_assert(kValidDim % 16 == 0 && kValidDim <= kHeadDim, "the caller's columns");
   static constexpr int kBlockM = kBlockM_;    // query rows per step
   static constexpr int kStages = kStages_;    // Q / dO / lse / D ring depth
   static constexpr bool kCausal = kCausal_;
@@ -168,15 +175,19 @@ template <int kRows> __device__ __forceinline__ u32 panel_offset(int r, int c) {
 }
 
 // Copies a kRows x kCols tile (rows `row_stride` elements apart) into panels with
-// cp.async; rows at or past `valid_rows` are zero-filled. Each thread keeps one chunk
-// column and steps down the rows (K and V, once a block).
-template <int kRows, int kCols, int kThreads>
+// cp.async; rows at or past `valid_rows`, and columns at or past kValidCols, are
+// zero-filled. Each thread keeps one chunk column and steps down the rows (K and V, once
+// a block).
+template <int kRows, int kCols, int kThreads, int kValidCols = kCols>
 __device__ __forceinline__ void load_panels_async(u32 dst, const u16 *src, long long row_stride,
                                                   int valid_rows, int tid) {
   constexpr int kChunks = kCols / 8;
   constexpr int kRowStep = kThreads / kChunks;
   static_assert(kThreads % kChunks == 0 && kRows % kRowStep == 0, "whole passes");
   const int r0 = tid / kChunks, c = tid % kChunks;
+  if constexpr (kValidCols < kCols)
+    if (c >= kValidCols / 8)
+      valid_rows = 0;  // this thread's chunk column is past the caller's columns
   const u16 *from = src + r0 * row_stride + c * 8;
 #pragma unroll 1  // few registers: the consumers issue it beside dK and dV
   for (int it = 0; it < kRows / kRowStep; ++it) {
@@ -242,11 +253,11 @@ __device__ __forceinline__ void stage_rows(u32 tile, const float (&acc)[Cfg::kDk
 }
 
 // Copies the first `rows` rows of a staged panel tile of kRows rows to global memory,
-// kThreads threads (tid among them).
+// their first kValidDim columns, kThreads threads (tid among them).
 template <typename Cfg, int kRows, int kThreads>
 __device__ __forceinline__ void store_rows(u16 *gmem, long long row_stride, u32 tile, int rows,
                                            int tid) {
-  constexpr int kChunks = Cfg::kHeadDim / 8;
+  constexpr int kChunks = Cfg::kValidDim / 8;
   for (int i = tid; i < kRows * kChunks; i += kThreads) {
     const int r = i / kChunks, c = i % kChunks;
     if (r < rows)
@@ -503,8 +514,11 @@ __device__ __forceinline__ void issue_kv(const FjForwardParams &p, const Carve<C
                  tensor_base(seq.k_offset, tile.b, tile.h_kv, p.v_batch_stride, p.v_row_stride,
                              p.v_head_stride) +
                  (long long)n0 * p.v_row_stride;
-  load_panels_async<BN, D, Cfg::kConsumerThreads>(smem.s_k(), k, p.k_row_stride, keys_valid, ct);
-  load_panels_async<BN, D, Cfg::kConsumerThreads>(smem.s_v(), v, p.v_row_stride, keys_valid, ct);
+  constexpr int V = Cfg::kValidDim;
+  load_panels_async<BN, D, Cfg::kConsumerThreads, V>(smem.s_k(), k, p.k_row_stride, keys_valid,
+                                                     ct);
+  load_panels_async<BN, D, Cfg::kConsumerThreads, V>(smem.s_v(), v, p.v_row_stride, keys_valid,
+                                                     ct);
   cp_async_commit();
 }
 // Before a block's first products: this thread's copies done, made visible to wgmma,

@@ -1,5 +1,9 @@
 #include "tuner/backward_problem.h"
 
+#include "generator/bwd_wgmma.h"
+
+#include <algorithm>
+
 namespace flashjit::tuner {
 namespace {
 
@@ -29,9 +33,12 @@ BackwardWorkspace backwardWorkspace(int headsQ, long long rows, int batch, int h
   if (w.hasDqAccum) {
     w.dqAccum = w.bytes;
     // Room for bwd_wgmma's tiled layout, whose sequences start on multiples of 128 rows
-    // (templates/bwd_mma.cuh, DqTiled); bwd_mma's row-major one uses the first `rows`.
+    // (templates/bwd_mma.cuh, DqTiled) and whose rows are its padded head dim wide;
+    // bwd_mma's row-major one uses the first `rows` x headDim. One size for both, as a
+    // handle's buckets may run either.
     const size_t paddedRows = (size_t)rows + (size_t)batch * 128;
-    w.bytes += align256(paddedRows * (size_t)headsQ * (size_t)headDim * sizeof(float));
+    const size_t columns = (size_t)generator::bwdWgmmaPaddedHeadDim(std::max(headDim, 1));
+    w.bytes += align256(paddedRows * (size_t)headsQ * columns * sizeof(float));
   }
   return w;
 }

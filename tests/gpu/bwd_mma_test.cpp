@@ -1,6 +1,6 @@
 // The backward families against the backward reference on the GPU (DESIGN.md's
 // correctness bar), each over the head dims it takes: bwd_mma (every target, the whole
-// grid) and bwd_wgmma (sm_90a only, head dims 64, 128 and 256; skipped elsewhere). dQ, dK
+// grid) and bwd_wgmma (sm_90a only, multiples of 16 from 32 to 256; skipped elsewhere). dQ, dK
 // and dV of every head dim x fp16/bf16 x causal, over sequence pairs that are not
 // multiples of the tiles, MHA/GQA/MQA, with poisoned outputs; variable-length batches,
 // strided layouts, softmax scales, every tile of the tuner's space on one shape, more
@@ -126,9 +126,12 @@ INSTANTIATE_TEST_SUITE_P(BwdMma, BwdGrid,
                                             ::testing::Values(DType::FP16, DType::BF16),
                                             ::testing::Bool()),
                          bwdGridParamName);
+// 64, 128 and 256, and the multiples of 16 that run on their panels (zeros past the
+// head dim: generator::bwdWgmmaPaddedHeadDim).
 INSTANTIATE_TEST_SUITE_P(BwdWgmma, BwdGrid,
                          ::testing::Combine(::testing::Values(Family::BwdWgmma),
-                                            ::testing::Values(64, 128, 256),
+                                            ::testing::Values(32, 64, 80, 96, 128, 160, 192,
+                                                              224, 256),
                                             ::testing::Values(DType::FP16, DType::BF16),
                                             ::testing::Bool()),
                          bwdGridParamName);
@@ -141,7 +144,7 @@ TEST_P(Bwd, VariableLengthBatch) {
   FLASHJIT_REQUIRE_FAMILY(family);
   for (bool deterministic : {false, true})
     for (bool causal : {false, true})
-      for (int d : headDimsOf(family, {64, 72, 128, 256})) {
+      for (int d : headDimsOf(family, {64, 72, 96, 128, 192, 256})) {
         KernelSpec spec = bwdSpec(d, d, DType::BF16, causal, family);
         tuner::ForwardShape shape = shapeOf(4, 6, 2, 700, 699, d, d);
         shape.seqlensQ = {1, 300, 77, 700};

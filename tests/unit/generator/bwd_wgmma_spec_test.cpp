@@ -88,20 +88,42 @@ TEST(BwdWgmmaSpec, NeedsSm90a) {
   EXPECT_FALSE(bool(validateSpec(bwdWgmmaSpec(128))));
 }
 
+// Head dims that are multiples of 16 run on the panels of 64, 128 or 256 that hold them.
+TEST(BwdWgmmaSpec, HeadDimsOfSixteensRunOnPaddedPanels) {
+  for (auto [d, padded] : {std::pair{32, 64}, std::pair{48, 64}, std::pair{64, 64},
+                           std::pair{80, 128}, std::pair{96, 128}, std::pair{128, 128},
+                           std::pair{144, 256}, std::pair{192, 256}, std::pair{256, 256}}) {
+    KernelSpec spec = bwdWgmmaSpec(d);
+    EXPECT_TRUE(bwdWgmmaSupportsHeadDims(spec)) << spec.key();
+    EXPECT_FALSE(bool(validateSpec(spec))) << spec.key();
+    EXPECT_EQ(bwdWgmmaPaddedHeadDim(spec), padded) << spec.key();
+    auto parsed = KernelSpec::parse(spec.key());
+    ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
+    // The padded spec's default tile is the padded head dim's, and it passes the rules.
+    KernelSpec same = bwdWgmmaSpec(padded);
+    EXPECT_EQ(bwdWgmmaDefaultTile(spec).key(), bwdWgmmaDefaultTile(same).key()) << spec.key();
+    EXPECT_FALSE(bool(validateBwdWgmmaTile(spec, bwdWgmmaDefaultTile(spec)))) << spec.key();
+    EXPECT_EQ(bwdWgmmaMainSharedBytes(spec, bwdWgmmaDefaultTile(spec)),
+              bwdWgmmaMainSharedBytes(same, bwdWgmmaDefaultTile(same)))
+        << spec.key();
+  }
+}
+
 TEST(BwdWgmmaSpec, OtherHeadDimsAreBwdMmas) {
-  for (auto [d, dv] : {std::pair{96, 96}, std::pair{192, 192}, std::pair{32, 32},
+  for (auto [d, dv] : {std::pair{16, 16}, std::pair{40, 40}, std::pair{72, 72},
                        std::pair{128, 64}, std::pair{64, 128}, std::pair{256, 128}}) {
     KernelSpec spec = bwdWgmmaSpec(d, dv);
     EXPECT_FALSE(bwdWgmmaSupportsHeadDims(spec)) << spec.key();
     ErrorReport report = errorOf(validateSpec(spec));
     EXPECT_EQ(report.code, ErrorCode::NotSupported) << spec.key();
-    EXPECT_NE(report.message.find("64, 128 or 256"), std::string::npos) << report.message;
+    EXPECT_NE(report.message.find("a multiple of 16 from 32 to 256"), std::string::npos)
+        << report.message;
     EXPECT_NE(report.message.find("bwd_mma runs the others"), std::string::npos)
         << report.message;
     spec.family = Family::BwdMma;
     EXPECT_FALSE(bool(validateSpec(spec))) << spec.key();
   }
-  auto parsed = KernelSpec::parse("bwd_wgmma.bf16.d96.dv96.causal.sm90a");
+  auto parsed = KernelSpec::parse("bwd_wgmma.bf16.d72.dv72.causal.sm90a");
   ASSERT_FALSE(bool(parsed));
   llvm::consumeError(parsed.takeError());
 }
@@ -132,7 +154,7 @@ TEST(BwdWgmmaSpec, TakesFeaturesButSoftcapWithAlibi) {
   capped64.causal = true;  // its one tile spills
   report = errorOf(validateSpec(capped64));
   EXPECT_EQ(report.code, ErrorCode::NotSupported);
-  EXPECT_NE(report.message.find("softcap with causal or a window at head dim 64"),
+  EXPECT_NE(report.message.find("softcap with causal or a window at head dims up to 64"),
             std::string::npos)
       << report.message;
 
@@ -187,7 +209,7 @@ TEST(BwdWgmmaSpec, EmitsABackwardModule) {
   ASSERT_TRUE(bool(config)) << llvm::toString(config.takeError());
   EXPECT_NE(config->find("BwdWgmmaConfig"), std::string::npos) << *config;
   // Neither emits for a spec the family cannot take.
-  for (const KernelSpec &bad : {bwdWgmmaSpec(128, 0, "sm_80"), bwdWgmmaSpec(192)}) {
+  for (const KernelSpec &bad : {bwdWgmmaSpec(128, 0, "sm_80"), bwdWgmmaSpec(72)}) {
     auto refused = emitKernel(bad, tile);
     ASSERT_FALSE(bool(refused)) << bad.key();
     EXPECT_EQ(errorOf(refused.takeError()).code, ErrorCode::NotSupported);
