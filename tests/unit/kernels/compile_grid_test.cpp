@@ -5,6 +5,7 @@
 // the decode kernels dec_mma for sm_80 and sm_90a (no spills at any head dim), and the
 // Hopper backward bwd_wgmma for sm_90a at the head dims it takes (64, 128; no spills).
 // Prints the compile times.
+#include "generator/bwd_wgmma.h"
 #include "generator/emit.h"
 #include "tuner/loaded_kernel.h"
 
@@ -21,12 +22,20 @@ namespace {
 
 const std::vector<int> kHeadDims = {32, 40, 64, 72, 80, 96, 128, 160, 192, 224, 256};
 
-// The head dims a family has kernels for: bwd_wgmma takes 64, 128 and 256 only (bwd_mma
+// The head dims a family has kernels for: bwd_wgmma takes the multiples of 16 (bwd_mma
 // runs the others), every other family the whole grid.
 std::vector<int> headDimsOf(generator::Family family) {
-  if (family == generator::Family::BwdWgmma)
-    return {64, 128, 256};
-  return kHeadDims;
+  if (family != generator::Family::BwdWgmma)
+    return kHeadDims;
+  std::vector<int> taken;
+  for (int d : kHeadDims) {
+    generator::KernelSpec spec;
+    spec.family = family;
+    spec.headDim = spec.headDimV = d;
+    if (generator::bwdWgmmaSupportsHeadDims(spec))
+      taken.push_back(d);
+  }
+  return taken;
 }
 
 struct FamilyTarget {
