@@ -57,7 +57,7 @@ int bwdWgmmaAccumulatorRegisters(const KernelSpec &spec, const TileConfig &tile)
 }
 
 bool bwdWgmmaSupportsHeadDims(const KernelSpec &spec) {
-  return spec.headDim == spec.headDimV && spec.headDim % 16 == 0 && spec.headDim >= 32 &&
+  return spec.headDim == spec.headDimV && spec.headDim % 8 == 0 && spec.headDim >= 32 &&
          spec.headDim <= 256;
 }
 

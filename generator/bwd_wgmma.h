@@ -23,7 +23,7 @@ constexpr int kBwdWgmmaConsumerRegisters = 240;
 constexpr int kBwdWgmmaServerRegisters = 24;
 
 // Whether the family takes the spec's head dims (the target is validateSpec's): head_dim
-// = head_dim_v, a multiple of 16 from 32 to 256. The kernel computes on whole 128-byte
+// = head_dim_v, a multiple of 8 from 32 to 256. The kernel computes on whole 128-byte
 // swizzle panels whose dK and dV accumulators fit two warpgroups' registers: 64, 128, or
 // 256 split between them (bwdWgmmaPaddedHeadDim), the columns past the head dim zeros
 // (TMA's and cp.async's fill) that no store writes back. Other head dims run bwd_mma.

@@ -579,17 +579,18 @@ __device__ __forceinline__ void run_prep(const FjBackwardParams &P) {
 // rows, 32 contiguous bytes per row and warp. Every load of a thread is issued before
 // its first store. (docs/PERF.md bw7: 16-row blocks storing 4 bytes a lane ran at 61 %
 // of the copy rate.) The accumulator has kAccumDim columns a head (bwd_wgmma's padded
-// head dims: more than kHeadDim, the last ones unused); a head dim of 16-column pairs
-// that do not split evenly over the eight warps leaves the last warps idle in the last
-// round.
+// head dims: more than kHeadDim, the last ones unused, read but not stored where the
+// head dim ends in half a pair); pairs that do not split evenly over the eight warps
+// leave the last warps idle in the last round.
 template <typename T, int kHeadDim, int kAccumDim = kHeadDim>
 __device__ __forceinline__ void convert_tiled(const FjBackwardParams &P) {
   constexpr int kRows = DqTiled::kConvertRows, kQuarters = kRows / 16;
-  constexpr int kPairs = kQuarters * kHeadDim / 16;  // (quarter, two chunks) per warp load
+  constexpr int kChunks = kHeadDim / 8, kPairsPerQuarter = (kChunks + 1) / 2;
+  constexpr int kPairs = kQuarters * kPairsPerQuarter;  // (quarter, two chunks) a warp load
   constexpr int kPerWarp = (kPairs + 7) / 8;
-  static_assert(kRows == 64 && kHeadDim % 16 == 0 && kAccumDim % 64 == 0 &&
+  static_assert(kRows == 64 && kHeadDim % 8 == 0 && kAccumDim % 64 == 0 &&
                     kHeadDim <= kAccumDim,
-                "whole groups of 16-column pairs");
+                "whole groups of 8-column chunks");
   const FjForwardParams &p = P.fwd;
   const int h = blockIdx.y, b = blockIdx.z, i0 = blockIdx.x * kRows;
   const SeqExtent seq = seq_extent(p, b);
@@ -612,7 +613,7 @@ __device__ __forceinline__ void convert_tiled(const FjBackwardParams &P) {
   float4 lo[kPerWarp], hi[kPerWarp];
 #pragma unroll
   for (int i = 0; i < kPerWarp; ++i) {
-    const int pair = warp + 8 * i, q = pair / (kHeadDim / 16), k = 2 * (pair % (kHeadDim / 16));
+    const int pair = warp + 8 * i, q = pair / kPairsPerQuarter, k = 2 * (pair % kPairsPerQuarter);
     if (has_pair(i)) {
       lo[i] = unit(q, k);
       hi[i] = unit(q, k + 1);
@@ -623,7 +624,7 @@ __device__ __forceinline__ void convert_tiled(const FjBackwardParams &P) {
   for (int i = 0; i < kPerWarp; ++i) {
     if (!has_pair(i))
       break;  // warp-uniform: the shuffles below see the whole warp
-    const int pair = warp + 8 * i, q = pair / (kHeadDim / 16), k = 2 * (pair % (kHeadDim / 16));
+    const int pair = warp + 8 * i, q = pair / kPairsPerQuarter, k = 2 * (pair % kPairsPerQuarter);
     // Lane t holds piece t of four (row, chunk) pieces: (g, k), (g + 8, k), (g, k + 1),
     // (g + 8, k + 1); it ends with all four lanes' parts of its own piece t.
     const u32 piece[4] = {pack2<T>(lo[i].x * s, lo[i].y * s), pack2<T>(lo[i].z * s, lo[i].w * s),
@@ -641,7 +642,7 @@ __device__ __forceinline__ void convert_tiled(const FjBackwardParams &P) {
           part[e] = got;
     }
     const int row = 16 * q + g + 8 * (t & 1), col = 8 * (k + (t >> 1));
-    if (i0 + row < seq.seqlen_q)
+    if (i0 + row < seq.seqlen_q && (kChunks % 2 == 0 || col < kHeadDim))
       st_global_v4(dq + (long long)row * P.dq_row_stride + col,
                    make_uint4(part[0], part[1], part[2], part[3]));
   }

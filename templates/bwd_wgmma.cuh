@@ -73,7 +73,7 @@ struct BwdWgmmaConfig {
   // (store_rows; the convert kernel's kHeadDim). generator::bwdWgmmaPaddedHeadDim.
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kValidDim = kValidDim_;
-  static_assert(kValidDim % 16 == 0 && kValidDim <= kHeadDim, "the caller's columns");
+  static_assert(kValidDim % 8 == 0 && kValidDim <= kHeadDim, "the caller's columns");
   static constexpr int kBlockM = kBlockM_;    // query rows per step
   static constexpr int kStages = kStages_;    // Q / dO / lse / D ring depth
   static constexpr bool kCausal = kCausal_;

@@ -66,12 +66,12 @@ cl::opt<std::string> family("family",
                                      "target: fwd_wgmma and its fwd_mma fallback on sm_90a, "
                                      "fwd_mma elsewhere), fwd_mma, fwd_wgmma, the "
                                      "backward pass's bwd_mma or bwd_wgmma (sm_90a, head "
-                                     "dims multiples of 16 from 32 to 256), or decode's "
+                                     "dims multiples of 8 from 32 to 256), or decode's "
                                      "dec_mma"),
                             cl::init("auto"), cl::sub(sub), cl::cat(sweepCat));
 cl::opt<bool> backwardFlag("backward",
                            cl::desc("With --family auto: also the backward pass (bwd_wgmma "
-                                    "on sm_90a for head dims multiples of 16 from 32 to 256, else "
+                                    "on sm_90a for head dims multiples of 8 from 32 to 256, else "
                                     "bwd_mma), what "
                                     "fj_kernel_get loads for desc.backward"),
                            cl::sub(sub), cl::cat(sweepCat));

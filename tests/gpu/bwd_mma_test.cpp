@@ -1,6 +1,6 @@
 // The backward families against the backward reference on the GPU (DESIGN.md's
 // correctness bar), each over the head dims it takes: bwd_mma (every target, the whole
-// grid) and bwd_wgmma (sm_90a only, multiples of 16 from 32 to 256; skipped elsewhere). dQ, dK
+// grid) and bwd_wgmma (sm_90a only, multiples of 8 from 32 to 256; skipped elsewhere). dQ, dK
 // and dV of every head dim x fp16/bf16 x causal, over sequence pairs that are not
 // multiples of the tiles, MHA/GQA/MQA, with poisoned outputs; variable-length batches,
 // strided layouts, softmax scales, every tile of the tuner's space on one shape, more
@@ -126,12 +126,11 @@ INSTANTIATE_TEST_SUITE_P(BwdMma, BwdGrid,
                                             ::testing::Values(DType::FP16, DType::BF16),
                                             ::testing::Bool()),
                          bwdGridParamName);
-// 64, 128 and 256, and the multiples of 16 that run on their panels (zeros past the
-// head dim: generator::bwdWgmmaPaddedHeadDim).
+// Every head dim of the grid: 64, 128 and 256, and the others on their panels (zeros
+// past the head dim: generator::bwdWgmmaPaddedHeadDim).
 INSTANTIATE_TEST_SUITE_P(BwdWgmma, BwdGrid,
                          ::testing::Combine(::testing::Values(Family::BwdWgmma),
-                                            ::testing::Values(32, 64, 80, 96, 128, 160, 192,
-                                                              224, 256),
+                                            ::testing::ValuesIn(kHeadDims),
                                             ::testing::Values(DType::FP16, DType::BF16),
                                             ::testing::Bool()),
                          bwdGridParamName);

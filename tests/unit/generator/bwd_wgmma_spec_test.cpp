@@ -88,10 +88,10 @@ TEST(BwdWgmmaSpec, NeedsSm90a) {
   EXPECT_FALSE(bool(validateSpec(bwdWgmmaSpec(128))));
 }
 
-// Head dims that are multiples of 16 run on the panels of 64, 128 or 256 that hold them.
-TEST(BwdWgmmaSpec, HeadDimsOfSixteensRunOnPaddedPanels) {
-  for (auto [d, padded] : {std::pair{32, 64}, std::pair{48, 64}, std::pair{64, 64},
-                           std::pair{80, 128}, std::pair{96, 128}, std::pair{128, 128},
+// Head dims from 32 run on the panels of 64, 128 or 256 that hold them.
+TEST(BwdWgmmaSpec, HeadDimsRunOnPaddedPanels) {
+  for (auto [d, padded] : {std::pair{32, 64}, std::pair{40, 64}, std::pair{64, 64},
+                           std::pair{72, 128}, std::pair{96, 128}, std::pair{128, 128},
                            std::pair{144, 256}, std::pair{192, 256}, std::pair{256, 256}}) {
     KernelSpec spec = bwdWgmmaSpec(d);
     EXPECT_TRUE(bwdWgmmaSupportsHeadDims(spec)) << spec.key();
@@ -110,20 +110,20 @@ TEST(BwdWgmmaSpec, HeadDimsOfSixteensRunOnPaddedPanels) {
 }
 
 TEST(BwdWgmmaSpec, OtherHeadDimsAreBwdMmas) {
-  for (auto [d, dv] : {std::pair{16, 16}, std::pair{40, 40}, std::pair{72, 72},
+  for (auto [d, dv] : {std::pair{8, 8}, std::pair{16, 16}, std::pair{24, 24},
                        std::pair{128, 64}, std::pair{64, 128}, std::pair{256, 128}}) {
     KernelSpec spec = bwdWgmmaSpec(d, dv);
     EXPECT_FALSE(bwdWgmmaSupportsHeadDims(spec)) << spec.key();
     ErrorReport report = errorOf(validateSpec(spec));
     EXPECT_EQ(report.code, ErrorCode::NotSupported) << spec.key();
-    EXPECT_NE(report.message.find("a multiple of 16 from 32 to 256"), std::string::npos)
+    EXPECT_NE(report.message.find("a multiple of 8 from 32 to 256"), std::string::npos)
         << report.message;
     EXPECT_NE(report.message.find("bwd_mma runs the others"), std::string::npos)
         << report.message;
     spec.family = Family::BwdMma;
     EXPECT_FALSE(bool(validateSpec(spec))) << spec.key();
   }
-  auto parsed = KernelSpec::parse("bwd_wgmma.bf16.d72.dv72.causal.sm90a");
+  auto parsed = KernelSpec::parse("bwd_wgmma.bf16.d24.dv24.causal.sm90a");
   ASSERT_FALSE(bool(parsed));
   llvm::consumeError(parsed.takeError());
 }
@@ -209,7 +209,7 @@ TEST(BwdWgmmaSpec, EmitsABackwardModule) {
   ASSERT_TRUE(bool(config)) << llvm::toString(config.takeError());
   EXPECT_NE(config->find("BwdWgmmaConfig"), std::string::npos) << *config;
   // Neither emits for a spec the family cannot take.
-  for (const KernelSpec &bad : {bwdWgmmaSpec(128, 0, "sm_80"), bwdWgmmaSpec(72)}) {
+  for (const KernelSpec &bad : {bwdWgmmaSpec(128, 0, "sm_80"), bwdWgmmaSpec(24)}) {
     auto refused = emitKernel(bad, tile);
     ASSERT_FALSE(bool(refused)) << bad.key();
     EXPECT_EQ(errorOf(refused.takeError()).code, ErrorCode::NotSupported);

@@ -22,7 +22,7 @@ namespace {
 
 const std::vector<int> kHeadDims = {32, 40, 64, 72, 80, 96, 128, 160, 192, 224, 256};
 
-// The head dims a family has kernels for: bwd_wgmma takes the multiples of 16 (bwd_mma
+// The head dims a family has kernels for: bwd_wgmma takes those from 32 (bwd_mma
 // runs the others), every other family the whole grid.
 std::vector<int> headDimsOf(generator::Family family) {
   if (family != generator::Family::BwdWgmma)

@@ -127,10 +127,10 @@ TEST(FamilyPlan, BackwardIsWgmmaOnHopperForTheHeadDimsItTakes) {
     EXPECT_EQ(backwardOf(plan, 128), Family::BwdWgmma);
     EXPECT_EQ(backwardOf(plan, 256), Family::BwdWgmma);
     // Multiples of 16 on padded panels (generator::bwdWgmmaPaddedHeadDim).
-    for (int d : {32, 96, 192})
+    for (int d : {32, 40, 72, 96, 192})
       EXPECT_EQ(backwardOf(plan, d), Family::BwdWgmma) << d;
     // The others run bwd_mma, which takes every head dim.
-    for (auto [d, dv] : {std::pair{72, 72}, std::pair{40, 40}, std::pair{16, 16},
+    for (auto [d, dv] : {std::pair{24, 24}, std::pair{16, 16}, std::pair{8, 8},
                          std::pair{128, 64}})
       EXPECT_EQ(backwardOf(plan, d, dv), Family::BwdMma) << d << "/" << dv;
   }
@@ -184,13 +184,13 @@ TEST(FamilyPlan, ForcedBackwardFamilies) {
   EXPECT_EQ(backwardOf(wgmma, 256), Family::BwdWgmma);
   // Forced, a head dim it cannot take is an error, not a silent bwd_mma.
   EXPECT_EQ(backwardOf(wgmma, 192), Family::BwdWgmma);
-  auto d72 = tuner::backwardFamilyFor(wgmma, specOf(72));
-  ASSERT_FALSE(bool(d72));
-  ErrorReport report = takeErrorReport(d72.takeError());
+  auto d24 = tuner::backwardFamilyFor(wgmma, specOf(24));
+  ASSERT_FALSE(bool(d24));
+  ErrorReport report = takeErrorReport(d24.takeError());
   EXPECT_EQ(report.code, ErrorCode::NotSupported);
   EXPECT_NE(report.message.find("$FLASHJIT_BACKWARD_FAMILY"), std::string::npos)
       << report.message;
-  EXPECT_NE(report.message.find("72"), std::string::npos) << report.message;
+  EXPECT_NE(report.message.find("24"), std::string::npos) << report.message;
 
   auto off = tuner::familyPlan("sm_80", "", "bwd_wgmma");
   ASSERT_FALSE(bool(off));
@@ -239,9 +239,9 @@ TEST(FamilyPlan, BackwardEnvironmentVariableOverrides) {
     ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
     EXPECT_EQ(plan->backward, Family::BwdWgmma);
     EXPECT_TRUE(plan->backwardForced);
-    auto d72 = tuner::backwardFamilyFor(*plan, specOf(72));
-    ASSERT_FALSE(bool(d72));
-    ErrorReport report = takeErrorReport(d72.takeError());
+    auto d24 = tuner::backwardFamilyFor(*plan, specOf(24));
+    ASSERT_FALSE(bool(d24));
+    ErrorReport report = takeErrorReport(d24.takeError());
     EXPECT_EQ(report.code, ErrorCode::NotSupported);
     EXPECT_NE(report.message.find("$FLASHJIT_BACKWARD_FAMILY"), std::string::npos);
   }
