@@ -37,7 +37,8 @@ cl::SubCommand benchCommand("bench",
 flashjit::tools::FeatureOptions featureOptions(benchCommand);
 cl::opt<std::string> familyOpt("family",
                                cl::desc("fwd_mma, fwd_wgmma (sm_90a), bwd_mma or bwd_wgmma "
-                                        "(sm_90a, head dims that are multiples of 8 from 32 to 256)"),
+                                        "(sm_90a, head dims that are multiples of 8 from 32 "
+                                        "to 256)"),
                                cl::init("fwd_mma"), cl::sub(benchCommand));
 cl::list<int> headDims("head-dims", cl::desc("Head dims"), cl::CommaSeparated,
                        cl::sub(benchCommand));
