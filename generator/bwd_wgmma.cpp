@@ -149,15 +149,16 @@ TileConfig bwdWgmmaDefaultTile(const KernelSpec &spec) {
 std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
   const TileConfig dq = dqTile(spec);
   // The deterministic dq kernel (bwd_mma's) recomputes P too: both configs take the
-  // features.
-  // A head dim short of its panels (bwdWgmmaPaddedHeadDim) names its valid columns
-  // after the features; the others keep the configuration's shorter form.
+  // features. A head dim short of its panels (bwdWgmmaPaddedHeadDim) also gives the main
+  // kernel's config its valid columns, after the features.
   const int padded = bwdWgmmaPaddedHeadDim(spec);
-  std::string features = spec.features.any() ? ", FjFeatures" : "";
-  if (padded != spec.headDim)
-    features = llvm::formatv("{0}, {1}", spec.features.any() ? ", FjFeatures" : ", fj::NoFeatures",
-                             spec.headDim)
-                   .str();
+  const std::string features = spec.features.any() ? ", FjFeatures" : "";
+  const std::string mainArgs =
+      padded == spec.headDim
+          ? features
+          : llvm::formatv("{0}, {1}", features.empty() ? ", fj::NoFeatures" : features,
+                          spec.headDim)
+                .str();
   return featuresBlock(spec.features) +
          llvm::formatv(
              "// ---- configuration: {0} / {1} ----\n"
@@ -182,8 +183,8 @@ std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) 
              dq.stages, bwdWgmmaMainSharedBytes(spec, tile),
              bwdMmaDqSharedBytes(mmaSpec(spec), dq),
              bwdMmaSharedEntryPoints(spec, "FjDqConfig", true, padded),
-             kBwdWgmmaConsumerRegisters, kBwdWgmmaServerRegisters, features,
-             bwdBlockStepsEntryPoint(spec), padded, spec.features.any() ? ", FjFeatures" : "")
+             kBwdWgmmaConsumerRegisters, kBwdWgmmaServerRegisters, mainArgs,
+             bwdBlockStepsEntryPoint(spec), padded, features)
              .str();
 }
 

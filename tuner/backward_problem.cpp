@@ -37,7 +37,7 @@ BackwardWorkspace backwardWorkspace(int headsQ, long long rows, int batch, int h
     // bwd_mma's row-major one uses the first `rows` x headDim. One size for both, as a
     // handle's buckets may run either.
     const size_t paddedRows = (size_t)rows + (size_t)batch * 128;
-    const size_t columns = (size_t)generator::bwdWgmmaPaddedHeadDim(std::max(headDim, 1));
+    const size_t columns = (size_t)generator::bwdWgmmaPaddedHeadDim(headDim);
     w.bytes += align256(paddedRows * (size_t)headsQ * columns * sizeof(float));
   }
   return w;
