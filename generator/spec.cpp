@@ -379,21 +379,25 @@ int roundUp(int x, int m) { return (x + m - 1) / m * m; }
 // fwd_wgmma (mirrors FwdWgmmaConfig::smem_bytes): head dims padded to 32, one or (where
 // they fit) two Q buffers + a K/V ring, two mbarriers per Q buffer and four per stage, a
 // work-tile slot (a TileId and its mbarrier) per Q buffer, 1024 bytes of alignment slack;
-// with a mask_mod, a block-mask entry and bit slot (8 bytes) per stage, rounded up to 16.
+// with a mask_mod, a block-mask entry and bit slot (8 bytes) per stage, rounded up to 16;
+// with ALiBi's bias on the tensor cores, its panel (32 bytes a key).
 constexpr int kWgmmaTileSlotBytes = 32;
 // FP8: head_dim padded to 64 and one byte an element.
-int wgmmaBytes(const KernelSpec &spec, const TileConfig &tile, int qBuffers) {
+int wgmmaBytes(const KernelSpec &spec, const TileConfig &tile, int qBuffers, int biasPanel) {
   const int bytes = elementBytes(spec.dtype);
   int d = roundUp(spec.headDim, bytes == 1 ? 64 : 32), dv = roundUp(spec.headDimV, 32);
   int stageSlots = spec.features.maskMod.empty() ? 0 : roundUp(8 * tile.stages, 16);
   return 1024 + qBuffers * tile.blockM * d * bytes + tile.stages * tile.blockN * (d + dv) * bytes +
-         (2 * qBuffers + 4 * tile.stages) * 8 + qBuffers * kWgmmaTileSlotBytes + stageSlots;
+         biasPanel + (2 * qBuffers + 4 * tile.stages) * 8 + qBuffers * kWgmmaTileSlotBytes +
+         stageSlots;
 }
+constexpr int kWgmmaMaxSharedBytes = 227 * 1024;
 bool wgmmaTwoQBuffers(const KernelSpec &spec, const TileConfig &tile) {
-  return wgmmaBytes(spec, tile, 2) <= 227 * 1024;
+  return wgmmaBytes(spec, tile, 2, 0) <= kWgmmaMaxSharedBytes;
 }
 int wgmmaSharedBytes(const KernelSpec &spec, const TileConfig &tile) {
-  return wgmmaBytes(spec, tile, wgmmaTwoQBuffers(spec, tile) ? 2 : 1);
+  return wgmmaBytes(spec, tile, wgmmaTwoQBuffers(spec, tile) ? 2 : 1,
+                    wgmmaBiasPanelBytes(spec, tile));
 }
 
 // Consumer registers per thread after setmaxnreg (mirrors FwdWgmmaConfig).
@@ -432,6 +436,16 @@ llvm::Error validateWgmmaTile(const KernelSpec &spec, const TileConfig &tile) {
   return llvm::Error::success();
 }
 } // namespace
+
+int wgmmaBiasPanelBytes(const KernelSpec &spec, const TileConfig &tile) {
+  const Features &f = spec.features;
+  if (spec.family != Family::FwdWgmma || !f.alibi || f.softcap > 0 || !f.scoreMod.empty() ||
+      !f.maskMod.empty() || spec.dtype == DType::E4M3 || spec.headDim > 64)
+    return 0;
+  const int panel = tile.blockN * 32;
+  const int qBuffers = wgmmaTwoQBuffers(spec, tile) ? 2 : 1;
+  return wgmmaBytes(spec, tile, qBuffers, panel) <= kWgmmaMaxSharedBytes ? panel : 0;
+}
 
 bool wgmmaStoresOByTma(const KernelSpec &spec, const TileConfig &tile) {
   return spec.family == Family::FwdWgmma && spec.dtype != DType::E4M3 &&

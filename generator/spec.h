@@ -141,6 +141,10 @@ int sharedBytes(const KernelSpec &spec, const TileConfig &tile);
 // O staged in its tile's Q buffer, and two Q buffers). The launch encodes O's tensor map
 // only for those.
 bool wgmmaStoresOByTma(const KernelSpec &spec, const TileConfig &tile);
+// The bytes of fwd_wgmma's bias panel: > 0 where the kernel adds ALiBi's bias on the
+// tensor cores (mirrors FwdWgmmaConfig::kAlibiByMma: ALiBi alone, no mask_mod, 16-bit
+// inputs, head_dim <= 64, and the panel fits beside the kernel's Q buffers).
+int wgmmaBiasPanelBytes(const KernelSpec &spec, const TileConfig &tile);
 
 // Checks a tile against the spec and the target: divisibility, threads, shared memory
 // (and for fwd_wgmma: block_m = 64 per consumer warpgroup, warps = 4 per warpgroup

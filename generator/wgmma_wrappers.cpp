@@ -54,9 +54,9 @@ std::string emitWgmmaSmemSmem(llvm::StringRef name, DType dtype, int n, bool tra
       .str();
 }
 
-std::string emitWgmmaRegSmem(llvm::StringRef name, DType dtype, int n) {
+std::string emitWgmmaRegSmem(llvm::StringRef name, DType dtype, int n, bool kMajorB) {
   const int regs = n / 2;
-  // imm-trans-b = 1: B is N-major (16-bit types; 8-bit B is K-major).
+  // imm-trans-b = 1: B is N-major (16-bit types only; 8-bit B is K-major).
   return llvm::formatv(
              "__device__ __forceinline__ void {8}(float (&d)[{0}], const u32 (&a)[4], "
              "u64 b) {{\n"
@@ -69,16 +69,20 @@ std::string emitWgmmaRegSmem(llvm::StringRef name, DType dtype, int n) {
              "}\n",
              regs, n, typeName(dtype), operandList(0, regs), operandList(regs, 4), regs + 4,
              accumulatorConstraints(regs), regs + 5, name, kStep(dtype),
-             dtype == DType::E4M3 ? "1, 1" : "1, 1, 1")
+             dtype == DType::E4M3 ? "1, 1" : kMajorB ? "1, 1, 0" : "1, 1, 1")
       .str();
 }
 
-std::string emitWgmmaWrappers(DType dtype, int nQk, int nPv) {
+std::string emitWgmmaWrappers(DType dtype, int nQk, int nPv, bool alibiBias) {
   std::string out = "// ---- generated: wgmma wrappers ----\nnamespace fj {\n";
   // S = Q K^T: both descriptors K-major.
   out += emitWgmmaSmemSmem("wgmma_qk", dtype, nQk, false, false);
   // O += P V: P from registers, V N-major (FP8: V^T, K-major).
   out += emitWgmmaRegSmem("wgmma_pv", dtype, nPv);
+  // S += the slope times the bias panel: emitted only where it is called, so that other
+  // kernels' sources (and binary keys) stay as they were.
+  if (alibiBias)
+    out += emitWgmmaRegSmem("wgmma_qk_bias", DType::BF16, nQk, true);
   out += "}  // namespace fj\n";
   return out;
 }

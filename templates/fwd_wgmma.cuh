@@ -85,10 +85,6 @@ struct FwdWgmmaConfig {
   static constexpr int kQBytes = kBlockM * kDPad * kElementBytes;
   static constexpr int kKBytes = kBlockN * kDPad * kElementBytes;
   static constexpr int kVBytes = kBlockN * kDvPad * kElementBytes;
-  // Two Q buffers where they fit, so the producer loads the next work tile's Q while the
-  // consumers still read this one's (the consumers' step from one tile to the next then
-  // never waits for Q).
-  static constexpr int kMaxSmemBytes = 227 * 1024;
   // Each Q buffer comes with the work tile it holds: a TileId written by the producer, and
   // an mbarrier on which every consumer thread arrives once it has read it (and, with a
   // block mask, the tile's count of key tiles at byte 24).
@@ -99,17 +95,34 @@ struct FwdWgmmaConfig {
   // announced.
   static constexpr bool kBlockMask = Features_::kMaskMod;
   static constexpr int kStageSlotBytes = kBlockMask ? (8 * kStages + 15) / 16 * 16 : 0;
-  // Shared memory with q Q buffers: 1024 bytes of slack to align the operands to the
-  // 128-byte swizzle's period, the buffers, the K/V ring, two mbarriers per Q buffer and
-  // four per stage, the tile slots and the stage slots (generator/spec.cpp's wgmmaBytes
-  // mirrors it).
-  __host__ __device__ static constexpr int smem_bytes(int q) {
-    return 1024 + q * kQBytes + kStages * (kKBytes + kVBytes) + (2 * q + 4 * kStages) * 8 +
-           q * kTileSlotBytes + kStageSlotBytes;
+  // ALiBi alone on 16-bit inputs: the key's part of the bias comes from the tensor cores
+  // (alibi_product): S = Q K^T takes one more wgmma of K = 16, whose A holds the head's
+  // slope and whose B, the bias panel (32 bytes a key, written once per CTA), each key's
+  // column in the tile. It trades an FFMA a score (alibi_linear_tile) for a longer S:
+  // d = 64 tiles gained up to 12 %, the best tile of each shape 0 to 4 %; at d = 128 the
+  // best tiles moved -1.4 to +1.3 % (H200, docs/PERF.md f18), so head dims up to 64 only.
+  // Not with a block mask: its key tiles are known only from the ring. Only where the
+  // panel costs no Q buffer and fits (d 128 bm128.bn128 with three stages had 4 KB too
+  // few).
+  static constexpr int kMaxSmemBytes = 227 * 1024;
+  // Shared memory with q Q buffers and `bias` bytes of bias panel: 1024 bytes of slack to
+  // align the operands to the 128-byte swizzle's period, the buffers, the K/V ring, the
+  // panel, two mbarriers per Q buffer and four per stage, the tile slots and the stage
+  // slots (generator/spec.cpp's wgmmaBytes mirrors it).
+  __host__ __device__ static constexpr int smem_bytes(int q, int bias) {
+    return 1024 + q * kQBytes + kStages * (kKBytes + kVBytes) + bias +
+           (2 * q + 4 * kStages) * 8 + q * kTileSlotBytes + kStageSlotBytes;
   }
-  static constexpr int kQBuffers = smem_bytes(2) <= kMaxSmemBytes ? 2 : 1;
+  // Two Q buffers where they fit, so the producer loads the next work tile's Q while the
+  // consumers still read this one's (the consumers' step from one tile to the next then
+  // never waits for Q).
+  static constexpr int kQBuffers = smem_bytes(2, 0) <= kMaxSmemBytes ? 2 : 1;
+  static constexpr bool kAlibiByMma = FeatureInfo::kScoreUnits && !kBlockMask && !kFp8 &&
+                                      kHeadDim <= 64 &&
+                                      smem_bytes(kQBuffers, kBlockN * 32) <= kMaxSmemBytes;
+  static constexpr int kBiasBytes = kAlibiByMma ? kBlockN * 32 : 0;
   static constexpr int kBarriers = 2 * kQBuffers + 4 * kStages;  // Q full/empty, K, V
-  static constexpr int kSmemBytes = smem_bytes(kQBuffers);
+  static constexpr int kSmemBytes = smem_bytes(kQBuffers, kBiasBytes);
 
   // Registers per thread after setmaxnreg: the producer keeps the minimum.
   static constexpr int kProducerRegs = 24;
@@ -263,12 +276,13 @@ constexpr float kRescaleSlackFactor = (float)(1 << (int)kRescaleSlack);
 // Work tile number r (counted per CTA) uses Q buffer r % kQBuffers.
 template <typename Cfg> struct SmemLayout {
   static constexpr int kQB = Cfg::kQBuffers;
-  u32 q0, k, v, bar;
+  u32 q0, k, v, bias, bar;
   __device__ explicit SmemLayout(u32 base) {
     q0 = base;
     k = q0 + kQB * Cfg::kQBytes;
     v = k + Cfg::kStages * Cfg::kKBytes;
-    bar = v + Cfg::kStages * Cfg::kVBytes;
+    bias = v + Cfg::kStages * Cfg::kVBytes;  // 1024-aligned: V's stages are
+    bar = bias + Cfg::kBiasBytes;
   }
   // The work tile of Q buffer round % kQB (see produce), after the barriers, and the
   // barrier that says every consumer thread has read it.
@@ -674,6 +688,64 @@ __device__ __forceinline__ void qk_product(float (&acc_s)[Cfg::kBlockN / 2], u32
   }
 }
 
+// kAlibiByMma: ALiBi's bias on a key tile that lies on one side of a warp's diagonals is
+// a part of the row (RowState::shift) plus m j, j the key's column in the tile and m the
+// head's slope over softmax_scale, + before the diagonals and - after (ScoreHook::
+// alibi_linear). The tensor cores add m j to S in one more wgmma of K = 16: B is the bias
+// panel, each key's j (exact in bf16: j < 256) at columns 0, 1, 8 and 9; A holds m in
+// three bf16 parts that sum to it within 2^-24 of m (lane t == 0 of each row: columns 0,
+// 1 and 8), so that the scores arrive as alibi_linear_tile's FFMA would leave them (one
+// instruction a score, docs/PERF.md f14). bf16 at any input type: its range holds any
+// slope over a softmax_scale the API admits (>= 2^-60).
+struct AlibiBias {
+  u32 hi_mid = 0, lo = 0;  // A's words for m: columns (0, 1) and (8, 9) of rows g, g + 8
+  __device__ AlibiBias(float m, int t) {
+    if (t == 0) {
+      const u32 hi = pack2<bf16>(m, 0.f) & 0xffffu;
+      const float r = m - __uint_as_float(hi << 16);
+      const u32 mid = pack2<bf16>(r, 0.f) & 0xffffu;
+      const u32 lo_part = pack2<bf16>(r - __uint_as_float(mid << 16), 0.f) & 0xffffu;
+      hi_mid = hi | mid << 16;
+      lo = lo_part;
+    }
+  }
+  // A for a tile on side `side` of the warp's diagonals: 1 before them (+m), -1 after
+  // (-m), 0 across them (nothing: such a tile takes its bias score by score).
+  __device__ __forceinline__ void fragment(int side, u32 (&a)[4]) const {
+    const u32 sign = side < 0 ? 0x80008000u : 0u, keep = side != 0 ? ~0u : 0u;
+    a[0] = a[1] = (hi_mid ^ sign) & keep;
+    a[2] = a[3] = (lo ^ sign) & keep;
+  }
+};
+// The side of the warp whose rows start at warp_row0 on which the key tile at key0 lies
+// (AlibiBias::fragment). Causal tiles count as before: keys past a diagonal are masked.
+template <typename Cfg>
+__device__ __forceinline__ int alibi_side(const Work &w, int key0, int warp_row0) {
+  if (Cfg::kCausal || key0 + Cfg::kBlockN - 1 <= warp_row0 + w.diag)
+    return 1;
+  return key0 >= warp_row0 + 15 + w.diag ? -1 : 0;
+}
+// The bias panel: row j (32 bytes) holds bf16 j at columns 0, 1, 8 and 9. Both 16-byte
+// halves of a row are equal, so the 32-byte swizzle, which swaps them, leaves it as is.
+template <typename Cfg> __device__ __forceinline__ void write_bias_panel(u32 panel) {
+  for (int j = threadIdx.x; j < Cfg::kBlockN; j += Cfg::kThreads) {
+    const u32 jj = pack2<bf16>((float)j, (float)j);
+    for (int half = 0; half < 2; ++half) {
+      st_shared_u32(panel + j * 32 + half * 16, jj);
+      for (int word = 1; word < 4; ++word)
+        st_shared_u32(panel + j * 32 + half * 16 + word * 4, 0u);
+    }
+  }
+  fence_proxy_async_smem();  // the writes, before wgmma reads them
+}
+// S += A (AlibiBias::fragment) x (the bias panel)^T: one wgmma of K = 16, B
+// K-major in rows of 32 bytes (8-row groups 256 bytes apart).
+template <typename Cfg>
+__device__ __forceinline__ void alibi_product(float (&acc_s)[Cfg::kBlockN / 2],
+                                              const u32 (&a)[4], u32 panel) {
+  wgmma_qk_bias(acc_s, a, wgmma_desc(panel, 16, 256, 32));
+}
+
 // O += P V: P from registers, V N-major (rows of keys, head_dim_v contiguous). A step
 // covers 16 keys = two 8-row groups (sbo); panels of head_dim_v are lbo apart.
 // FP8: V^T, K-major as K is in S = Q K^T: a step covers 32 keys (32 bytes of a panel
@@ -820,9 +892,13 @@ __device__ __forceinline__ void alibi_linear_tile(float (&acc_s)[Cfg::kBlockN / 
                                                   int key0, const int (&row)[2], int t,
                                                   bool before) {
   float m[2];
+  // kAlibiByMma: the keys' part is in acc_s already, counted from the tile's first key.
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf)
-    hook.alibi_linear(row[hf], key0 + 2 * t, before, m[hf], st.shift[hf]);
+    hook.alibi_linear(row[hf], Cfg::kAlibiByMma ? key0 : key0 + 2 * t, before, m[hf],
+                      st.shift[hf]);
+  if constexpr (Cfg::kAlibiByMma)
+    return;
   for_each_score<Cfg, kFrom, kTo>([&](int hf, int nt, int e) {
     acc_s[nt * 4 + e] = hook.apply_linear(acc_s[nt * 4 + e], m[hf], nt * 8 + (e & 1));
   });
@@ -878,6 +954,7 @@ __device__ __forceinline__ void mask_tile(float (&acc_s)[Cfg::kBlockN / 2], RowS
       // ALiBi alone on a tile on one side of the warp's 16 diagonals: one FFMA a score
       // and the rows' shift (alibi_linear). Causal: every key past a diagonal is masked
       // below, so every tile counts as before them. The votes keep the branch the warp's.
+      // (alibi_side makes the same choice for kAlibiByMma's product.)
       bool linear = false, before = true;
       if constexpr (Cfg::kScoreShift) {
         if constexpr (Cfg::kCausal) {
@@ -1536,6 +1613,9 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
     const u32 q_rows = sm.q(q_round) + wg_row0 * Cfg::kSwizzleD;
     const int q_this = q_round++;
     const ScoreHook<typename Cfg::Features> hook(p, w.b, w.h, w.seq);
+    // kAlibiByMma: m = slope / softmax_scale (hook.alibi_slope is its negative).
+    const AlibiBias alibi(Cfg::kAlibiByMma ? -hook.alibi_slope : 0.f, Cfg::kAlibiByMma ? t : 1);
+    const int warp_row0 = w.q0 + wg_row0 + warp_in_wg * 16;
     float score_scale = ScoreHook<typename Cfg::Features>::softmax_scale_log2(p);
     if constexpr (Cfg::kFp8)
       score_scale *= fp8::descale(p.q_descale, p, w.b, w.h_kv) *
@@ -1559,13 +1639,28 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
 
     float acc_s[NT * 4];
     u32 p_frag[Cfg::kPFrags][4];
+    // S = Q K^T of the key tile in ring stage s, issued; with kAlibiByMma, then the bias
+    // product, whose A (bias_a) prepare_s sets for iteration i's tile before the fence
+    // (written after it, ptxas fences each wgmma again, C7519).
+    u32 bias_a[4];
+    auto prepare_s = [&](int i) {
+      if constexpr (Cfg::kAlibiByMma)
+        alibi.fragment(alibi_side<Cfg>(w, work_tile<Cfg>(w, i) * Cfg::kBlockN, warp_row0),
+                       bias_a);
+    };
+    auto issue_s = [&](int s) {
+      qk_product<Cfg>(acc_s, q_rows, sm.k + s * Cfg::kKBytes);
+      if constexpr (Cfg::kAlibiByMma)
+        alibi_product<Cfg>(acc_s, bias_a, sm.bias);
+    };
     // S = Q K^T of key tile i on its own, then its mask and softmax (P left in acc_s).
     auto score_alone = [&](int i) {
       const int it = kv_iter + i, s = it % Cfg::kStages;
+      prepare_s(i);
       mbar_wait(sm.full_k(s), (it / Cfg::kStages) & 1);
       wait_turn<Cfg>(consumer);
       wgmma_fence();
-      qk_product<Cfg>(acc_s, q_rows, sm.k + s * Cfg::kKBytes);
+      issue_s(s);
       wgmma_commit();
       pass_turn<Cfg>(consumer);
       wgmma_wait<0>();
@@ -1598,10 +1693,11 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
     if constexpr (Cfg::kOverlap) {
       {  // S(0) on its own
         const int s = kv_iter % Cfg::kStages;
+        prepare_s(0);
         mbar_wait(sm.full_k(s), (kv_iter / Cfg::kStages) & 1);
         wait_turn<Cfg>(consumer);
         wgmma_fence();
-        qk_product<Cfg>(acc_s, q_rows, sm.k + s * Cfg::kKBytes);
+        issue_s(s);
         wgmma_commit();
         pass_turn<Cfg>(consumer);
         settle_o_store();
@@ -1682,11 +1778,12 @@ __device__ __forceinline__ void consume(const FjForwardParams &p, const SmemLayo
           break;
         const int in = it + 1, sn = in % Cfg::kStages;
         pack_p<Cfg>(p_frag, acc_s);
+        prepare_s(i + 1);
         mbar_wait(sm.full_k(sn), (in / Cfg::kStages) & 1);
         mbar_wait(sm.full_v(s), (it / Cfg::kStages) & 1);
         wait_turn<Cfg>(consumer);
         wgmma_fence();
-        qk_product<Cfg>(acc_s, q_rows, sm.k + sn * Cfg::kKBytes);
+        issue_s(sn);
         wgmma_commit();
         pv_product<Cfg>(st.acc_o, p_frag, sm.v + s * Cfg::kVBytes);
         wgmma_commit();
@@ -1753,6 +1850,8 @@ __device__ __forceinline__ void run(const FjForwardParams &p, const TensorMap &t
     }
     mbar_fence_init();
   }
+  if constexpr (Cfg::kAlibiByMma)
+    write_bias_panel<Cfg>(sm.bias);
   __syncthreads();
 
   // One branch per role: setmaxnreg needs each warpgroup's role to be one side of a

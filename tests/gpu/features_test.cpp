@@ -297,31 +297,38 @@ TEST(FeaturesTiles, WindowLeftEdgeMaskedInLoop) {
 // outwards and takes the fast softmax off the tiles where the bias rises; the order and
 // that rule move with block_m and block_n, and with seqlen_q > seqlen_k (diagonals left
 // of the first key). Both causal and not, a tile on one side of a warp's diagonals
-// takes the bias in two parts (a row's shift and a key's FFMA), one that straddles them
-// whole: which tiles do moves with the tile shape too.
+// takes the bias in two parts (a row's shift and a key's part, on fwd_wgmma from the
+// tensor cores), one that straddles them whole: which tiles do moves with the tile shape
+// too. d 64 adds fwd_wgmma's widest key tiles (the bias panel's keys up to 192).
 TEST(FeaturesTiles, AlibiOverTileShapes) {
   FLASHJIT_REQUIRE_GPU();
   generator::Features alibi;
   alibi.alibi = true;
   for (generator::Family family : familiesHere())
-    for (auto [dtype, causal] : {std::pair{DType::FP16, false}, std::pair{DType::BF16, false},
-                                 std::pair{DType::BF16, true}}) {
-      KernelSpec spec = featureSpec(family, 128, dtype, causal, alibi);
-      std::vector<TileConfig> tiles =
-          family == generator::Family::FwdWgmma
-              ? std::vector<TileConfig>{{64, 96, 8, 3}, {128, 80, 12, 2}, {128, 128, 12, 3},
-                                        {192, 96, 16, 2}}
-              : std::vector<TileConfig>{{64, 32, 4, 3}, {128, 64, 8, 2}};
-      for (const TileConfig &tile : tiles) {
-        if (llvm::Error err = generator::validateTile(spec, tile)) {
-          llvm::consumeError(std::move(err));
+    for (int d : {128, 64})
+      for (auto [dtype, causal] : {std::pair{DType::FP16, false}, std::pair{DType::BF16, false},
+                                   std::pair{DType::BF16, true}}) {
+        if (d == 64 && family != generator::Family::FwdWgmma)
           continue;
+        KernelSpec spec = featureSpec(family, d, dtype, causal, alibi);
+        std::vector<TileConfig> tiles =
+            family != generator::Family::FwdWgmma
+                ? std::vector<TileConfig>{{64, 32, 4, 3}, {128, 64, 8, 2}}
+            : d == 128
+                ? std::vector<TileConfig>{{64, 96, 8, 3}, {128, 80, 12, 2}, {128, 128, 12, 3},
+                                          {192, 96, 16, 2}}
+                : std::vector<TileConfig>{{128, 176, 12, 2}, {192, 128, 16, 2},
+                                          {192, 192, 16, 2}, {64, 64, 8, 4}};
+        for (const TileConfig &tile : tiles) {
+          if (llvm::Error err = generator::validateTile(spec, tile)) {
+            llvm::consumeError(std::move(err));
+            continue;
+          }
+          for (auto [sq, sk] : {std::pair{777, 901}, std::pair{901, 777}, std::pair{2000, 2000}})
+            EXPECT_EQ(checkShape(spec, tile, shapeOf(2, 4, 2, sq, sk), 11 + sq), "")
+                << spec.key() << " " << tile.key() << " " << sq << "x" << sk;
         }
-        for (auto [sq, sk] : {std::pair{777, 901}, std::pair{901, 777}, std::pair{2000, 2000}})
-          EXPECT_EQ(checkShape(spec, tile, shapeOf(2, 4, 2, sq, sk), 11 + sq), "")
-              << spec.key() << " " << tile.key() << " " << sq << "x" << sk;
       }
-    }
 }
 
 // d = 256 (one consumer-heavy tile each) with the combined features.
