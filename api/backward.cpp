@@ -26,7 +26,8 @@ long long workspaceRows(const FjForwardParams &p) {
 tuner::BackwardWorkspace layoutFor(const fj_kernel_s *kernel, const FjBackwardParams &params,
                                    bool deterministic) {
   return tuner::backwardWorkspace(kernel->desc.headsQ, workspaceRows(params.fwd),
-                                  params.fwd.batch, kernel->desc.headDim, deterministic);
+                                  params.fwd.batch, kernel->desc.headDim,
+                                  kernel->desc.headDimV, deterministic);
 }
 
 } // namespace
@@ -76,7 +77,8 @@ llvm::Error backwardWorkspaceSize(const fj_kernel_s *kernel, const fj_backward_a
   const long long rows = varlen ? a.total_q : (long long)a.batch * a.seqlen_q;
   *bytes = rows == 0 ? 0
                      : tuner::backwardWorkspace(kernel->desc.headsQ, rows, a.batch,
-                                                kernel->desc.headDim, a.deterministic != 0)
+                                                kernel->desc.headDim, kernel->desc.headDimV,
+                                                a.deterministic != 0)
                            .bytes;
   return llvm::Error::success();
 }

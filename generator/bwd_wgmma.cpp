@@ -20,7 +20,7 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 constexpr int kOverheadRegisters = 24;
 
 // Above head dim 128 the consumers split the head dim (BwdWgmmaConfig::kSplitHead).
-bool splitsHead(const KernelSpec &spec) { return spec.headDim > 128; }
+bool splitsHead(const KernelSpec &spec) { return bwdWgmmaPaddedHeadDim(spec) > 128; }
 
 // The columns of the head dim one warpgroup's dQ product covers (BwdWgmmaConfig::kDqCols):
 // the two warpgroups split the step's rows into 64-row slices, then the head dim.
@@ -57,11 +57,13 @@ int bwdWgmmaAccumulatorRegisters(const KernelSpec &spec, const TileConfig &tile)
 }
 
 bool bwdWgmmaSupportsHeadDims(const KernelSpec &spec) {
-  return spec.headDim == spec.headDimV && spec.headDim % 8 == 0 && spec.headDim >= 32 &&
-         spec.headDim <= 256;
+  auto takes = [](int d) { return d % 8 == 0 && d >= 32 && d <= 256; };
+  return takes(spec.headDim) && takes(spec.headDimV);
 }
 
-int bwdWgmmaPaddedHeadDim(const KernelSpec &spec) { return bwdWgmmaPaddedHeadDim(spec.headDim); }
+int bwdWgmmaPaddedHeadDim(const KernelSpec &spec) {
+  return bwdWgmmaPaddedHeadDim(std::max(spec.headDim, spec.headDimV));
+}
 int bwdWgmmaPaddedHeadDim(int headDim) { return headDim <= 64 ? 64 : headDim <= 128 ? 128 : 256; }
 
 std::optional<std::string> bwdWgmmaFeatureRefusal(const KernelSpec &spec) {
@@ -143,27 +145,30 @@ TileConfig bwdWgmmaDefaultTile(const KernelSpec &spec) {
   // head dim 64, 64 at 128 and 256 (two stages: all its shared memory).
   if (splitsHead(spec))
     return TileConfig{64, bwdWgmmaKeysPerCta(spec), kWarps, 2};
-  return spec.headDim <= 64 ? TileConfig{128, 128, kWarps, 2} : TileConfig{64, 128, kWarps, 2};
+  return bwdWgmmaPaddedHeadDim(spec) == 64 ? TileConfig{128, 128, kWarps, 2}
+                                            : TileConfig{64, 128, kWarps, 2};
 }
 
 std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
   const TileConfig dq = dqTile(spec);
   // The deterministic dq kernel (bwd_mma's) recomputes P too: both configs take the
-  // features. A head dim short of its panels (bwdWgmmaPaddedHeadDim) also gives the main
-  // kernel's config its valid columns, after the features.
+  // features. Head dims short of the panels (bwdWgmmaPaddedHeadDim) also give the main
+  // kernel's config its valid columns, after the features: head_dim's, and head_dim_v's
+  // where they differ.
   const int padded = bwdWgmmaPaddedHeadDim(spec);
   const std::string features = spec.features.any() ? ", FjFeatures" : "";
-  const std::string mainArgs =
-      padded == spec.headDim
-          ? features
-          : llvm::formatv("{0}, {1}", features.empty() ? ", fj::NoFeatures" : features,
-                          spec.headDim)
-                .str();
+  std::string mainArgs = features;
+  if (padded != spec.headDim || padded != spec.headDimV)
+    mainArgs = llvm::formatv("{0}, {1}", features.empty() ? ", fj::NoFeatures" : features,
+                             spec.headDim)
+                   .str();
+  if (spec.headDimV != spec.headDim)
+    mainArgs += llvm::formatv(", {0}", spec.headDimV).str();
   return featuresBlock(spec.features) +
          llvm::formatv(
              "// ---- configuration: {0} / {1} ----\n"
              "typedef fj::BwdWgmmaConfig<{2}, {18}, {4}, {5}, {6}{16}> FjConfig;\n"
-             "typedef fj::BwdMmaConfig<{2}, {3}, {3}, {7}, {8}, {9}, {10}, {6}{19}> FjDqConfig;\n"
+             "typedef fj::BwdMmaConfig<{2}, {3}, {20}, {7}, {8}, {9}, {10}, {6}{19}> FjDqConfig;\n"
              "static_assert(FjConfig::kSmemBytes == {11}, \"host and device disagree on shared "
              "memory\");\n"
              "static_assert(FjDqConfig::kDqSmemBytes == {12}, \"host and device disagree on the "
@@ -184,7 +189,7 @@ std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) 
              bwdMmaDqSharedBytes(mmaSpec(spec), dq),
              bwdMmaSharedEntryPoints(spec, "FjDqConfig", true, padded),
              kBwdWgmmaConsumerRegisters, kBwdWgmmaServerRegisters, mainArgs,
-             bwdBlockStepsEntryPoint(spec), padded, features)
+             bwdBlockStepsEntryPoint(spec), padded, features, spec.headDimV)
              .str();
 }
 
@@ -234,7 +239,8 @@ llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileCon
   // end at the head dim, so a padded one's last panel reads zeros past it.
   e.tma.enabled = true;
   e.tma.dtype = spec.dtype;
-  e.tma.headDim = e.tma.headDimV = spec.headDim;
+  e.tma.headDim = spec.headDim;
+  e.tma.headDimV = spec.headDimV;
   e.tma.panelD = e.tma.panelDv = 64;
   e.tma.qRows = tile.blockM;
   if (!spec.features.maskMod.empty()) {

@@ -23,13 +23,15 @@ constexpr int kBwdWgmmaConsumerRegisters = 240;
 constexpr int kBwdWgmmaServerRegisters = 24;
 
 // Whether the family takes the spec's head dims (the target is validateSpec's): head_dim
-// = head_dim_v, a multiple of 8 from 32 to 256. The kernel computes on whole 128-byte
-// swizzle panels whose dK and dV accumulators fit two warpgroups' registers: 64, 128, or
-// 256 split between them (bwdWgmmaPaddedHeadDim), the columns past the head dim zeros
-// (TMA's and cp.async's fill) that no store writes back. Other head dims run bwd_mma.
+// and head_dim_v each a multiple of 8 from 32 to 256. The kernel computes on whole
+// 128-byte swizzle panels whose dK and dV accumulators fit two warpgroups' registers: 64,
+// 128, or 256 split between them (bwdWgmmaPaddedHeadDim, which holds both head dims), the
+// columns past each head dim zeros (TMA's and cp.async's fill) that no store writes back.
+// Other head dims run bwd_mma.
 bool bwdWgmmaSupportsHeadDims(const KernelSpec &spec);
 // The head dim the kernel computes on: 64, 128 or 256, the least that holds the spec's
-// (BwdWgmmaConfig::kHeadDim; kValidDim is the spec's).
+// head_dim and head_dim_v (BwdWgmmaConfig::kHeadDim; kValidDim and kValidDimV are the
+// spec's).
 int bwdWgmmaPaddedHeadDim(const KernelSpec &spec);
 int bwdWgmmaPaddedHeadDim(int headDim);
 

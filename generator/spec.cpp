@@ -313,8 +313,7 @@ llvm::Error validateSpec(const KernelSpec &spec) {
     if (!bwdWgmmaSupportsHeadDims(spec))
       return makeError(ErrorCode::NotSupported,
                        "bwd_wgmma does not take head_dim {0} / head_dim_v {1}: it takes "
-                       "head_dim = head_dim_v, a multiple of 8 from 32 to 256; bwd_mma runs "
-                       "the others",
+                       "each a multiple of 8 from 32 to 256; bwd_mma runs the others",
                        spec.headDim, spec.headDimV);
   }
   return validateFeatures(spec);

@@ -54,7 +54,8 @@
 namespace fj {
 
 template <typename Element_, int kHeadDim_, int kBlockM_, int kStages_, bool kCausal_,
-          typename Features_ = NoFeatures, int kValidDim_ = kHeadDim_>
+          typename Features_ = NoFeatures, int kValidDim_ = kHeadDim_,
+          int kValidDimV_ = kValidDim_>
 struct BwdWgmmaConfig {
   typedef Element_ Element;
   // Attention features: the window, ALiBi, soft-capping and a mask_mod, through the
@@ -66,14 +67,17 @@ struct BwdWgmmaConfig {
   static_assert(!Features::kScoreMod && !(Features::kSoftcap > 0.f && Features::kAlibi),
                 "bwd_wgmma takes the window, ALiBi, soft-capping without ALiBi and mask_mod");
   static constexpr bool kSoftcap = Features::kSoftcap > 0.f;
-  // The head dim the products run on (= head_dim_v), whole 64-column panels, and the
-  // caller's head dim in it: the columns past kValidDim load as zeros (TMA's fill of Q
-  // and dO past their maps' columns, load_panels_async's of K and V), so S^T and dP^T are
-  // exact and dK, dV and dQ get zero columns there, which no store writes back
-  // (store_rows; the convert kernel's kHeadDim). generator::bwdWgmmaPaddedHeadDim.
+  // The head dim the products run on, whole 64-column panels that hold both of the
+  // caller's: head_dim (kValidDim: Q, K, dQ, dK) and head_dim_v (kValidDimV: V, dO, dV).
+  // The columns past them load as zeros (TMA's fill of Q and dO past their maps' columns,
+  // load_panels_async's of K and V), so S^T and dP^T are exact and dK, dV and dQ get zero
+  // columns there, which no store writes back (store_rows; the convert kernel's
+  // kHeadDim). generator::bwdWgmmaPaddedHeadDim.
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kValidDim = kValidDim_;
+  static constexpr int kValidDimV = kValidDimV_;
   static_assert(kValidDim % 8 == 0 && kValidDim <= kHeadDim, "the caller's columns");
+  static_assert(kValidDimV % 8 == 0 && kValidDimV <= kHeadDim, "the caller's columns of V");
   static constexpr int kBlockM = kBlockM_;    // query rows per step
   static constexpr int kStages = kStages_;    // Q / dO / lse / D ring depth
   static constexpr bool kCausal = kCausal_;
@@ -252,15 +256,18 @@ __device__ __forceinline__ void stage_rows(u32 tile, const float (&acc)[Cfg::kDk
     }
 }
 
-// Copies the first `rows` rows of a staged panel tile of kRows rows to global memory,
-// their first kValidDim columns, kThreads threads (tid among them).
-template <typename Cfg, int kRows, int kThreads>
+// Copies the first `rows` rows of a staged panel tile of kRows rows and kPanelCols
+// columns to global memory, their first kCols columns, kThreads threads (tid among
+// them). The loop walks the whole panel width, whatever kCols: with dV's 64 columns of a
+// 128-column panel beside dK's 128, a loop of its own made ptxas spill (24 bytes, d 128
+// / dv 64).
+template <int kRows, int kThreads, int kCols, int kPanelCols>
 __device__ __forceinline__ void store_rows(u16 *gmem, long long row_stride, u32 tile, int rows,
                                            int tid) {
-  constexpr int kChunks = Cfg::kValidDim / 8;
+  constexpr int kChunks = kPanelCols / 8;
   for (int i = tid; i < kRows * kChunks; i += kThreads) {
     const int r = i / kChunks, c = i % kChunks;
-    if (r < rows)
+    if (r < rows && (kCols == kPanelCols || c < kCols / 8))
       st_global_v4(gmem + (long long)r * row_stride + c * 8,
                    ld_shared_v4(tile + panel_offset<kRows>(r, c)));
   }
@@ -514,11 +521,10 @@ __device__ __forceinline__ void issue_kv(const FjForwardParams &p, const Carve<C
                  tensor_base(seq.k_offset, tile.b, tile.h_kv, p.v_batch_stride, p.v_row_stride,
                              p.v_head_stride) +
                  (long long)n0 * p.v_row_stride;
-  constexpr int V = Cfg::kValidDim;
-  load_panels_async<BN, D, Cfg::kConsumerThreads, V>(smem.s_k(), k, p.k_row_stride, keys_valid,
-                                                     ct);
-  load_panels_async<BN, D, Cfg::kConsumerThreads, V>(smem.s_v(), v, p.v_row_stride, keys_valid,
-                                                     ct);
+  load_panels_async<BN, D, Cfg::kConsumerThreads, Cfg::kValidDim>(smem.s_k(), k, p.k_row_stride,
+                                                                  keys_valid, ct);
+  load_panels_async<BN, D, Cfg::kConsumerThreads, Cfg::kValidDimV>(smem.s_v(), v, p.v_row_stride,
+                                                                   keys_valid, ct);
   cp_async_commit();
 }
 // Before a block's first products: this thread's copies done, made visible to wgmma,
@@ -935,10 +941,10 @@ __device__ __forceinline__ int finish_block_in_kv(const FjBackwardParams &P, con
   stage_rows<Cfg, Cfg::kBlockN>(w.s_k(), acc_dk, wg_row0, col0 / 8, P.fwd.softmax_scale, g, t);
   stage_rows<Cfg, Cfg::kBlockN>(w.s_v(), acc_dv, wg_row0, col0 / 8, 1.f, g, t);
   named_sync(kBarDs, Cfg::kConsumerThreads);
-  store_rows<Cfg, Cfg::kBlockN, Cfg::kConsumerThreads>(dk_rows(P, w), P.dk_row_stride, w.s_k(),
-                                                       w.keys_valid, ct);
-  store_rows<Cfg, Cfg::kBlockN, Cfg::kConsumerThreads>(dv_rows(P, w), P.dv_row_stride, w.s_v(),
-                                                       w.keys_valid, ct);
+  store_rows<Cfg::kBlockN, Cfg::kConsumerThreads, Cfg::kValidDim, Cfg::kHeadDim>(
+      dk_rows(P, w), P.dk_row_stride, w.s_k(), w.keys_valid, ct);
+  store_rows<Cfg::kBlockN, Cfg::kConsumerThreads, Cfg::kValidDimV, Cfg::kHeadDim>(
+      dv_rows(P, w), P.dv_row_stride, w.s_v(), w.keys_valid, ct);
   named_sync(kBarDs, Cfg::kConsumerThreads);  // every thread has read its staged rows
   const int next = after.take(w);
   if (next >= 0)
@@ -972,10 +978,10 @@ __device__ __forceinline__ int finish_block(const FjBackwardParams &P, const Blo
       mbar_wait(w.dq_read(c), last & 1);
   stage_rows<Cfg, Cfg::kBlockN>(w.s_dq(0), acc_dv, wg_row0, 0, 1.f, g, t);
   named_sync(kBarDs, Cfg::kConsumerThreads);
-  store_rows<Cfg, Cfg::kBlockN, Cfg::kConsumerThreads>(dk_rows(P, w), P.dk_row_stride, w.s_ds(0),
-                                                       w.keys_valid, ct);
-  store_rows<Cfg, Cfg::kBlockN, Cfg::kConsumerThreads>(dv_rows(P, w), P.dv_row_stride, w.s_dq(0),
-                                                       w.keys_valid, ct);
+  store_rows<Cfg::kBlockN, Cfg::kConsumerThreads, Cfg::kValidDim, Cfg::kHeadDim>(
+      dk_rows(P, w), P.dk_row_stride, w.s_ds(0), w.keys_valid, ct);
+  store_rows<Cfg::kBlockN, Cfg::kConsumerThreads, Cfg::kValidDimV, Cfg::kHeadDim>(
+      dv_rows(P, w), P.dv_row_stride, w.s_dq(0), w.keys_valid, ct);
   named_sync(kBarDs, Cfg::kConsumerThreads);
   return next;
 }

@@ -20,7 +20,7 @@ llvm::Error allocate(runtime::DeviceBuffer &buffer, long long bytes) {
 } // namespace
 
 BackwardWorkspace backwardWorkspace(int headsQ, long long rows, int batch, int headDim,
-                                    bool deterministic) {
+                                    int headDimV, bool deterministic) {
   BackwardWorkspace w;
   // Each lse-shaped array and the zeroed floats after it (FJ_BWD_STATS_PAD).
   const size_t stats =
@@ -35,9 +35,10 @@ BackwardWorkspace backwardWorkspace(int headsQ, long long rows, int batch, int h
     // Room for bwd_wgmma's tiled layout, whose sequences start on multiples of 128 rows
     // (templates/bwd_mma.cuh, DqTiled) and whose rows are its padded head dim wide;
     // bwd_mma's row-major one uses the first `rows` x headDim. One size for both, as a
-    // handle's buckets may run either.
+    // handle's buckets may run either. The padded head dim holds both head dims.
     const size_t paddedRows = (size_t)rows + (size_t)batch * 128;
-    const size_t columns = (size_t)generator::bwdWgmmaPaddedHeadDim(headDim);
+    const size_t columns =
+        (size_t)generator::bwdWgmmaPaddedHeadDim(std::max(headDim, headDimV));
     w.bytes += align256(paddedRows * (size_t)headsQ * columns * sizeof(float));
   }
   return w;
@@ -84,7 +85,8 @@ llvm::Expected<BackwardBuffers> allocateBackwardBuffers(const ForwardShape &shap
          {std::pair{&b.dq32, q}, std::pair{&b.dk32, k}, std::pair{&b.dv32, v}})
       if (llvm::Error err = allocate(*buffer, 4 * elements))
         return std::move(err);
-  b.layout = backwardWorkspace(shape.headsQ, tq, shape.batch, shape.headDim, deterministic);
+  b.layout = backwardWorkspace(shape.headsQ, tq, shape.batch, shape.headDim, shape.headDimV,
+                               deterministic);
   if (llvm::Error err = allocate(b.workspace, (long long)b.layout.bytes))
     return std::move(err);
   return std::move(b);

@@ -31,7 +31,7 @@ struct BackwardWorkspace {
 // `rows` is batch * seqlen_q, or total_q with cu_seqlens. Overflow is the caller's to
 // rule out (the API bounds every size first).
 BackwardWorkspace backwardWorkspace(int headsQ, long long rows, int batch, int headDim,
-                                    bool deterministic);
+                                    int headDimV, bool deterministic);
 
 // The floats of the fp32 dQ accumulator the kernels add to, which each call zeroes
 // before its kernels (tuner/backward_kernel.cpp): rows times heads_q times `columns`

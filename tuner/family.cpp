@@ -150,8 +150,7 @@ llvm::Expected<generator::Family> backwardFamilyFor(const FamilyPlan &plan,
     return generator::Family::BwdMma;  // takes every head dim
   return makeError(ErrorCode::NotSupported,
                    "$FLASHJIT_BACKWARD_FAMILY is bwd_wgmma, which does not take head_dim {0} / "
-                   "head_dim_v {1} (it takes head_dim = head_dim_v, a multiple of 8 from 32 to "
-                   "256); unset it or "
+                   "head_dim_v {1} (it takes each a multiple of 8 from 32 to 256); unset it or "
                    "set auto to run bwd_mma there",
                    spec.headDim, spec.headDimV);
 }

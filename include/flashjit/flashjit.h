@@ -346,7 +346,7 @@ FJ_API fj_status fj_validate_attention_desc(const fj_attention_desc *desc);
  * serves the handle. Elsewhere the kernel is fwd_mma. $FLASHJIT_FAMILY (auto, fwd_mma,
  * fwd_wgmma), read by fj_context_create, overrides the choice; fj_kernel_info says
  * which family a handle uses. The backward pass (desc.backward) is bwd_wgmma on sm_90a
- * for head_dim = head_dim_v, a multiple of 8 from 32 to 256, else bwd_mma;
+ * for head_dim and head_dim_v each a multiple of 8 from 32 to 256, else bwd_mma;
  * $FLASHJIT_BACKWARD_FAMILY (auto,
  * bwd_mma, bwd_wgmma) overrides it. */
 FJ_API fj_status fj_kernel_get(fj_context context, const fj_attention_desc *desc,

@@ -8,6 +8,7 @@
 // mask (bwd_wgmma walks its steps): the same bar, and fewer calls of the mask.
 #include "api/validate.h"
 #include "api_context.h"
+#include "generator/bwd_wgmma.h"
 #include "gpu_skip.h"
 
 #include "flashjit/flashjit.h"
@@ -65,9 +66,13 @@ bool hopper() {
 }
 
 // The backward family fj_kernel_get gives a case under $FLASHJIT_BACKWARD_FAMILY =
-// `forced` ("" for auto): bwd_wgmma on sm_90a for head_dim = head_dim_v in {64, 128, 256}.
+// `forced` ("" for auto): bwd_wgmma on sm_90a for the head dims it takes (each a multiple
+// of 8 from 32 to 256; d 96 / dv 64 on 128's panels).
 generator::Family expectedFamily(const Case &c, const std::string &forced) {
-  const bool wgmmaTakes = c.d == c.dv && (c.d == 64 || c.d == 128 || c.d == 256);
+  generator::KernelSpec probe;
+  probe.headDim = c.d;
+  probe.headDimV = c.dv;
+  const bool wgmmaTakes = generator::bwdWgmmaSupportsHeadDims(probe);
   return forced != "bwd_mma" && hopper() && wgmmaTakes ? generator::Family::BwdWgmma
                                                        : generator::Family::BwdMma;
 }

@@ -6,7 +6,7 @@
 // strided layouts, softmax scales, every tile of the tuner's space on one shape, more
 // key blocks than a CTA an SM (bwd_wgmma's persistent grid), and deterministic mode (its
 // gradients checked, and bitwise-identical over 100 reruns of a 4000 x 4000 problem);
-// bwd_mma also with head_dim_v != head_dim.
+// Both families also with head_dim_v != head_dim.
 #include "backward_check.h"
 #include "kernel_pool.h"
 
@@ -173,16 +173,19 @@ TEST_P(Bwd, StridedLayouts) {
         }
 }
 
-// bwd_mma only: bwd_wgmma takes head_dim = head_dim_v (bwd_mma runs the others).
-TEST(BwdMma, HeadDimVDiffers) {
-  FLASHJIT_REQUIRE_GPU();
-  for (auto [d, dv] :
-       {std::pair{128, 64}, std::pair{64, 128}, std::pair{40, 72}, std::pair{192, 128}})
+// head_dim_v != head_dim; bwd_wgmma computes them on the panels that hold the larger
+// (d 256 / dv 128 with its split head dim), each with its own valid columns.
+TEST_P(Bwd, HeadDimVDiffers) {
+  const Family family = GetParam();
+  FLASHJIT_REQUIRE_FAMILY(family);
+  for (auto [d, dv] : {std::pair{128, 64}, std::pair{64, 128}, std::pair{40, 72},
+                       std::pair{192, 128}, std::pair{256, 128}})
     for (bool causal : {false, true}) {
-      KernelSpec spec = bwdSpec(d, dv, DType::BF16, causal);
+      KernelSpec spec = bwdSpec(d, dv, DType::BF16, causal, family);
       tuner::ForwardShape shape = shapeOf(2, 4, 2, 257, 389, d, dv);
-      EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec), shape, 5, false), "")
-          << spec.key();
+      for (bool deterministic : {false, true})
+        EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec), shape, 5, deterministic), "")
+            << spec.key() << (deterministic ? " deterministic" : "");
     }
 }
 

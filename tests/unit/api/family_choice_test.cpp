@@ -86,7 +86,9 @@ TEST(ApiFamily, BackwardSpecFollowsTheTargetAndHeadDims) {
   EXPECT_EQ(backwardKey("sm_90a", 96, 96), "bwd_wgmma.bf16.d96.dv96.causal.sm90a");
   EXPECT_EQ(backwardKey("sm_90a", 72, 72), "bwd_wgmma.bf16.d72.dv72.causal.sm90a");
   EXPECT_EQ(backwardKey("sm_90a", 24, 24), "bwd_mma.bf16.d24.dv24.causal.sm90a");
-  EXPECT_EQ(backwardKey("sm_90a", 128, 64), "bwd_mma.bf16.d128.dv64.causal.sm90a");
+  EXPECT_EQ(backwardKey("sm_90a", 128, 64), "bwd_wgmma.bf16.d128.dv64.causal.sm90a");
+  EXPECT_EQ(backwardKey("sm_90a", 192, 128), "bwd_wgmma.bf16.d192.dv128.causal.sm90a");
+  EXPECT_EQ(backwardKey("sm_90a", 128, 16), "bwd_mma.bf16.d128.dv16.causal.sm90a");
   EXPECT_EQ(backwardKey("sm_80", 128, 128), "bwd_mma.bf16.d128.dv128.causal.sm80");
   EXPECT_EQ(backwardKey("sm_90", 64, 64), "bwd_mma.bf16.d64.dv64.causal.sm90");
   EXPECT_EQ(backwardKey("sm_90a", 128, 128, "bwd_mma"), "bwd_mma.bf16.d128.dv128.causal.sm90a");

@@ -1,5 +1,6 @@
 // bwd_wgmma as a family of the generator (no GPU): its key and name round trip, the
-// spec rules (sm_90a only; head_dim = head_dim_v in {64, 128, 256}, bwd_mma for the rest;
+// spec rules (sm_90a only; head_dim and head_dim_v multiples of 8 from 32 to 256 on the
+// panels that hold both, bwd_mma for the rest;
 // features refused as for bwd_mma), default tiles that fit, and the dispatch of
 // validateTile, sharedBytes, emitKernel and emitConfigBlock to generator/bwd_wgmma.
 #include "generator/bwd_mma.h"
@@ -8,8 +9,11 @@
 #include "generator/spec.h"
 #include "support/error.h"
 
+#include "llvm/Support/FormatVariadic.h"
+
 #include <gtest/gtest.h>
 
+#include <tuple>
 #include <vector>
 
 using namespace flashjit;
@@ -109,9 +113,32 @@ TEST(BwdWgmmaSpec, HeadDimsRunOnPaddedPanels) {
   }
 }
 
+// head_dim and head_dim_v apart run on the panels that hold the larger, each with its own
+// valid columns.
+TEST(BwdWgmmaSpec, HeadDimVDiffers) {
+  for (auto [d, dv, padded] : {std::tuple{128, 64, 128}, std::tuple{64, 128, 128},
+                               std::tuple{192, 128, 256}, std::tuple{40, 72, 128},
+                               std::tuple{32, 64, 64}, std::tuple{256, 128, 256}}) {
+    KernelSpec spec = bwdWgmmaSpec(d, dv);
+    EXPECT_TRUE(bwdWgmmaSupportsHeadDims(spec)) << spec.key();
+    EXPECT_FALSE(bool(validateSpec(spec))) << spec.key();
+    EXPECT_EQ(bwdWgmmaPaddedHeadDim(spec), padded) << spec.key();
+    KernelSpec same = bwdWgmmaSpec(padded);
+    EXPECT_EQ(bwdWgmmaDefaultTile(spec).key(), bwdWgmmaDefaultTile(same).key()) << spec.key();
+    EXPECT_FALSE(bool(validateBwdWgmmaTile(spec, bwdWgmmaDefaultTile(spec)))) << spec.key();
+    auto kernel = emitKernel(spec, bwdWgmmaDefaultTile(spec));
+    ASSERT_TRUE(bool(kernel)) << llvm::toString(kernel.takeError());
+    EXPECT_EQ(kernel->backward.tma.headDim, d) << spec.key();
+    EXPECT_EQ(kernel->backward.tma.headDimV, dv) << spec.key();
+    EXPECT_EQ(kernel->backward.dqAccumColumns, padded) << spec.key();
+    const std::string config = llvm::formatv("fj::NoFeatures, {0}, {1}> FjConfig", d, dv).str();
+    EXPECT_NE(kernel->source.find(config), std::string::npos) << spec.key();
+  }
+}
+
 TEST(BwdWgmmaSpec, OtherHeadDimsAreBwdMmas) {
   for (auto [d, dv] : {std::pair{8, 8}, std::pair{16, 16}, std::pair{24, 24},
-                       std::pair{128, 64}, std::pair{64, 128}, std::pair{256, 128}}) {
+                       std::pair{128, 24}, std::pair{16, 128}, std::pair{8, 64}}) {
     KernelSpec spec = bwdWgmmaSpec(d, dv);
     EXPECT_FALSE(bwdWgmmaSupportsHeadDims(spec)) << spec.key();
     ErrorReport report = errorOf(validateSpec(spec));

@@ -4,6 +4,8 @@
 // (templates/bwd_mma.cuh, DqTiled::padded_row0) is restated here.
 #include "tuner/backward_problem.h"
 
+#include "generator/bwd_wgmma.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
@@ -70,13 +72,23 @@ TEST(BackwardWorkspace, ZeroedAccumulatorFitsTheWorkspace) {
   forRandomBatches(2026, [](const Batch &batch, bool varlen) {
     const FjForwardParams &p = batch.params;
     const long long rows = varlen ? p.total_q : (long long)p.batch * p.seqlen_q;
-    for (int headDim : {32, 64, 96, 128, 256}) {
-      const BackwardWorkspace w = backwardWorkspace(p.heads_q, rows, p.batch, headDim, false);
+    // bwd_mma's accumulator is head_dim wide, bwd_wgmma's tiled one its padded head dim,
+    // which holds head_dim_v too.
+    for (auto [headDim, headDimV] : {std::pair{32, 32}, std::pair{64, 64}, std::pair{96, 96},
+                                     std::pair{128, 128}, std::pair{256, 256},
+                                     std::pair{192, 128}, std::pair{64, 128},
+                                     std::pair{40, 256}}) {
+      const BackwardWorkspace w =
+          backwardWorkspace(p.heads_q, rows, p.batch, headDim, headDimV, false);
       ASSERT_TRUE(w.hasDqAccum);
-      for (bool tiled : {false, true})
-        ASSERT_LE(w.dqAccum + dqAccumulatorFloats(p, tiled, headDim) * sizeof(float), w.bytes)
+      for (bool tiled : {false, true}) {
+        const int columns =
+            tiled ? generator::bwdWgmmaPaddedHeadDim(std::max(headDim, headDimV)) : headDim;
+        ASSERT_LE(w.dqAccum + dqAccumulatorFloats(p, tiled, columns) * sizeof(float), w.bytes)
             << "batch " << p.batch << " seqlen_q " << p.seqlen_q << " heads " << p.heads_q
-            << " head_dim " << headDim << (varlen ? " varlen" : "") << (tiled ? " tiled" : "");
+            << " head_dim " << headDim << "/" << headDimV << (varlen ? " varlen" : "")
+            << (tiled ? " tiled" : "");
+      }
     }
   });
 }
@@ -114,7 +126,7 @@ TEST(BackwardWorkspace, UniformLengthsOfWholeGroupsZeroNoPadding) {
 // (BackwardKernel::zeroScratch).
 TEST(BackwardWorkspace, TileCounterPrecedesTheAccumulator) {
   for (bool deterministic : {false, true}) {
-    const BackwardWorkspace w = backwardWorkspace(16, 16 * 1000, 16, 128, deterministic);
+    const BackwardWorkspace w = backwardWorkspace(16, 16 * 1000, 16, 128, 128, deterministic);
     EXPECT_GE(w.tileCounter, w.dpsum + 16 * 1000 * sizeof(float));
     EXPECT_LE(w.tileCounter + kBackwardCounterBytes, w.bytes);
     EXPECT_EQ(w.tileCounter % 256, 0u);

@@ -129,9 +129,12 @@ TEST(FamilyPlan, BackwardIsWgmmaOnHopperForTheHeadDimsItTakes) {
     // Multiples of 16 on padded panels (generator::bwdWgmmaPaddedHeadDim).
     for (int d : {32, 40, 72, 96, 192})
       EXPECT_EQ(backwardOf(plan, d), Family::BwdWgmma) << d;
+    // head_dim and head_dim_v apart, each from 32.
+    for (auto [d, dv] : {std::pair{128, 64}, std::pair{192, 128}, std::pair{40, 72}})
+      EXPECT_EQ(backwardOf(plan, d, dv), Family::BwdWgmma) << d << "/" << dv;
     // The others run bwd_mma, which takes every head dim.
     for (auto [d, dv] : {std::pair{24, 24}, std::pair{16, 16}, std::pair{8, 8},
-                         std::pair{128, 64}})
+                         std::pair{128, 16}, std::pair{24, 128}})
       EXPECT_EQ(backwardOf(plan, d, dv), Family::BwdMma) << d << "/" << dv;
   }
   // The forward's override leaves the backward's choice alone.
