@@ -174,6 +174,28 @@ TEST(BwdFeaturesMore, OtherHeadDims) {
         }
 }
 
+// head_dim != head_dim_v: the features act on the scores, whose head dim is head_dim;
+// bwd_wgmma computes on the panels that hold the larger.
+TEST(BwdFeaturesMore, HeadDimVDiffers) {
+  FLASHJIT_REQUIRE_GPU();
+  for (Family family : familiesHere())
+    for (auto [d, dv] : {std::pair{192, 128}, std::pair{128, 64}})
+      for (const char *name : {"window_70_45", "softcap2", "alibi", "mask_mod_documents"})
+        for (const NamedFeatures &c : featureCases()) {
+          KernelSpec spec = featureSpec(d, DType::BF16, true, c.features, family);
+          spec.headDimV = dv;
+          if (std::string(c.name) != name || !takes(spec))
+            continue;
+          tuner::ForwardShape shape = shapeOf(2, 4, 2, 300, 333);
+          shape.headDim = d;
+          shape.headDimV = dv;
+          for (bool deterministic : {false, true})
+            EXPECT_EQ(checkBackward(spec, generator::defaultTile(spec), shape, 17, deterministic),
+                      "")
+                << spec.key() << (deterministic ? " deterministic" : "");
+        }
+}
+
 TEST(BwdFeaturesMore, SanitizerShapes) {
   FLASHJIT_REQUIRE_GPU();
   for (Family family : familiesHere())
