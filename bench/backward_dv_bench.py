@@ -8,8 +8,8 @@ does not take unequal head dims), in one process, on the same shapes.
 
 bf16, batch*N = 16384 tokens, 16 heads, heuristic tiles. A system's backward time is
 the median of torch.autograd.grad of its output against a random dO (a forward and a
-backward) minus the median of its forward alone (CUDA events, 30 samples after 5
-warm-up calls). FLOPs 2 B H N^2 (3 d + 2 dv): S, dP, dV, dK and dQ, halved when causal.
+backward) minus the median of its forward alone (peers_bench.median_ms: CUDA events, 30
+samples after 5 warm-up calls). FLOPs 2 B H N^2 (3 d + 2 dv): S, dP, dV, dK and dQ, halved when causal.
 The family flashjit runs is $FLASHJIT_BACKWARD_FAMILY's (read once per process), else
 the library's choice (bwd_wgmma on sm_90a for head dims from 32). PERF bw15's numbers
 were taken with this script's two halves as separate scripts, run in one device call.
@@ -17,7 +17,6 @@ were taken with this script's two halves as separate scripts, run in one device 
 import argparse
 import math
 import os
-import statistics
 import sys
 
 import torch
@@ -25,27 +24,16 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flashjit  # noqa: E402
-
-
-def median_ms(fn, samples=30, warmup=5):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(samples):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+from peers_bench import median_ms  # noqa: E402
 
 
 def backward_ms(forward, inputs, dout):
-    """The backward's time: a forward and backward, less the forward alone."""
-    step = median_ms(lambda: torch.autograd.grad(forward(), inputs, dout))
-    return step - median_ms(forward)
+    """The backward's time: a forward and backward, less the forward alone (medians of 30
+    event-timed calls after 5 warm-up ones)."""
+    step = median_ms(lambda _: torch.autograd.grad(forward(), inputs, dout), 1, iters=30, warm=5)
+    return step - median_ms(lambda _: forward(), 1, iters=30, warm=5)
 
 
 def main():
