@@ -410,3 +410,46 @@ TEST(FeatureSource, ConfigBlockAndReferenceCarryTheFeatures) {
   EXPECT_EQ(plain->source.find("struct FjFeatures"), std::string::npos);
   EXPECT_NE(plain->source, reference->source);
 }
+
+// fwd_wgmma adds ALiBi's key part on the tensor cores (FwdWgmmaConfig::kAlibiByMma) for
+// ALiBi alone at head dims up to 64, where the bias panel fits beside the Q buffers: the
+// source then holds the bf16 wrapper with a K-major B, and the shared memory the panel
+// (32 bytes a key). Every other kernel's source has neither.
+TEST(FeatureSource, AlibiBiasPanelOnlyWhereTheKernelTakesIt) {
+  auto wgmma = [](int d, DType dtype, const Features &f) {
+    KernelSpec spec = specWith(f, Family::FwdWgmma, "sm_90a");
+    spec.dtype = dtype;
+    spec.headDim = spec.headDimV = d;
+    return spec;
+  };
+  for (DType dtype : {DType::FP16, DType::BF16}) {
+    KernelSpec spec = wgmma(64, dtype, alibi());
+    TileConfig tile = defaultTile(spec);
+    EXPECT_EQ(wgmmaBiasPanelBytes(spec, tile), tile.blockN * 32) << spec.key();
+    KernelSpec plain = wgmma(64, dtype, Features());
+    EXPECT_EQ(sharedBytes(spec, tile), sharedBytes(plain, tile) + tile.blockN * 32)
+        << spec.key();
+    llvm::Expected<EmittedKernel> kernel = emitKernel(spec, tile);
+    ASSERT_TRUE(bool(kernel)) << llvm::toString(kernel.takeError());
+    const std::string wrapper = "void wgmma_qk_bias(";
+    const size_t at = kernel->source.find(wrapper);
+    ASSERT_NE(at, std::string::npos) << spec.key();
+    const std::string body = kernel->source.substr(at, kernel->source.find("}\n", at) - at);
+    EXPECT_NE(body.find("k16.f32.bf16.bf16"), std::string::npos) << body;  // any dtype
+    EXPECT_NE(body.find("1, 1, 0;"), std::string::npos) << body;          // B K-major
+  }
+  Features softcapAlibi = alibi();
+  softcapAlibi.softcap = 30;
+  Features maskAlibi = alibi();
+  maskAlibi.maskMod = "return kv_idx <= q_idx;";
+  for (const KernelSpec &spec :
+       {wgmma(128, DType::BF16, alibi()), wgmma(64, DType::BF16, softcapAlibi),
+        wgmma(64, DType::BF16, maskAlibi), wgmma(64, DType::BF16, Features()),
+        specWith(alibi())}) {
+    TileConfig tile = defaultTile(spec);
+    EXPECT_EQ(wgmmaBiasPanelBytes(spec, tile), 0) << spec.key();
+    llvm::Expected<EmittedKernel> kernel = emitKernel(spec, tile);
+    ASSERT_TRUE(bool(kernel)) << llvm::toString(kernel.takeError());
+    EXPECT_EQ(kernel->source.find("void wgmma_qk_bias("), std::string::npos) << spec.key();
+  }
+}
