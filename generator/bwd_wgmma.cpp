@@ -235,8 +235,8 @@ llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileCon
   // bw10), so causal CTAs claim their tiles from a counter (kClaimsTiles).
   e.tileWalk = walksTiles(spec);
   e.claimsTiles = claimsTiles(spec);
-  // Q and dO by TMA in boxes of 64 columns x block_m rows (128-byte swizzle); the maps
-  // end at the head dim, so a padded one's last panel reads zeros past it.
+  // Q and dO by TMA in boxes of 64 columns x block_m rows (128-byte swizzle); Q's map
+  // ends at head_dim and dO's at head_dim_v, so panels past them read zeros.
   e.tma.enabled = true;
   e.tma.dtype = spec.dtype;
   e.tma.headDim = spec.headDim;

@@ -317,7 +317,9 @@ llvm::Expected<EmittedKernel> emitForward(const KernelSpec &spec, const TileConf
     kernel.source = generatedHeader(spec.key() + " / " + tile.key(),
                                     familyFingerprint(spec.family)) +
                     *common +
-                    emitWgmmaWrappers(spec.dtype, tile.blockN, dvPad, wgmmaBiasPanelBytes(spec, tile) > 0) + *schedule + *config;
+                    emitWgmmaWrappers(spec.dtype, tile.blockN, dvPad,
+                                      wgmmaBiasPanelBytes(spec, tile) > 0) +
+                    *schedule + *config;
     kernel.entryName = "flashjit_fwd_wgmma";
     kernel.persistent = true;
     kernel.tma.enabled = true;
