@@ -18,6 +18,7 @@
 #include "tuner/roofline.h"
 #include "tuner/space.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -146,11 +147,16 @@ int runBench() {
     else if (*family == generator::Family::BwdMma)
       tileKeys.assign(std::begin(kDefaultBwdMmaTiles), std::end(kDefaultBwdMmaTiles));
     else if (*family == generator::Family::BwdWgmma) {
-      // Its whole space (a few tiles; each head dim takes what fits).
-      generator::KernelSpec any;
-      any.family = *family;
-      for (const generator::TileConfig &tile : tuner::enumerateTiles(any))
-        tileKeys.push_back(tile.key());
+      // Its whole space at each head dim asked (a few tiles; above 128 the consumers split
+      // the head dim on 64-key blocks), each head dim taking what fits.
+      for (int d : dims) {
+        generator::KernelSpec any;
+        any.family = *family;
+        any.headDim = any.headDimV = d;
+        for (const generator::TileConfig &tile : tuner::enumerateTiles(any))
+          if (llvm::find(tileKeys, tile.key()) == tileKeys.end())
+            tileKeys.push_back(tile.key());
+      }
     }
     else
       tileKeys.assign(std::begin(kDefaultMmaTiles), std::end(kDefaultMmaTiles));
