@@ -9,6 +9,8 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <set>
 
 namespace flashjit::generator {
 namespace {
@@ -49,11 +51,35 @@ bool claimsTiles(const KernelSpec &spec) { return walksTiles(spec) && spec.causa
 
 } // namespace
 
+BwdSplitPanels bwdWgmmaSplitPanels(const KernelSpec &spec) {
+  // Mirrors templates/bwd_wgmma.cuh's split_panels.
+  const int pk = (spec.headDim + 63) / 64, pv = (spec.headDimV + 63) / 64;
+  BwdSplitPanels best{{2, 2}, {2, 2}, {2, 2}};
+  if (pk < 2 || pv < 2)
+    return best;
+  int bestCost = 1 << 20;
+  for (int k = 1; k < pk; ++k)
+    for (int v = 1; v < pv; ++v)
+      for (int q = 1; q < pk; ++q) {
+        const int n0 = k + v + q, n1 = 2 * pk + pv - n0;
+        const int far = std::abs(2 * k - pk) + std::abs(2 * v - pv) + std::abs(2 * q - pk);
+        const int cost = std::max(n0, n1) * 64 + far;
+        if (cost < bestCost) {
+          bestCost = cost;
+          best = BwdSplitPanels{{k, pk - k}, {v, pv - v}, {q, pk - q}};
+        }
+      }
+  return best;
+}
+
 int bwdWgmmaAccumulatorRegisters(const KernelSpec &spec, const TileConfig &tile) {
-  const int d = bwdWgmmaPaddedHeadDim(spec);
-  if (splitsHead(spec))
-    return d / 2 + dqColumns(spec, tile) / 2;
-  return d + tile.blockM;
+  if (splitsHead(spec)) {
+    const BwdSplitPanels plan = bwdWgmmaSplitPanels(spec);
+    // 64 columns of 64 rows over a warpgroup: 32 registers a thread.
+    return 32 * std::max(plan.k[0] + plan.v[0] + plan.q[0], plan.k[1] + plan.v[1] + plan.q[1]);
+  }
+  // dK and dV of the spec's columns (consume_whole).
+  return (spec.headDim + spec.headDimV) / 2 + tile.blockM;
 }
 
 bool bwdWgmmaSupportsHeadDims(const KernelSpec &spec) {
@@ -164,6 +190,17 @@ std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) 
                    .str();
   if (spec.headDimV != spec.headDim)
     mainArgs += llvm::formatv(", {0}", spec.headDimV).str();
+  std::string splitCheck;
+  if (splitsHead(spec)) {
+    const BwdSplitPanels plan = bwdWgmmaSplitPanels(spec);
+    splitCheck =
+        llvm::formatv("static_assert(FjConfig::kSplit.k[0] == {0} && FjConfig::kSplit.v[0] == {1} "
+                      "&& FjConfig::kSplit.q[0] == {2} && FjConfig::kSplit.k[1] == {3} && "
+                      "FjConfig::kSplit.v[1] == {4} && FjConfig::kSplit.q[1] == {5}, \"host and "
+                      "device disagree on the consumers' panels\");\n",
+                      plan.k[0], plan.v[0], plan.q[0], plan.k[1], plan.v[1], plan.q[1])
+            .str();
+  }
   return featuresBlock(spec.features) +
          llvm::formatv(
              "// ---- configuration: {0} / {1} ----\n"
@@ -174,7 +211,7 @@ std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) 
              "static_assert(FjDqConfig::kDqSmemBytes == {12}, \"host and device disagree on the "
              "dq kernel's shared memory\");\n"
              "static_assert(FjConfig::kConsumerRegs == {14} && FjConfig::kServerRegs == {15}, "
-             "\"host and device disagree on registers\");\n\n"
+             "\"host and device disagree on registers\");\n{21}\n"
              "{13}"
              "extern \"C\" __global__ void __launch_bounds__(FjConfig::kThreads, 1)\n"
              "flashjit_bwd_main(const FjBackwardParams params,\n"
@@ -189,7 +226,7 @@ std::string bwdWgmmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) 
              bwdMmaDqSharedBytes(mmaSpec(spec), dq),
              bwdMmaSharedEntryPoints(spec, "FjDqConfig", true, padded),
              kBwdWgmmaConsumerRegisters, kBwdWgmmaServerRegisters, mainArgs,
-             bwdBlockStepsEntryPoint(spec), padded, features, spec.headDimV)
+             bwdBlockStepsEntryPoint(spec), padded, features, spec.headDimV, splitCheck)
              .str();
 }
 
@@ -205,18 +242,29 @@ llvm::Expected<EmittedKernel> emitBwdWgmma(const KernelSpec &spec, const TileCon
   // head dim), dK and dV (64 keys x the head dim with A from registers, or x half of it
   // with A = P^T, dS^T read K-major from shared memory), dQ (64 queries x a slice of the
   // head dim, dS^T and K read MN-major).
+  // With a split head dim the consumers' products of dK, dV and dQ take each consumer's
+  // panels (bwdWgmmaSplitPanels): one overload a width.
   const bool split = splitsHead(spec);
   const int padded = bwdWgmmaPaddedHeadDim(spec);
-  std::string dkdv =
-      split ? emitWgmmaSmemSmem("wgmma_bwd_dkdv_ss", spec.dtype, padded / 2, false, true)
-            : emitWgmmaRegSmem("wgmma_bwd_dkdv", spec.dtype, padded);
+  std::string dkdv, dq;
+  if (split) {
+    const BwdSplitPanels plan = bwdWgmmaSplitPanels(spec);
+    std::set<int> dkdvPanels = {plan.k[0], plan.k[1], plan.v[0], plan.v[1]};
+    for (int panels : dkdvPanels)
+      dkdv += emitWgmmaSmemSmem("wgmma_bwd_dkdv_ss", spec.dtype, 64 * panels, false, true);
+    for (int panels : std::set<int>{plan.q[0], plan.q[1]})
+      dq += emitWgmmaSmemSmem("wgmma_bwd_dq", spec.dtype, 64 * panels, true, true);
+  } else {
+    // dK and dV of the spec's columns only (consume_whole).
+    for (int columns : std::set<int>{spec.headDim, spec.headDimV})
+      dkdv += emitWgmmaRegSmem("wgmma_bwd_dkdv", spec.dtype, columns);
+    dq = emitWgmmaSmemSmem("wgmma_bwd_dq", spec.dtype, dqColumns(spec, tile), true, true);
+  }
   std::string wrappers =
       "// ---- generated: wgmma wrappers ----\nnamespace fj {\n" +
       emitWgmmaSmemSmem("wgmma_bwd_st", spec.dtype, split ? tile.blockM / 2 : tile.blockM, false,
                         false) +
-      dkdv +
-      emitWgmmaSmemSmem("wgmma_bwd_dq", spec.dtype, dqColumns(spec, tile), true, true) +
-      "}  // namespace fj\n";
+      dkdv + dq + "}  // namespace fj\n";
   EmittedKernel kernel;
   kernel.source = generatedHeader(spec.key() + " / " + tile.key(),
                                   familyFingerprint(Family::BwdWgmma)) +

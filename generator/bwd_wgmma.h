@@ -35,6 +35,17 @@ bool bwdWgmmaSupportsHeadDims(const KernelSpec &spec);
 int bwdWgmmaPaddedHeadDim(const KernelSpec &spec);
 int bwdWgmmaPaddedHeadDim(int headDim);
 
+// With a split head dim (padded 256), how many 64-column panels of dK, dV and dQ each
+// consumer takes, consumer 1 the panels after consumer 0's (BwdWgmmaConfig::kSplit,
+// split_panels): only the panels that hold the spec's columns, the busier consumer's
+// count as low as they allow, each consumer at least one panel of each output; even
+// halves of the 256 columns where a head dim fills one panel only.
+struct BwdSplitPanels {
+  int k[2], v[2], q[2];
+  bool uniform() const { return k[0] == k[1] && v[0] == v[1] && q[0] == q[1]; }
+};
+BwdSplitPanels bwdWgmmaSplitPanels(const KernelSpec &spec);
+
 // Why the family does not take the spec's attention features, or nothing when it does:
 // soft-capping with ALiBi (soft-capping's derivative is recovered from P, which then
 // holds the bias too); at head dim 64, where the space has one tile, soft-capping with
@@ -57,7 +68,7 @@ int bwdWgmmaSharedBytes(const KernelSpec &spec, const TileConfig &tile);
 
 // Accumulator registers per thread at the main kernel's peak: dK and dV (64 keys x head
 // dim over a warpgroup's 128 threads, each) and S^T and dP^T (64 keys x block_m); with a
-// split head dim, dK and dV of half the head dim and dQ's 64 x half of it. The
+// split head dim, the busier consumer's panels of dK, dV and dQ (bwdWgmmaSplitPanels). The
 // tile rule adds an overhead to it; the tuner's model uses it as is.
 int bwdWgmmaAccumulatorRegisters(const KernelSpec &spec, const TileConfig &tile);
 

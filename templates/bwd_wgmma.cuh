@@ -53,6 +53,42 @@
 
 namespace fj {
 
+// With a split head dim: the 64-column panels of dK, dV and dQ each consumer takes
+// (consumer 1 the panels after consumer 0's), chosen so that both do as few panels of
+// products a step as the caller's columns allow. Panels past the caller's columns are
+// zeros, so the plan covers only the panels that hold them (pk of dK and dQ, pv of dV),
+// at least one of each output a consumer; even halves of the 256 columns where that
+// cannot be (pk or pv 1), and where halves are already the least (equal head dims of
+// 4 panels). generator::bwdWgmmaSplitPanels mirrors it (docs/PERF.md bw16).
+struct SplitPanels {
+  int k[2], v[2], q[2];
+  __host__ __device__ constexpr bool uniform() const {
+    return k[0] == k[1] && v[0] == v[1] && q[0] == q[1];
+  }
+};
+__host__ __device__ constexpr SplitPanels split_panels(int pk, int pv) {
+  SplitPanels best{{2, 2}, {2, 2}, {2, 2}};
+  if (pk < 2 || pv < 2)
+    return best;
+  int best_cost = 1 << 20;
+  for (int k = 1; k < pk; ++k)
+    for (int v = 1; v < pv; ++v)
+      for (int q = 1; q < pk; ++q) {
+        const int n0 = k + v + q, n1 = 2 * pk + pv - n0;
+        // The busier consumer sets the step's pace; among equals, the split nearest to
+        // halves of each output.
+        const int far = (2 * k > pk ? 2 * k - pk : pk - 2 * k) +
+                        (2 * v > pv ? 2 * v - pv : pv - 2 * v) +
+                        (2 * q > pk ? 2 * q - pk : pk - 2 * q);
+        const int cost = (n0 > n1 ? n0 : n1) * 64 + far;
+        if (cost < best_cost) {
+          best_cost = cost;
+          best = SplitPanels{{k, pk - k}, {v, pv - v}, {q, pk - q}};
+        }
+      }
+  return best;
+}
+
 template <typename Element_, int kHeadDim_, int kBlockM_, int kStages_, bool kCausal_,
           typename Features_ = NoFeatures, int kValidDim_ = kHeadDim_,
           int kValidDimV_ = kValidDim_>
@@ -98,6 +134,12 @@ struct BwdWgmmaConfig {
   static constexpr int kBlockN = kSplitHead ? 64 : 64 * kConsumers;
   static constexpr int kScoreCols = kSplitHead ? kBlockM / kConsumers : kBlockM;  // S^T's N
   static constexpr int kDkvCols = kSplitHead ? kHeadDim / kConsumers : kHeadDim;
+  // With a split head dim, the consumers' panels of dK, dV and dQ (split_panels), and the
+  // panels of Q and dO a step loads: only those the products read.
+  static constexpr SplitPanels kSplit =
+      split_panels((kValidDim + 63) / 64, (kValidDimV + 63) / 64);
+  static constexpr int kQPanels = kSplitHead ? kSplit.k[0] + kSplit.k[1] : kHeadDim / 64;
+  static constexpr int kDoPanels = kSplitHead ? kSplit.v[0] + kSplit.v[1] : kHeadDim / 64;
   // A walk over tiles on a persistent grid (bwd_wgmma::for_each_block; the host's
   // BackwardEntries::tileWalk), but not with a split head dim, nor with a block mask's
   // step lists: either made ptxas spill across the walk.
@@ -203,12 +245,15 @@ __device__ __forceinline__ void load_panels_async(u32 dst, const u16 *src, long 
 
 // acc = A B^T over the head dim, both operands K-major panels: A is 64 rows of a tile of
 // kRowsA rows (from a_rows), B kN rows (wgmma's N) of a tile of kRowsB rows (from b_rows).
-template <typename Cfg, int kRowsA, int kRowsB, int kN>
+// Only the k-steps that hold the operands' kValidCols columns: past them both sides are
+// zeros (S^T over head_dim, dP^T over head_dim_v on padded panels; docs/PERF.md bw16).
+template <typename Cfg, int kRowsA, int kRowsB, int kN, int kValidCols>
 __device__ __forceinline__ void product_over_d(float (&acc)[kN / 2], u32 a_rows, u32 b_rows) {
+  static_assert(kValidCols <= Cfg::kHeadDim, "columns of the panels");
   const u64 a0 = wgmma_desc(a_rows, 16, 1024, 128);
   const u64 b0 = wgmma_desc(b_rows, 16, 1024, 128);
 #pragma unroll
-  for (int ks = 0; ks < Cfg::kHeadDim / 16; ++ks) {
+  for (int ks = 0; ks < (kValidCols + 15) / 16; ++ks) {
     const int panel = ks / 4, within = ks % 4;
     wgmma_bwd_st(acc, wgmma_desc_add(a0, panel * kRowsA * 128 + within * 32),
         wgmma_desc_add(b0, panel * kRowsB * 128 + within * 32), ks > 0 ? 1 : 0);
@@ -216,9 +261,10 @@ __device__ __forceinline__ void product_over_d(float (&acc)[kN / 2], u32 a_rows,
 }
 
 // acc += X^T B for X^T in registers (frag: 16 query columns per k-step) and B = Q or dO
-// read MN-major (kBlockM rows of the head dim, panels kBlockM * 128 bytes apart).
-template <typename Cfg>
-__device__ __forceinline__ void product_over_queries(float (&acc)[Cfg::kHeadDim / 2],
+// read MN-major (kBlockM rows of the head dim, panels kBlockM * 128 bytes apart), its
+// first 2 kRegs columns.
+template <typename Cfg, int kRegs>
+__device__ __forceinline__ void product_over_queries(float (&acc)[kRegs],
                                                      const u32 (&frag)[Cfg::kBlockM / 16][4],
                                                      u32 b_tile) {
   const u64 b0 = wgmma_desc(b_tile, Cfg::kBlockM * 128, 1024, 128);
@@ -240,14 +286,14 @@ __device__ __forceinline__ void pack_fragments(u32 (&frag)[Cfg::kBlockM / 16][4]
 }
 
 // Writes this warpgroup's accumulator rows (64 key rows from `row0` of the tile, its
-// kDkvCols columns of the head dim from chunk `chunk0`) to a panel tile of kRows rows,
+// 2 kRegs columns of the head dim from chunk `chunk0`) to a panel tile of kRows rows,
 // times `scale`.
-template <typename Cfg, int kRows>
-__device__ __forceinline__ void stage_rows(u32 tile, const float (&acc)[Cfg::kDkvCols / 2],
-                                           int row0, int chunk0, float scale, int g, int t) {
+template <typename Cfg, int kRows, int kRegs>
+__device__ __forceinline__ void stage_rows(u32 tile, const float (&acc)[kRegs], int row0,
+                                           int chunk0, float scale, int g, int t) {
   typedef typename Cfg::Element T;
 #pragma unroll
-  for (int j = 0; j < Cfg::kDkvCols / 8; ++j)
+  for (int j = 0; j < kRegs / 4; ++j)
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int r = row0 + g + 8 * hf;
@@ -556,11 +602,21 @@ __device__ __forceinline__ void load_steps(const FjBackwardParams &P, const Maps
     mbar_wait(w.empty(stage), ((s / Cfg::kStages) & 1) ^ 1);
     const int head = w.h_kv * w.group + h, m0 = mb * BM, row = w.seq.tma_q_row(m0);
     const u32 full = w.full(stage);
-    mbar_arrive_expect_tx(full, 2 * Cfg::kQBytes + Cfg::kStatsBytes);
+    if constexpr (Cfg::kQPanels == D / 64 && Cfg::kDoPanels == D / 64) {
+      mbar_arrive_expect_tx(full, 2 * Cfg::kQBytes + Cfg::kStatsBytes);
 #pragma unroll
-    for (int pn = 0; pn < D / 64; ++pn) {
-      tma_load_4d(w.s_q(stage) + pn * BM * 128, maps.q, full, pn * 64, row, head, batch);
-      tma_load_4d(w.s_do(stage) + pn * BM * 128, maps.dout, full, pn * 64, row, head, batch);
+      for (int pn = 0; pn < D / 64; ++pn) {
+        tma_load_4d(w.s_q(stage) + pn * BM * 128, maps.q, full, pn * 64, row, head, batch);
+        tma_load_4d(w.s_do(stage) + pn * BM * 128, maps.dout, full, pn * 64, row, head, batch);
+      }
+    } else {  // only the panels the products read (BwdWgmmaConfig::kQPanels)
+      mbar_arrive_expect_tx(full, (Cfg::kQPanels + Cfg::kDoPanels) * BM * 128 + Cfg::kStatsBytes);
+#pragma unroll
+      for (int pn = 0; pn < Cfg::kQPanels; ++pn)
+        tma_load_4d(w.s_q(stage) + pn * BM * 128, maps.q, full, pn * 64, row, head, batch);
+#pragma unroll
+      for (int pn = 0; pn < Cfg::kDoPanels; ++pn)
+        tma_load_4d(w.s_do(stage) + pn * BM * 128, maps.dout, full, pn * 64, row, head, batch);
     }
     const long long aligned = lse_index(p, w.seq, head, m0) & ~3ll;  // 16 bytes
     bulk_load(w.s_stats(stage), P.lse_log2 + aligned, Cfg::kStatsFloats * 4, full);
@@ -819,10 +875,10 @@ __device__ __forceinline__ void store_scores(u32 tile, const float (&acc)[Cfg::k
 
 // With a split head dim: acc += X^T B, X^T (64 keys x the step's queries) read K-major
 // from its panel and B = Q or dO read MN-major from b_cols (this warpgroup's first panel
-// of the head dim in the stage).
-template <typename Cfg>
-__device__ __forceinline__ void product_smem_over_queries(float (&acc)[Cfg::kDkvCols / 2],
-                                                          u32 x_tile, u32 b_cols) {
+// of the head dim in the stage), 2 kRegs columns.
+template <typename Cfg, int kRegs>
+__device__ __forceinline__ void product_smem_over_queries(float (&acc)[kRegs], u32 x_tile,
+                                                          u32 b_cols) {
   const u64 a0 = wgmma_desc(x_tile, 16, 1024, 128);
   const u64 b0 = wgmma_desc(b_cols, Cfg::kBlockM * 128, 1024, 128);
 #pragma unroll
@@ -833,9 +889,9 @@ __device__ __forceinline__ void product_smem_over_queries(float (&acc)[Cfg::kDkv
 // Issues dQ(slice) = dS K over the block's keys (one commit group): A = dS^T read
 // MN-major (64 queries of a panel), B = K read MN-major (this slice's panels of the head
 // dim).
-template <typename Cfg>
-__device__ __forceinline__ void product_dq(float (&acc_dq)[Cfg::kDqCols / 2], u32 s_ds, u32 s_k,
-                                           int dq_rows0, int dq_col0) {
+template <typename Cfg, int kRegs>
+__device__ __forceinline__ void product_dq(float (&acc_dq)[kRegs], u32 s_ds, u32 s_k, int dq_rows0,
+                                           int dq_col0) {
   constexpr int BN = Cfg::kBlockN;
   const u64 a0 = wgmma_desc(s_ds + (dq_rows0 / 64) * BN * 128, BN * 128, 1024, 128);
   const u64 b0 = wgmma_desc(s_k + (dq_col0 / 64) * BN * 128, BN * 128, 1024, 128);
@@ -927,19 +983,20 @@ __device__ __forceinline__ u16 *dv_rows(const FjBackwardParams &P, const Block<C
 }
 
 // The end of a consumer's walk with a split head dim: dK (times the softmax scale) and
-// dV of its columns (kDkvCols from col0) of the block's 64 rows to global memory,
+// dV of its columns (from dk_col0 and dv_col0) of the block's 64 rows to global memory,
 // staged through K's and V's space once both consumers are done with them (dQ reads
 // all of K); then the next block's K and V (its tile, returned; -1: none) load there.
-template <typename Cfg>
+template <typename Cfg, int kDkRegs, int kDvRegs>
 __device__ __forceinline__ int finish_block_in_kv(const FjBackwardParams &P, const Block<Cfg> &w,
-                                                  const float (&acc_dk)[Cfg::kDkvCols / 2],
-                                                  const float (&acc_dv)[Cfg::kDkvCols / 2],
-                                                  int wg_row0, int col0, NextTile<Cfg> after,
+                                                  const float (&acc_dk)[kDkRegs],
+                                                  const float (&acc_dv)[kDvRegs], int wg_row0,
+                                                  int dk_col0, int dv_col0, NextTile<Cfg> after,
                                                   int ct) {
   const int lane = ct & 31, g = lane >> 2, t = lane & 3;
   named_sync(kBarDs, Cfg::kConsumerThreads);
-  stage_rows<Cfg, Cfg::kBlockN>(w.s_k(), acc_dk, wg_row0, col0 / 8, P.fwd.softmax_scale, g, t);
-  stage_rows<Cfg, Cfg::kBlockN>(w.s_v(), acc_dv, wg_row0, col0 / 8, 1.f, g, t);
+  stage_rows<Cfg, Cfg::kBlockN>(w.s_k(), acc_dk, wg_row0, dk_col0 / 8, P.fwd.softmax_scale, g,
+                                t);
+  stage_rows<Cfg, Cfg::kBlockN>(w.s_v(), acc_dv, wg_row0, dv_col0 / 8, 1.f, g, t);
   named_sync(kBarDs, Cfg::kConsumerThreads);
   store_rows<Cfg::kBlockN, Cfg::kConsumerThreads, Cfg::kValidDim, Cfg::kHeadDim>(
       dk_rows(P, w), P.dk_row_stride, w.s_k(), w.keys_valid, ct);
@@ -961,11 +1018,11 @@ __device__ __forceinline__ int finish_block_in_kv(const FjBackwardParams &P, con
 // as K's and V's. Both consumers then meet again, before either writes the next
 // block's dS^T or dQ. (A consumer staging its rows alone, with a barrier of its own,
 // made ptxas spill.)
-template <typename Cfg>
+template <typename Cfg, int kDkRegs, int kDvRegs>
 __device__ __forceinline__ int finish_block(const FjBackwardParams &P, const Block<Cfg> &w,
-                                            const float (&acc_dk)[Cfg::kDkvCols / 2],
-                                            const float (&acc_dv)[Cfg::kDkvCols / 2],
-                                            int wg_row0, int last, NextTile<Cfg> after, int ct) {
+                                            const float (&acc_dk)[kDkRegs],
+                                            const float (&acc_dv)[kDvRegs], int wg_row0,
+                                            int last, NextTile<Cfg> after, int ct) {
   const int lane = ct & 31, g = lane >> 2, t = lane & 3;
   named_sync(kBarDs, Cfg::kConsumerThreads);
   const int next = after.take(w);
@@ -1008,10 +1065,16 @@ __device__ __forceinline__ int consume_whole(const FjBackwardParams &P, const Bl
   const FjForwardParams &p = P.fwd;
   const int lane = ct & 31, g = lane >> 2, t = lane & 3, warp_in_wg = (ct % 128) / 32;
 
-  float acc_dk[D / 2], acc_dv[D / 2];
+  // dK and dV of the caller's columns only (wgmma's N in steps of 8): the panels'
+  // columns past them are zeros of Q and dO (docs/PERF.md bw16).
+  constexpr int kDkCols = Cfg::kValidDim, kDvCols = Cfg::kValidDimV;
+  float acc_dk[kDkCols / 2], acc_dv[kDvCols / 2];
 #pragma unroll
-  for (int i = 0; i < D / 2; ++i)
-    acc_dk[i] = acc_dv[i] = 0.f;
+  for (int i = 0; i < kDkCols / 2; ++i)
+    acc_dk[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < kDvCols / 2; ++i)
+    acc_dv[i] = 0.f;
 
   // This thread's key rows within the block: key_row and key_row + 8.
   const int wg_row0 = c * 64 + warp_in_wg * 16;
@@ -1040,9 +1103,9 @@ __device__ __forceinline__ int consume_whole(const FjBackwardParams &P, const Bl
     // S^T and dP^T for this warpgroup's 64 keys, one commit group each.
     float acc_s[BM / 2], acc_dp[BM / 2];
     wgmma_fence();
-    product_over_d<Cfg, BN, BM, BM>(acc_s, w.s_k() + c * 64 * 128, s_q);
+    product_over_d<Cfg, BN, BM, BM, Cfg::kValidDim>(acc_s, w.s_k() + c * 64 * 128, s_q);
     wgmma_commit();
-    product_over_d<Cfg, BN, BM, BM>(acc_dp, w.s_v() + c * 64 * 128, s_do);
+    product_over_d<Cfg, BN, BM, BM, Cfg::kValidDimV>(acc_dp, w.s_v() + c * 64 * 128, s_do);
     wgmma_commit();
     if (with_dq && ct % 128 == 0)  // under the products, not before their issue
       tell_dq_dst<Cfg>(P, w, c, gs, m0, q_head);
@@ -1125,36 +1188,43 @@ __device__ __forceinline__ int consume_whole(const FjBackwardParams &P, const Bl
 }
 
 // A consumer warpgroup (c = 0, 1) with a split head dim: all 64 keys of the block, the
-// step's queries c * 32 .. c * 32 + 31 for S^T and dP^T, columns c * D / 2 .. of the head
-// dim for dK, dV and dQ. P^T and dS^T go to shared memory, where after the consumers'
+// step's queries c * 32 .. c * 32 + 31 for S^T and dP^T, and its panels of dK, dV and dQ
+// (BwdWgmmaConfig::kSplit; kC: the consumer whose numbers of panels these are, 0 where
+// both take as many). P^T and dS^T go to shared memory, where after the consumers'
 // barrier both read the whole step's: dV += P^T dO and dK += dS^T Q with both operands
 // from shared memory, then dQ = dS K, added to the accumulator from registers. The stage
 // is handed back as soon as dV's and dK's products are done: with one stage in the
 // ring, the next step's Q and dO then load under dQ's product and its reductions.
 // s0 and after as for consume_whole.
-template <typename Cfg>
+template <typename Cfg, int kC>
 __device__ __forceinline__ int consume_split(const FjBackwardParams &P, const Block<Cfg> &w,
                                              int c, int ct, int s0, NextTile<Cfg> after) {
   constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN, NC = Cfg::kScoreCols;
-  constexpr int kCols = Cfg::kDkvCols;
+  constexpr int kDkCols = 64 * Cfg::kSplit.k[kC], kDvCols = 64 * Cfg::kSplit.v[kC];
+  constexpr int kDqCols = 64 * Cfg::kSplit.q[kC];
   const FjForwardParams &p = P.fwd;
   const int lane = ct & 31, g = lane >> 2, t = lane & 3, warp_in_wg = (ct % 128) / 32;
 
-  float acc_dk[kCols / 2], acc_dv[kCols / 2];
+  float acc_dk[kDkCols / 2], acc_dv[kDvCols / 2];
 #pragma unroll
-  for (int i = 0; i < kCols / 2; ++i)
-    acc_dk[i] = acc_dv[i] = 0.f;
+  for (int i = 0; i < kDkCols / 2; ++i)
+    acc_dk[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < kDvCols / 2; ++i)
+    acc_dv[i] = 0.f;
 
   const int wg_row0 = warp_in_wg * 16;  // this thread's key rows: key_row and key_row + 8
   const int key_row = wg_row0 + g;
-  const int col0 = c * kCols;          // its columns of the head dim
+  // Its first columns of dK, dV and dQ: consumer 1's follow consumer 0's.
+  const int dk_col0 = c * 64 * Cfg::kSplit.k[0], dv_col0 = c * 64 * Cfg::kSplit.v[0];
+  const int dq_col0 = c * 64 * Cfg::kSplit.q[0];
   const bool with_dq = P.dq_accum != nullptr;
   const long long dq_rows0 =
       bwd_mma::DqTiled::padded_row0(p, bwd_mma::first_query_row(p, w.seq, w.b), w.b);
   // The last kLate quads of a step's dQ are reduced under the next step's S^T and dP^T,
   // so that a consumer's reductions do not all queue at one point: 4 of 16 measured
   // 1.025-1.05x; 8 were slower, and spilled when causal (docs/PERF.md bw8).
-  constexpr int kQuads = Cfg::kDqCols / 8, kLate = 4, kEarly = kQuads - kLate;
+  constexpr int kQuads = kDqCols / 8, kLate = 4, kEarly = kQuads - kLate;
   float dq_late[4 * kLate + 1];
   float *late_slices = nullptr;
 
@@ -1179,9 +1249,9 @@ __device__ __forceinline__ int consume_split(const FjBackwardParams &P, const Bl
     // S^T and dP^T: all keys x this warpgroup's queries (B rows c * NC of Q and dO).
     float acc_s[NC / 2], acc_dp[NC / 2];
     wgmma_fence();
-    product_over_d<Cfg, BN, BM, NC>(acc_s, w.s_k(), s_q + c * NC * 128);
+    product_over_d<Cfg, BN, BM, NC, Cfg::kValidDim>(acc_s, w.s_k(), s_q + c * NC * 128);
     wgmma_commit();
-    product_over_d<Cfg, BN, BM, NC>(acc_dp, w.s_v(), s_do + c * NC * 128);
+    product_over_d<Cfg, BN, BM, NC, Cfg::kValidDimV>(acc_dp, w.s_v(), s_do + c * NC * 128);
     wgmma_commit();
     if (kLate > 0 && late_slices != nullptr)
       reduce_dq<kEarly, kLate, kEarly>(late_slices, dq_late, ct);
@@ -1198,13 +1268,13 @@ __device__ __forceinline__ int consume_split(const FjBackwardParams &P, const Bl
     named_sync(kBarDs, Cfg::kConsumerThreads);
 
     wgmma_fence();
-    product_smem_over_queries<Cfg>(acc_dk, s_ds, s_q + (col0 / 64) * BM * 128);
-    product_smem_over_queries<Cfg>(acc_dv, s_ps, s_do + (col0 / 64) * BM * 128);
+    product_smem_over_queries<Cfg>(acc_dk, s_ds, s_q + (dk_col0 / 64) * BM * 128);
+    product_smem_over_queries<Cfg>(acc_dv, s_ps, s_do + (dv_col0 / 64) * BM * 128);
     wgmma_commit();
     // dQ in deterministic mode too (then not sent): a branch here has ptxas fence the
     // products apart.
-    float acc_dq[Cfg::kDqCols / 2];
-    product_dq<Cfg>(acc_dq, s_ds, w.s_k(), 0, col0);
+    float acc_dq[kDqCols / 2];
+    product_dq<Cfg>(acc_dq, s_ds, w.s_k(), 0, dq_col0);
     wgmma_wait<1>();  // dK and dV
     pin_registers(acc_dk);
     pin_registers(acc_dv);
@@ -1213,7 +1283,7 @@ __device__ __forceinline__ int consume_split(const FjBackwardParams &P, const Bl
     pin_registers(acc_dq);
     if (with_dq) {
       float *slices = P.dq_accum + bwd_mma::DqTiled::slice((dq_rows0 + m0) / 64, q_head,
-                                                           col0 / 64, p.heads_q, Cfg::kHeadDim);
+                                                           dq_col0 / 64, p.heads_q, Cfg::kHeadDim);
       reduce_dq<0, kEarly, 0>(slices, acc_dq, ct);
 #pragma unroll
       for (int i = 0; i < 4 * kLate; ++i)
@@ -1223,15 +1293,20 @@ __device__ __forceinline__ int consume_split(const FjBackwardParams &P, const Bl
   }
   if (kLate > 0 && late_slices != nullptr)
     reduce_dq<kEarly, kLate, kEarly>(late_slices, dq_late, ct);
-  return finish_block_in_kv<Cfg>(P, w, acc_dk, acc_dv, wg_row0, col0, after, ct);
+  return finish_block_in_kv<Cfg>(P, w, acc_dk, acc_dv, wg_row0, dk_col0, dv_col0, after, ct);
 }
 
 template <typename Cfg>
 __device__ __forceinline__ int consume(const FjBackwardParams &P, const Block<Cfg> &w, int c,
                                       int ct, int s0, NextTile<Cfg> after) {
-  if constexpr (Cfg::kSplitHead)
-    return consume_split<Cfg>(P, w, c, ct, s0, after);
-  else
+  if constexpr (Cfg::kSplitHead) {
+    // One instance where both consumers take as many panels of each (their columns by c).
+    if constexpr (Cfg::kSplit.uniform())
+      return consume_split<Cfg, 0>(P, w, c, ct, s0, after);
+    else
+      return c == 0 ? consume_split<Cfg, 0>(P, w, c, ct, s0, after)
+                    : consume_split<Cfg, 1>(P, w, c, ct, s0, after);
+  } else
     return consume_whole<Cfg>(P, w, c, ct, s0, after);
 }
 

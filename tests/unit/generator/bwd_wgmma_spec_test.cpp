@@ -136,6 +136,46 @@ TEST(BwdWgmmaSpec, HeadDimVDiffers) {
   }
 }
 
+// Above head dim 128 the consumers take the panels of dK, dV and dQ that hold the spec's
+// columns, as evenly as whole panels allow (docs/PERF.md bw16); the generated source
+// asserts that the template chose the same, and wraps one wgmma width per panel count.
+TEST(BwdWgmmaSpec, SplitConsumersTakeOnlyTheCallersPanels) {
+  struct Case {
+    int d, dv, busier;  // the busier consumer's panels of dK + dV + dQ
+    bool uniform;
+  };
+  for (Case c : {Case{256, 256, 6, true}, Case{224, 224, 6, true}, Case{192, 192, 5, false},
+                 Case{160, 160, 5, false}, Case{192, 128, 4, false}, Case{256, 128, 5, true},
+                 Case{128, 256, 4, true}}) {
+    KernelSpec spec = bwdWgmmaSpec(c.d, c.dv);
+    const BwdSplitPanels plan = bwdWgmmaSplitPanels(spec);
+    const int pk = (c.d + 63) / 64, pv = (c.dv + 63) / 64;
+    EXPECT_EQ(plan.k[0] + plan.k[1], pk) << spec.key();
+    EXPECT_EQ(plan.v[0] + plan.v[1], pv) << spec.key();
+    EXPECT_EQ(plan.q[0] + plan.q[1], pk) << spec.key();
+    for (int i = 0; i < 2; ++i)
+      EXPECT_TRUE(plan.k[i] >= 1 && plan.v[i] >= 1 && plan.q[i] >= 1) << spec.key();
+    EXPECT_EQ(std::max(plan.k[0] + plan.v[0] + plan.q[0], plan.k[1] + plan.v[1] + plan.q[1]),
+              c.busier)
+        << spec.key();
+    EXPECT_EQ(plan.uniform(), c.uniform) << spec.key();
+    EXPECT_EQ(bwdWgmmaAccumulatorRegisters(spec, bwdWgmmaDefaultTile(spec)), 32 * c.busier);
+    auto kernel = emitKernel(spec, bwdWgmmaDefaultTile(spec));
+    ASSERT_TRUE(bool(kernel)) << llvm::toString(kernel.takeError());
+    EXPECT_NE(kernel->source.find("disagree on the consumers' panels"), std::string::npos);
+  }
+  // 192 / 128: consumer 0 one panel of dK and dV and two of dQ, consumer 1 the rest, so
+  // both products take 64- and 128-column widths.
+  auto kernel = emitKernel(bwdWgmmaSpec(192, 128), bwdWgmmaDefaultTile(bwdWgmmaSpec(192, 128)));
+  ASSERT_TRUE(bool(kernel)) << llvm::toString(kernel.takeError());
+  for (const char *wrapper : {"m64n64k16.f32.bf16", "m64n128k16.f32.bf16"})
+    EXPECT_NE(kernel->source.find(wrapper), std::string::npos) << wrapper;
+  // A head dim of one panel: even halves of the 256 columns, as before.
+  const BwdSplitPanels narrow = bwdWgmmaSplitPanels(bwdWgmmaSpec(192, 64));
+  EXPECT_TRUE(narrow.uniform());
+  EXPECT_EQ(narrow.k[0] + narrow.v[0] + narrow.q[0], 6);
+}
+
 TEST(BwdWgmmaSpec, OtherHeadDimsAreBwdMmas) {
   for (auto [d, dv] : {std::pair{8, 8}, std::pair{16, 16}, std::pair{24, 24},
                        std::pair{128, 24}, std::pair{16, 128}, std::pair{8, 64}}) {
