@@ -54,7 +54,10 @@ tune_family() {
     fwd_wgmma) "$flashjit" tune --family fwd_wgmma --head-dims 64,128,256 --dtypes bf16,fp16,e4m3 \
                  "${bucket[@]}"
                fwd_wgmma_ladder ;;
-    fwd_mma | bwd_wgmma) "$flashjit" tune --family "$1" --head-dims 64,128,256 --dtypes bf16,fp16 \
+    fwd_mma) "$flashjit" tune --family fwd_mma --head-dims 64,128,256 --dtypes bf16,fp16 \
+                 "${bucket[@]}" ;;
+    # Since bw16 also the padded head dims 96 and 192 (docs/PERF.md).
+    bwd_wgmma) "$flashjit" tune --family bwd_wgmma --head-dims 64,96,128,192,256 --dtypes bf16,fp16 \
                  "${bucket[@]}" ;;
     dec_mma) "$flashjit" tune --family dec_mma --head-dims 128 --dtypes bf16,fp16,e4m3 --causal both \
                  --budget-s 3 --cache "$db" ;;
