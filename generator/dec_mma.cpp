@@ -1,5 +1,6 @@
 #include "generator/dec_mma.h"
 
+#include "generator/emit.h"
 #include "generator/emit_common.h"
 #include "generator/templates.h"
 #include "generator/smem_layout.h"
@@ -93,7 +94,11 @@ TileConfig decMmaDefaultTile(const KernelSpec &spec) {
 }
 
 std::string decMmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
-  return llvm::formatv(
+  // The features (the window, soft-capping) follow the cache's type in the config.
+  std::string tail = spec.dtype == DType::E4M3 ? ", true" : "";
+  if (spec.features.any())
+    tail = ", false, FjFeatures";
+  return featuresBlock(spec.features) + llvm::formatv(
              "// ---- configuration: {0} / {1} ----\n"
              "typedef fj::DecMmaConfig<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}{11}> FjConfig;\n"
              "static_assert(FjConfig::kSmemBytes == {10}, \"host and device disagree on "
@@ -109,11 +114,11 @@ std::string decMmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
              "}\n"
              "extern \"C\" __global__ void __launch_bounds__(128)\n"
              "flashjit_dec_append(const FjDecodeParams params) {{\n"
-             "  fj::dec_mma::run_append<{2}, {3}, {4}{11}>(params);\n"
+             "  fj::dec_mma::run_append<{2}, {3}, {4}{12}>(params);\n"
              "}\n",
              spec.key(), tile.key(), elementTypeName(spec.outputDtype()), spec.headDim,
              spec.headDimV, tile.blockM, tile.blockN, tile.warps, tile.stages,
-             spec.causal ? "true" : "false", decMmaSharedBytes(spec, tile),
+             spec.causal ? "true" : "false", decMmaSharedBytes(spec, tile), tail,
              spec.dtype == DType::E4M3 ? ", true" : "")
       .str();
 }
@@ -133,6 +138,9 @@ llvm::Expected<EmittedKernel> emitDecMma(const KernelSpec &spec, const TileConfi
   kernel.decode.combine = "flashjit_dec_combine";
   kernel.decode.append = "flashjit_dec_append";
   kernel.decode.blockN = tile.blockN;
+  // A window's left bound: a row tile reads the key tiles of the window alone
+  // (tuner::SplitPolicy splits those).
+  kernel.decode.windowLeft = spec.features.window ? spec.features.windowLeft : -1;
   kernel.decode.headDimV = spec.headDimV;
   auto target = targetInfo(spec.target);
   if (!target)

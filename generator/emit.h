@@ -83,6 +83,9 @@ struct DecodeEntries {
   int combineRowsPerCta = 4;
   int blockN = 0;     // keys per tile (the split sizes are counted in tiles)
   int headDimV = 0;   // of the partial outputs in the workspace
+  // The window's left side (keys), -1 without one: a row tile reads the key tiles of its
+  // rows' windows alone, which the splits then share.
+  int windowLeft = -1;
   // The combine waits for the split kernel with griddepcontrol (targets sm_90 and
   // newer), so it may be launched as its programmatic dependent.
   bool dependentCombine = false;

@@ -31,9 +31,10 @@ llvm::ArrayRef<llvm::StringRef> familyTemplates(Family family) {
   static const llvm::StringRef bwdWgmma[] = {
       "fj_params.h", "fj_bwd_params.h", "fj_common.cuh", "fj_features.cuh",
       "fj_smem.cuh", "fj_hopper.cuh",   "bwd_mma.cuh",   "bwd_wgmma.cuh"};
-  static const llvm::StringRef decMma[] = {"fj_params.h",       "fj_decode_params.h",
-                                           "fj_common.cuh",     "fj_fp8_cache.cuh",
-                                           "fj_smem.cuh",       "dec_mma.cuh"};
+  static const llvm::StringRef decMma[] = {"fj_params.h",      "fj_decode_params.h",
+                                           "fj_common.cuh",    "fj_features.cuh",
+                                           "fj_fp8_cache.cuh", "fj_smem.cuh",
+                                           "dec_mma.cuh"};
   switch (family) {
   case Family::FwdMma: return fwdMma;
   case Family::FwdWgmma: return fwdWgmma;

@@ -23,16 +23,25 @@
 
 #include "fj_common.cuh"
 #include "fj_decode_params.h"
+#include "fj_features.cuh"
 #include "fj_fp8_cache.cuh"
 #include "fj_smem.cuh"
 
 namespace fj {
 
 template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_,
-          int kWarps_, int kStages_, bool kCausal_, bool kFp8Cache_ = false>
+          int kWarps_, int kStages_, bool kCausal_, bool kFp8Cache_ = false,
+          typename Features_ = NoFeatures>
 struct DecMmaConfig {
   typedef Element_ Element;  // q, o and a 16-bit cache
   static constexpr bool kFp8Cache = kFp8Cache_;  // the cache holds e4m3 bytes
+  // Attention features through the forward's hook (fj_features.cuh): the window (whose
+  // key tiles alone are read) and soft-capping, over a 16-bit cache.
+  typedef Features_ Features;
+  typedef FeatureTraits<Features> FeatureInfo;
+  static_assert(!Features::kAlibi && !Features::kScoreMod && !Features::kMaskMod,
+                "dec_mma takes the window and soft-capping");
+  static_assert(!kFp8Cache || !FeatureInfo::kAny, "features over a 16-bit cache");
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kBlockM = kBlockM_;  // packed query rows per CTA
@@ -248,14 +257,22 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
   const int seqlen_k = p.cache_seqlens ? p.cache_seqlens[b] : p.seqlen_k;
   const int diag = seqlen_k - p.seqlen_q;  // query i sees keys j <= i + diag (causal)
 
-  // Keys any row of this tile sees, and this split's share of their tiles.
+  // Keys any row of this tile sees, and this split's share of their tiles: with a window,
+  // the tiles from the first row's left bound to the last row's right bound alone
+  // (window_tiles; the host's SplitPolicy counts as many).
+  typedef typename Cfg::Features F;
   int visible = seqlen_k;
   if (Cfg::kCausal) {
     const int last_query = imin(rows - 1, r0 + Cfg::kBlockM - 1) / group;
     visible = imax(0, imin(seqlen_k, last_query + diag + 1));
   }
-  const int n_tiles = (visible + Cfg::kBlockN - 1) / Cfg::kBlockN;
-  const int n_begin = split * p.tiles_per_split;
+  int n_first = 0, n_tiles = (visible + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  // The tile's first and last query (rows past the packed ones count as the last).
+  const int first_query = imin(rows - 1, r0) / group;
+  const int last_query = imin(rows - 1, r0 + Cfg::kBlockM - 1) / group;
+  if constexpr (Cfg::FeatureInfo::kMasks)
+    window_tiles<F, Cfg::kBlockN>(first_query, last_query, diag, n_first, n_tiles);
+  const int n_begin = n_first + split * p.tiles_per_split;
   const int n_end = imin(n_tiles, n_begin + p.tiles_per_split);
   const bool partial = p.num_splits > 1;
   const long long partial_rows = (long long)p.batch * p.heads_q * p.seqlen_q;
@@ -395,8 +412,15 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
   if constexpr (Cfg::kFp8Cache)
     scales = cache_scales(p, b, h_kv);
   const float fp8_scale_log2 = p.scale_log2 * scales.k;
-  // Read where it is used: a 16-bit cache's kernel keeps the code it had before FP8.
-  auto scale_log2 = [&] { return Cfg::kFp8Cache ? fp8_scale_log2 : p.scale_log2; };
+  // Read where it is used: a 16-bit cache's kernel keeps the code it had before FP8. With
+  // soft-capping the hook hands back base-2 logits (ScoreHook::softmax_scale_log2).
+  auto scale_log2 = [&] {
+    return Cfg::kFp8Cache ? fp8_scale_log2 : ScoreHook<F>::softmax_scale_log2(p.scale_log2);
+  };
+  // The features' hook: the rows' query index i is passed per score (the window's bounds
+  // count from it); the head is unused (no ALiBi or mods here).
+  const ScoreHook<F> hook(b, h_kv * group, p.seqlen_q, seqlen_k,
+                          p.scale_log2 * (1.f / ScoreHook<F>::kLog2e), nullptr);
   // An FP8 cache's K fragments: lane l gives row l of 32 keys (ldmatrix x4: 4 n-tiles of
   // one k-step), or row l % 16 of 16 (x2).
   const u32 k8_lane = Cfg::KTile::offset(warp_key0 + (Cfg::kFp8Cache ? lane : 0), 0);
@@ -481,16 +505,29 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
       }
     }
 
-    // Mask keys past each row's last key (the cache's end, or the causal diagonal);
-    // only tiles that reach past the tile's smallest limit pay for it.
+    // Soft-capping, every score (the mask below overwrites what it drops).
     const int key0 = n * Cfg::kBlockN + warp_key0;
-    if (key0 + Cfg::kKeysPerWarp - 1 > tile_limit) {
+    if constexpr (Cfg::FeatureInfo::kTransforms) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          if (key0 + nt * 8 + 2 * t + (e & 1) > row_limit[e >> 1])
+          acc_s[nt][e] =
+              hook.apply(acc_s[nt][e], row_query[e >> 1], key0 + 2 * t, nt * 8 + (e & 1));
+    }
+    // Mask keys past each row's last key (the cache's end, or the causal diagonal), and
+    // those outside its window; only tiles that reach past the tile's smallest limit, or
+    // across a window bound of one of its rows, pay for it.
+    if (key0 + Cfg::kKeysPerWarp - 1 > tile_limit ||
+        hook.tile_needs_mask(key0, Cfg::kKeysPerWarp, first_query, last_query)) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int j = key0 + nt * 8 + 2 * t + (e & 1);
+          if (j > row_limit[e >> 1] || !hook.keeps(row_query[e >> 1], j))
             acc_s[nt][e] = neg_inf();
+        }
     }
 
     // Online softmax in base 2, as fwd_mma.

@@ -110,11 +110,23 @@ template <typename F> struct ScoreHook {
         alibi_slope = -alibi_slope / p.softmax_scale;
     }
   }
+  // The decode kernels' (dec_mma: the window and soft-capping, no per-call tensors): one
+  // (sequence, KV head) whose rows are the last seqlen_q_ of its seqlen_k_ keys.
+  __device__ __forceinline__ ScoreHook(int b_, int h_, int seqlen_q_, int seqlen_k_,
+                                       float softmax_scale, const FjModArgs *args_)
+      : b(b_), h(h_), diag(seqlen_k_ - seqlen_q_), seqlen_q(seqlen_q_), scale(softmax_scale),
+        alibi_slope(0.f), args(args_) {
+    static_assert(!F::kAlibi && !F::kScoreMod && !F::kMaskMod,
+                  "the decode kernels take the window and soft-capping");
+  }
   static constexpr float kLog2e = 1.4426950408889634f;
 
   // The factor 2^(value * factor - max) takes for what apply() returns.
   __device__ static __forceinline__ float softmax_scale_log2(const FjForwardParams &p) {
-    return Traits::kLog2Logits ? 1.f : p.scale_log2;
+    return softmax_scale_log2(p.scale_log2);
+  }
+  __device__ static __forceinline__ float softmax_scale_log2(float scale_log2) {
+    return Traits::kLog2Logits ? 1.f : scale_log2;
   }
 
   // Whether the features mask some score of key tile [key0, key0 + n) for the rows

@@ -4,6 +4,7 @@
 // device-to-device copy (bytes read + written over time) measured in the same run.
 // Every tile is first checked against the reference on a small paged problem.
 #include "tools/command.h"
+#include "tools/spec_options.h"
 
 #include "generator/emit.h"
 #include "runtime/driver.h"
@@ -27,6 +28,8 @@ using namespace flashjit;
 
 cl::SubCommand decodeCommand("bench-decode",
                              "Time the decode kernels (dec_mma) against the copy bandwidth");
+// The window and soft-capping (the features dec_mma takes; docs/FEATURES.md).
+flashjit::tools::FeatureOptions featureOptions(decodeCommand);
 cl::list<int> headDims("head-dims", cl::desc("Head dims (default 128)"), cl::CommaSeparated,
                        cl::sub(decodeCommand));
 cl::list<std::string> dtypes("dtypes",
@@ -105,6 +108,12 @@ struct Candidate {
 };
 
 int runBenchDecode() {
+  auto features = featureOptions.features();
+  if (!features)
+    return fail(features.takeError());
+  if (auto err = tools::checkFamilyTakesFeatures(generator::Family::DecMma, *features,
+                                                 "the feature options"))
+    return fail(std::move(err));
   auto dev = runtime::Device::open(0);
   if (!dev)
     return fail(dev.takeError());
@@ -148,6 +157,7 @@ int runBenchDecode() {
         c.spec.dtype = *dtype;
         c.spec.headDim = c.spec.headDimV = d;
         c.spec.causal = causal;
+        c.spec.features = *features;
         c.spec.target = props.target();
         c.tile = *tile;
         auto emitted = generator::emitKernel(c.spec, c.tile);
@@ -190,9 +200,16 @@ int runBenchDecode() {
       for (int batch : bs)
         for (int len : lens)
           for (int requested : splitList) {
-          const double kvBytes =
-              (double)batch * len * headsKV * 2.0 * d * generator::elementBytes(*dtype);
-          if (kvBytes > maxCacheGb * 1e9)
+          // The keys a step reads: with a window's left side, the union of its rows'
+          // windows (window_left + the new rows), else the whole cache.
+          const bool windowed = features->window && features->windowLeft >= 0;
+          const long long keysRead =
+              windowed ? std::min<long long>(len, (long long)features->windowLeft + queryRows)
+                       : len;
+          const double rowBytes =
+              (double)batch * headsKV * 2.0 * d * generator::elementBytes(*dtype);
+          const double kvBytes = rowBytes * keysRead;
+          if (rowBytes * len > maxCacheGb * 1e9)
             continue;
           tuner::ForwardShape shape;
           shape.batch = batch;

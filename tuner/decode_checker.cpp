@@ -15,13 +15,13 @@ DecodeChecker::create(const generator::KernelSpec &spec, const ForwardShape &sha
   checker->shape_ = shape;
   checker->shape_.headDim = spec.headDim;
   checker->shape_.headDimV = spec.headDimV;
-  // The reference: the same attention as a plain variable-length forward problem. An
+  // The reference: the same attention as a variable-length forward problem with the
+  // same features (the window and soft-capping, which need no per-call tensors). An
   // FP8 cache's is the 16-bit problem whose K and V are the values the cache dequantizes
   // to (so the kernel's result must match it to the 16-bit kernels' bar).
   const bool fp8 = spec.dtype == generator::DType::E4M3;
   generator::KernelSpec forward = spec;
   forward.family = generator::Family::FwdMma;
-  forward.features = {};
   forward.dtype = spec.outputDtype();
   const ForwardShape &decodeShape = checker->shape_;
   auto onCacheValues = [&](ForwardBuffers &b) -> llvm::Error {

@@ -84,6 +84,7 @@ DecodeKernel::load(llvm::StringRef cubin, const generator::EmittedKernel &emitte
   result->registers_ = *regs;
   result->policy_.blockM = emitted.blockM;
   result->policy_.blockN = emitted.decode.blockN;
+  result->policy_.windowLeft = emitted.decode.windowLeft;
   result->headDimV_ = emitted.decode.headDimV;
   const int smCount = std::max(1, *sms);
   // Resident CTAs per multiprocessor: shared memory (1 KB reserved per CTA), registers
@@ -102,7 +103,12 @@ long long SplitPolicy::mostSplits(long long tiles) {
 }
 
 long long SplitPolicy::keyTiles(const FjDecodeParams &p) const {
-  return std::max(1LL, ceilDiv(std::max(p.seqlen_k, 1), blockN));
+  long long keys = std::max(p.seqlen_k, 1);
+  // dec_mma::run reads a row tile's tiles from its first row's left bound on: at most
+  // window_left + seqlen_q keys, and one tile more where that bound is not aligned.
+  if (windowLeft >= 0)
+    keys = std::min<long long>(keys, (long long)windowLeft + p.seqlen_q + blockN);
+  return std::max(1LL, ceilDiv(keys, blockN));
 }
 
 long long SplitPolicy::ctas(const FjDecodeParams &p) const {

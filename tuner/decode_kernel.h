@@ -36,13 +36,17 @@ constexpr int kMaxDecodeSplits = 128;
 // resident slots for it, and the count its bucket was tuned with (if any).
 struct SplitPolicy {
   int blockM = 16, blockN = 64;
+  // A window's left side (generator::DecodeEntries::windowLeft; -1: none): a row tile
+  // reads the key tiles of its rows' windows alone, so the splits share those.
+  int windowLeft = -1;
   long long residentSlots = 1;  // multiprocessors x resident CTAs of this tile
   // Tuned: `tunedSplits` splits ran fastest on a problem of `tunedCtas` CTAs (row tiles x
   // batch x KV heads); 0: untuned, the heuristic.
   int tunedSplits = 0;
   long long tunedCtas = 0;
 
-  // A call's key tiles, and the CTAs it runs per split (row tiles x batch x KV heads).
+  // A call's key tiles (at most those of a window and the call's query rows), and the
+  // CTAs it runs per split (row tiles x batch x KV heads).
   long long keyTiles(const FjDecodeParams &params) const;
   long long ctas(const FjDecodeParams &params) const;
   // The splits for a call of these sizes: `requested` (> 0) capped at the key tiles.

@@ -70,6 +70,9 @@ struct Case {
   bool causal;
   int seqQ, page, splits;
   std::vector<int> lens;
+  // Features (0.13): a window's sides (-1 unbounded; both -1: none) and a softcap.
+  int windowLeft = -1, windowRight = -1;
+  float softcap = 0.f;
 };
 
 // Runs one case through fj_decode (its workspace asked for) and the decode checker; an
@@ -77,6 +80,11 @@ struct Case {
 std::string checkCase(const ApiContext &ctx, const Case &c, bool fp8Cache, uint64_t seed) {
   fj_attention_desc desc = decodeDesc(c.dtype, c.d, c.hq, c.hkv, c.causal, true);
   desc.kv_cache_dtype = fp8Cache ? FJ_DTYPE_E4M3 : 0;
+  const bool window = c.windowLeft >= 0 || c.windowRight >= 0;
+  desc.window = window;
+  desc.window_left = window ? c.windowLeft : 0;
+  desc.window_right = window ? c.windowRight : 0;
+  desc.softcap = c.softcap;
   Kernel kernel;
   if (fj_kernel_get(ctx.handle, &desc, &kernel.handle) != FJ_SUCCESS)
     return std::string("fj_kernel_get: ") + fj_last_error_message();
@@ -89,6 +97,10 @@ std::string checkCase(const ApiContext &ctx, const Case &c, bool fp8Cache, uint6
   }
   spec.headDim = spec.headDimV = c.d;
   spec.causal = c.causal;
+  spec.features.window = window;
+  spec.features.windowLeft = c.windowLeft;
+  spec.features.windowRight = c.windowRight;
+  spec.features.softcap = c.softcap;
   tuner::ForwardShape shape;
   shape.batch = (int)c.lens.size();
   shape.headsQ = c.hq;
@@ -160,6 +172,22 @@ TEST(ApiDecodeGpu, MatchesReference) {
   for (const Case &c : cases)
     EXPECT_EQ(checkCase(ctx, c, false, 21 + checked++), "") << "case " << checked - 1;
   EXPECT_EQ(checked, 5);
+}
+
+// The window and soft-capping (0.13) through the C API: a handle whose forward and decode
+// kernels both take them, its decode against the reference with the same features.
+TEST(ApiDecodeGpu, FeaturesMatchReference) {
+  FLASHJIT_REQUIRE_GPU();
+  ApiContext ctx;
+  const Case cases[] = {
+      {FJ_DTYPE_BF16, 128, 32, 8, true, 1, 16, 0, {5000, 17, 1025}, 1000, 0, 0.f},
+      {FJ_DTYPE_FP16, 128, 32, 8, false, 5, 64, 0, {3, 4099}, 64, -1, 50.f},
+      {FJ_DTYPE_BF16, 64, 16, 1, true, 16, 0, 4, {1500, 301, 9}, -1, -1, 30.f},
+  };
+  int checked = 0;
+  for (const Case &c : cases)
+    EXPECT_EQ(checkCase(ctx, c, false, 60 + checked++), "") << "case " << checked - 1;
+  EXPECT_EQ(checked, 3);
 }
 
 TEST(ApiDecodeGpu, RefusesWhatItCannotRun) {

@@ -78,6 +78,55 @@ TEST(DecMma, OtherHeadDims) {
     }
 }
 
+// The features the decode kernels take (the window, soft-capping), against the forward's
+// reference with the same features: the decode grid's 15 shapes (one to 64 query rows,
+// MHA/GQA/MQA, pages, one to five splits) for windows narrower than the caches (so rows
+// see key tiles from the middle of the cache on, and some splits none), a two-sided
+// window, a cap well into tanh's bend, both together; then long caches, where the
+// splits share the window's tiles alone (tuner::SplitPolicy::keyTiles).
+TEST(DecMma, Features) {
+  FLASHJIT_REQUIRE_GPU();
+  struct Case {
+    const char *name;
+    int left, right;
+    float softcap;
+    bool causal;
+  };
+  const Case cases[] = {{"window_left100_causal", 100, 0, 0.f, true},
+                        {"window_left700", 700, -1, 0.f, false},
+                        {"window_37_20", 37, 20, 0.f, false},
+                        {"softcap2_causal", -1, -1, 2.f, true},
+                        {"window_300_softcap30", 300, -1, 30.f, false}};
+  for (const Case &c : cases)
+    for (DType dtype : {DType::BF16, DType::FP16}) {
+      KernelSpec spec = decSpec(128, 128, dtype, c.causal);
+      spec.features.window = c.left >= 0 || c.right >= 0;
+      spec.features.windowLeft = c.left;
+      spec.features.windowRight = c.right;
+      spec.features.softcap = c.softcap;
+      EXPECT_EQ(checkDecodeGrid(spec, generator::defaultTile(spec)), 15) << c.name;
+      if (dtype == DType::FP16)
+        continue;
+      for (int splits : {0, 3})
+        for (int sq : {1, 16}) {
+          tuner::ForwardShape shape = decodeShape(16, 2, sq, {70000, 33333, 650}, 64, splits);
+          EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shape, 11), "")
+              << c.name << " " << spec.key() << " " << describe(shape);
+        }
+    }
+  // Another head dim and head_dim_v != head_dim.
+  for (auto [d, dv] : {std::pair{64, 64}, std::pair{192, 128}}) {
+    KernelSpec spec = decSpec(d, dv, DType::BF16, true);
+    spec.features.window = true;
+    spec.features.windowLeft = 255;
+    spec.features.windowRight = 0;
+    spec.features.softcap = 50.f;
+    tuner::ForwardShape shape = decodeShape(12, 4, 3, {1111, 29, 517}, 32, 0);
+    EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shape, 5), "")
+        << spec.key() << " " << describe(shape);
+  }
+}
+
 // Every tile of the tuner's space that fits (what a tune may pick), on two shapes.
 TEST(DecMma, EveryTileOfTheSpace) {
   FLASHJIT_REQUIRE_GPU();

@@ -151,13 +151,15 @@ INSTANTIATE_TEST_SUITE_P(
                   [](D &, A &a) { a.page_size = 7, a.table_stride = 142; }, kInvalid,
                   {"args->table_stride is 142", "ceil(1000 / 7) = 143"}},
         // The description.
-        BadDecode{"DescriptionWithFeatures", [](D &d, A &) { d.softcap = 30.0f; },
-                  kNotSupported,
-                  {"decode arguments for a description", "desc->softcap",
-                   "do not support attention features"}},
-        BadDecode{"DecodeDescriptionWithWindow",
-                  [](D &d, A &) { d.decode = 1, d.window = 1, d.window_left = 128; },
-                  kNotSupported, {"desc->decode is set", "desc->window"}},
+        BadDecode{"DescriptionWithAlibi", [](D &d, A &) { d.alibi = 1; }, kNotSupported,
+                  {"decode arguments for a description", "desc->alibi",
+                   "take the window and softcap"}},
+        BadDecode{"DecodeDescriptionWithMaskMod",
+                  [](D &d, A &) {
+                    d.decode = 1, d.window = 1, d.window_left = 128;
+                    d.mask_mod = "return true;";
+                  },
+                  kNotSupported, {"desc->decode is set", "desc->mask_mod"}},
         BadDecode{"DescriptionChecked", [](D &d, A &) { d.head_dim = 100; }, kNotSupported,
                   {"desc->head_dim is 100"}}),
     [](const auto &info) { return std::string(info.param.name); });
@@ -308,9 +310,15 @@ TEST(ValidateDecodeDesc, DecodeFlagIsReadAndRefusesFeatures) {
   EXPECT_TRUE(checked->decode);
   EXPECT_TRUE(checked->backward);
   desc.backward = 0;
+  // The window and soft-capping the decode kernels take (0.13), and their arguments pass.
+  desc.window = 1, desc.window_left = 4096, desc.window_right = 0, desc.softcap = 50.f;
+  EXPECT_TRUE(succeeds(fj_validate_attention_desc(&desc)));
+  fj_decode_args args = validDecodeArgs(desc);
+  EXPECT_TRUE(succeeds(fj_validate_decode_args(&desc, &args)));
   desc.alibi = 1;
   EXPECT_TRUE(failsWith(fj_validate_attention_desc(&desc), FJ_ERROR_NOT_SUPPORTED,
                         {"desc->decode is set", "desc->alibi", "dec_mma"}));
+  desc.window = 0, desc.window_left = desc.window_right = 0, desc.softcap = 0.f;
   desc.alibi = 0;
   desc.score_mod = "return score;";
   EXPECT_TRUE(failsWith(fj_validate_attention_desc(&desc), FJ_ERROR_NOT_SUPPORTED,
@@ -389,8 +397,8 @@ INSTANTIATE_TEST_SUITE_P(
                         reinterpret_cast<const int32_t *>(shifted(a.cache_seqlens, 2));
                   },
                   kInvalid, {"args->cache_seqlens", "4-byte aligned"}},
-        BadAppend{"DescriptionWithFeatures", [](D &d, P &) { d.softcap = 50.0f; },
-                  kNotSupported, {"append arguments for a description", "desc->softcap"}}),
+        BadAppend{"DescriptionWithAlibi", [](D &d, P &) { d.alibi = 1; }, kNotSupported,
+                  {"append arguments for a description", "desc->alibi"}}),
     [](const auto &info) { return std::string(info.param.name); });
 
 TEST(ValidateAppendOk, GoodAndEmptyAppendsPass) {

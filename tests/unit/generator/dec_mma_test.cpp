@@ -67,12 +67,37 @@ TEST(DecMmaSpec, DefaultTilesFitEveryTarget) {
     }
 }
 
-TEST(DecMmaSpec, FeaturesAreRefused) {
+// The window and soft-capping compile in (the hook's features struct in the config);
+// ALiBi and the user's mods are refused with what the family takes.
+TEST(DecMmaSpec, TakesTheWindowAndSoftcapOnly) {
   KernelSpec spec = decodeSpec(128);
+  spec.features.window = true;
+  spec.features.windowLeft = 4096;
   spec.features.softcap = 30;
-  llvm::Error err = validateSpec(spec);
-  ASSERT_TRUE(bool(err));
-  EXPECT_EQ(takeErrorReport(std::move(err)).code, ErrorCode::NotSupported);
+  EXPECT_FALSE(bool(validateSpec(spec))) << spec.key();
+  auto kernel = emitKernel(spec, defaultTile(spec));
+  ASSERT_TRUE(bool(kernel)) << llvm::toString(kernel.takeError());
+  EXPECT_NE(kernel->source.find("false, FjFeatures> FjConfig"), std::string::npos);
+  EXPECT_EQ(kernel->decode.windowLeft, 4096);
+  for (auto set : {+[](KernelSpec &s) { s.features.alibi = true; },
+                   +[](KernelSpec &s) { s.features.maskMod = "return true;"; },
+                   +[](KernelSpec &s) { s.features.scoreMod = "return score;"; }}) {
+    KernelSpec other = decodeSpec(128);
+    set(other);
+    llvm::Error err = validateSpec(other);
+    ASSERT_TRUE(bool(err)) << other.key();
+    ErrorReport report = takeErrorReport(std::move(err));
+    EXPECT_EQ(report.code, ErrorCode::NotSupported);
+    EXPECT_NE(report.message.find("takes the window and softcap"), std::string::npos)
+        << report.message;
+  }
+  // An FP8 cache takes none yet.
+  KernelSpec fp8 = decodeSpec(128);
+  fp8.outDtype = fp8.dtype;
+  fp8.dtype = DType::E4M3;
+  fp8.features.softcap = 30;
+  EXPECT_TRUE(bool(validateSpec(fp8)));
+  llvm::consumeError(validateSpec(fp8));
 }
 
 TEST(DecMmaSpec, EmittedModuleNamesItsKernels) {
