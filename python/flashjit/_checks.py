@@ -410,6 +410,17 @@ def check_features(window=None, softcap=0.0, alibi=False, score_mod=None, mask_m
                     _user_code("score_mod", score_mod), _user_code("mask_mod", mask_mod))
 
 
+def check_decode_features(window, softcap, sizes):
+    """The Features of a flashjit.decode call (the window and softcap, C API 0.13),
+    checked; ValueError with an FP8 cache (sizes.kv_cache_dtype), which takes none yet."""
+    features = check_features(window, softcap)
+    if features != PLAIN and sizes.kv_cache_dtype is not None:
+        raise ValueError(f"window / softcap ({features_on(features)}) with an FP8 KV cache: "
+                         "the FP8 cache's decode kernels take no attention features yet; "
+                         "use a 16-bit cache")
+    return features
+
+
 def check_alibi_slopes(slopes, batch, heads_q, device, pointers=False):
     """The slopes of ALiBi: a float32 tensor on q's device, [heads_q] (shared by the batch)
     or [batch, heads_q]. Returns the batch stride in elements (0 when shared)."""

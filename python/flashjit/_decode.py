@@ -75,12 +75,13 @@ def _contiguous_strides(shape):
     return tuple(strides)
 
 
-def _decode_handle(q, sizes, causal):
+def _decode_handle(q, sizes, causal, features=_checks.PLAIN):
     index = _device_index(q)
     handle, _ = _runtime.kernel(index, _checks.dtype_name(q), sizes.head_dim, sizes.head_dim_v,
                                 sizes.heads_q, sizes.heads_kv, bool(causal), float(sizes.scale),
                                 False, (sizes.seqlen_q, sizes.seqlen_k, sizes.batch),
-                                decode=True, kv_cache_dtype=sizes.kv_cache_dtype)
+                                features=features, decode=True,
+                                kv_cache_dtype=sizes.kv_cache_dtype)
     return index, handle
 
 
@@ -117,22 +118,25 @@ _PLAIN = (bool, int, float, type(None))
 
 
 def _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale, num_splits,
-         out, max_seqlen_k, k_descale=None, v_descale=None):
+         out, max_seqlen_k, k_descale=None, v_descale=None, window=None, softcap=0.0):
     """The plan's key, or None when a number argument is not a plain Python value (a
     tensor's hash is its identity, not its value: such calls are never planned). The
-    factors' shapes and strides are part of it (they give the plan's factor strides)."""
+    factors' shapes and strides are part of it (they give the plan's factor strides), and
+    the window and softcap as given (a new pair is checked before it gets a plan)."""
     if not (type(causal) in _PLAIN and type(softmax_scale) in _PLAIN and
-            type(num_splits) in _PLAIN and type(max_seqlen_k) in _PLAIN):
+            type(num_splits) in _PLAIN and type(max_seqlen_k) in _PLAIN and
+            type(softcap) in _PLAIN and (window is None or type(window) is tuple)):
         return None
     return (q.shape, q.stride(), q.dtype, q.get_device(), _meta(k_cache), _meta(v_cache),
             _meta(cache_seqlens), _meta(block_table), _meta(out), causal, softmax_scale,
-            num_splits, max_seqlen_k, _meta(k_descale), _meta(v_descale), _thread_id())
+            num_splits, max_seqlen_k, _meta(k_descale), _meta(v_descale), window, softcap,
+            _thread_id())
 
 
-def _make_plan(q, k_cache, v_cache, sizes, causal, out):
+def _make_plan(q, k_cache, v_cache, sizes, causal, out, features=_checks.PLAIN):
     lib = _require_decode()
     plan = _Plan()
-    plan.index, plan.handle = _decode_handle(q, sizes, causal)
+    plan.index, plan.handle = _decode_handle(q, sizes, causal, features)
     plan.device = q.device
     plan.o_shape = (sizes.batch, sizes.seqlen_q, sizes.heads_q, sizes.head_dim_v)
     plan.lse_shape = (sizes.batch, sizes.heads_q, sizes.seqlen_q)
@@ -143,12 +147,12 @@ def _make_plan(q, k_cache, v_cache, sizes, causal, out):
     return plan
 
 
-def _plan(key, q, k_cache, v_cache, sizes, causal, out):
+def _plan(key, q, k_cache, v_cache, sizes, causal, out, features=_checks.PLAIN):
     """The plan of `key` (made and kept when new; made for this call alone when key is
     None)."""
     plan = _plans.get(key) if key is not None else None
     if plan is None:
-        plan = _make_plan(q, k_cache, v_cache, sizes, causal, out)
+        plan = _make_plan(q, k_cache, v_cache, sizes, causal, out, features)
         if key is not None:
             if len(_plans) >= _MAX_PLANS:  # many shapes (e.g. every cache length): start over
                 _plans.clear()
@@ -157,14 +161,15 @@ def _plan(key, q, k_cache, v_cache, sizes, causal, out):
 
 
 def fast_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
-                num_splits, return_lse, out, max_seqlen_k, k_descale=None, v_descale=None):
+                num_splits, return_lse, out, max_seqlen_k, k_descale=None, v_descale=None,
+                window=None, softcap=0.0):
     """The result, or None when there is no plan yet (or the call is being traced, or its
     arguments are not all tensors): then flashjit.decode checks them and calls decode()."""
     if _is_compiling():
         return None
     try:
         key = _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
-                   num_splits, out, max_seqlen_k, k_descale, v_descale)
+                   num_splits, out, max_seqlen_k, k_descale, v_descale, window, softcap)
         plan = _plans.get(key) if key is not None else None
     except (AttributeError, TypeError):
         return None
@@ -175,24 +180,29 @@ def fast_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax
 
 
 def decode(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale, num_splits,
-           return_lse, out, max_seqlen_k, sizes, k_descale=None, v_descale=None):
-    """flashjit.decode after its checks (`sizes`, a _checks.DecodeSizes)."""
+           return_lse, out, max_seqlen_k, sizes, k_descale=None, v_descale=None,
+           features=_checks.PLAIN):
+    """flashjit.decode after its checks (`sizes`, a _checks.DecodeSizes; `features`, the
+    checked window and softcap)."""
+    window = features.window
     if _is_compiling():
         o, lse = torch.ops.flashjit.decode(q, k_cache, v_cache, cache_seqlens, block_table,
                                            bool(causal), float(sizes.scale), sizes.num_splits,
-                                           sizes.seqlen_k, k_descale, v_descale)
+                                           sizes.seqlen_k, k_descale, v_descale,
+                                           window is not None, window[0] if window else 0,
+                                           window[1] if window else 0, features.softcap)
         if out is not None:
             out.copy_(o)
             o = out
         return (o, lse) if return_lse else o
     key = _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
-               num_splits, out, max_seqlen_k, k_descale, v_descale)
+               num_splits, out, max_seqlen_k, k_descale, v_descale, window, features.softcap)
     plan = _plans.get(key) if key is not None else None
     if plan is None:  # a new plan: the pointers' alignment too (later calls: the library)
         _checks.check_decode(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale,
                              num_splits, out, max_seqlen_k, pointers=True, k_descale=k_descale,
                              v_descale=v_descale)
-        plan = _plan(key, q, k_cache, v_cache, sizes, causal, out)
+        plan = _plan(key, q, k_cache, v_cache, sizes, causal, out, features)
     return _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, return_lse, out,
                    k_descale, v_descale)
 
@@ -329,24 +339,30 @@ def _append(plan, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, k_
 # ---- the operators (torch.compile) ---------------------------------------------------
 # k_descale / v_descale (0.12): an FP8 cache's factors, None otherwise (the checks refuse
 # factors with a 16-bit cache).
+# has_window, window_left, window_right, softcap (0.13): the window (its sides when
+# has_window) and the cap of flashjit.decode.
 @torch.library.custom_op("flashjit::decode", mutates_args=(), device_types="cuda")
 def decode_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Optional[Tensor],
               block_table: Optional[Tensor], causal: bool, scale: float, num_splits: int,
-              seqlen_k: int, k_descale: Optional[Tensor],
-              v_descale: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+              seqlen_k: int, k_descale: Optional[Tensor], v_descale: Optional[Tensor],
+              has_window: bool, window_left: int, window_right: int,
+              softcap: float) -> Tuple[Tensor, Tensor]:
     sizes = _checks.check_decode(q, k_cache, v_cache, cache_seqlens, block_table,
                                  scale if scale > 0 else None, num_splits, None, seqlen_k,
                                  pointers=True, k_descale=k_descale, v_descale=v_descale)
+    window = (window_left, window_right) if has_window else None
+    features = _checks.check_decode_features(window, softcap, sizes)
     key = ("op",) + _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
-                         num_splits, None, seqlen_k, k_descale, v_descale)
-    plan = _plan(key, q, k_cache, v_cache, sizes, causal, None)
+                         num_splits, None, seqlen_k, k_descale, v_descale, window, softcap)
+    plan = _plan(key, q, k_cache, v_cache, sizes, causal, None, features)
     return _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, True, None,
                    k_descale, v_descale)
 
 
 @decode_op.register_fake
 def _decode_fake(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, num_splits,
-                 seqlen_k, k_descale, v_descale):
+                 seqlen_k, k_descale, v_descale, has_window, window_left, window_right,
+                 softcap):
     b, s, h, _ = q.shape  # o has q's dtype, whatever the cache's
     return q.new_empty((b, s, h, v_cache.shape[-1])), \
         q.new_empty((b, h, s), dtype=torch.float32)

@@ -82,10 +82,12 @@ def max_err(a, b):
     return (a.float().nan_to_num(0.0) - b.float()).abs().max().item()
 
 
-def decode_reference(q, k, v, causal, scale=None, dtype=None):
+def decode_reference(q, k, v, causal, scale=None, dtype=None, window=None, softcap=0.0):
     """(o, lse) of one sequence computed in `dtype` (fp32 by default): q [1, sq, hq, d],
     k / v [1, n, hk, d]; causal bottom-right (query i sees keys j <= i + n - sq); rows
-    that see no key: 0, -inf."""
+    that see no key: 0, -inf. window (left, right) bottom-right too (query i sees keys
+    i + n - sq - left .. i + n - sq + right, -1 unbounded); softcap: scaled scores become
+    softcap * tanh(score / softcap)."""
     import torch
     dtype = dtype or torch.float32
     hq, hk = q.shape[2], k.shape[2]
@@ -93,8 +95,20 @@ def decode_reference(q, k, v, causal, scale=None, dtype=None):
     if hq != hk:
         kf, vf = (t.repeat_interleave(hq // hk, dim=1) for t in (kf, vf))
     s = (qf @ kf.transpose(-1, -2)) * (scale or 1 / math.sqrt(q.shape[-1]))
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
     if causal:
         s = s.masked_fill(~causal_mask(q.shape[1], k.shape[1], q.device), float("-inf"))
+    if window is not None:
+        nq, nk = q.shape[1], k.shape[1]
+        i = torch.arange(nq, device=q.device)[:, None] + nk - nq
+        j = torch.arange(nk, device=q.device)[None, :]
+        keep = torch.ones(nq, nk, dtype=torch.bool, device=q.device)
+        if window[0] >= 0:
+            keep &= j >= i - window[0]
+        if window[1] >= 0:
+            keep &= j <= i + window[1]
+        s = s.masked_fill(~keep, float("-inf"))
     lse = torch.logsumexp(s.float(), dim=-1)
     p = torch.softmax(s, dim=-1).nan_to_num(0.0)
     return (p @ vf).transpose(1, 2), lse

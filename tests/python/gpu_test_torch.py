@@ -1110,14 +1110,15 @@ def kv_cache(lens, hk, d, dv, dtype, page=None, n_max=None, spare=3):
     return k, v, table, keys, values
 
 
-def check_decoded(o, lse, q, keys, values, causal, scale=None, what="o"):
-    """Each sequence against the fp32 reference over its keys; the bar: 2x the error of
-    the same formula in q's dtype, + 1e-5."""
+def check_decoded(o, lse, q, keys, values, causal, scale=None, what="o", window=None,
+                  softcap=0.0):
+    """Each sequence against the fp32 reference over its keys (with the window and softcap
+    when given); the bar: 2x the error of the same formula in q's dtype, + 1e-5."""
     assert not torch.isnan(o).any(), f"{what}: NaN (a read past a sequence's keys?)"
     for b in range(q.shape[0]):
         args = (q[b:b + 1], keys[b][None], values[b][None], causal, scale)
-        ref, ref_lse = decode_reference(*args)
-        low, _ = decode_reference(*args, dtype=q.dtype)
+        ref, ref_lse = decode_reference(*args, window=window, softcap=softcap)
+        low, _ = decode_reference(*args, dtype=q.dtype, window=window, softcap=softcap)
         err, perr = max_err(o[b:b + 1], ref), max_err(low, ref)
         assert err <= 2 * perr + 1e-5, \
             f"{what}, sequence {b} ({keys[b].shape[0]} keys): error {err:.3e}, same-dtype " \
@@ -1149,6 +1150,43 @@ def decode_case(layout, dtype, d, hq, hk, sq, causal, lens=(300, 77, 1), dv=None
     check_decoded(o, lse, q, keys, values, causal)
     again = flashjit.decode(q, k, v, seqlens, table, causal=causal, num_splits=num_splits)
     assert torch.equal(again, o), "a second call (through its plan) differs"
+
+
+@case("decode with a window and softcap (0.13)")
+def decode_window_softcap_case(layout, causal, window, softcap):
+    need_decode()
+    lens = [5000, 77, 1, 1300]
+    k, v, table, keys, values = kv_cache(lens, 2, 128, 128, torch.bfloat16, PAGES[layout])
+    q = rand(len(lens), 3, 8, 128)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    for splits in (1, 0):  # o: the automatic split count's, which `again` runs too
+        o, lse = flashjit.decode(q, k, v, seqlens, table, causal=causal, num_splits=splits,
+                                 return_lse=True, window=window, softcap=softcap)
+        check_decoded(o, lse, q, keys, values, causal, window=window, softcap=softcap,
+                      what=f"num_splits={splits}")
+    again = flashjit.decode(q, k, v, seqlens, table, causal=causal, window=window,
+                            softcap=softcap)
+    assert torch.equal(again, o), "a second call (through its plan) differs"
+    plain = flashjit.decode(q, k, v, seqlens, table, causal=causal)
+    assert not torch.equal(plain, o), "the window / softcap changed nothing"
+
+
+@case("decode refuses a window over an FP8 cache and ALiBi's arguments")
+def decode_feature_refusals():
+    need_decode()
+    q, k, v = rand(2, 1, 8, 128), rand(2, 64, 2, 128), rand(2, 64, 2, 128)
+    if hasattr(torch, "float8_e4m3fn"):
+        k8, v8 = k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)
+        try:
+            flashjit.decode(q, k8, v8, window=(16, 0))
+            raise AssertionError("a window over an FP8 cache was accepted")
+        except ValueError as e:
+            assert "FP8 KV cache" in str(e), e
+    try:
+        flashjit.decode(q, k, v, window=(-1, -1))
+        raise AssertionError("window (-1, -1) was accepted")
+    except ValueError as e:
+        assert "window" in str(e), e
 
 
 @case("decode, contiguous cache without cache_seqlens, out= a strided view, softmax_scale")
@@ -1277,13 +1315,16 @@ def decode_compiled():
     def step(q, k, v, k_new, v_new, seqlens, table):
         flashjit.kv_append(k, v, k_new, v_new, seqlens, table)
         o, lse = flashjit.decode(q, k, v, seqlens, table, causal=True, return_lse=True)
-        return o * 2, lse
+        # the window and softcap through the operator too (0.13)
+        w = flashjit.decode(q, k, v, seqlens, table, causal=True, window=(32, 0),
+                            softcap=30.0)
+        return o * 2, lse, w
     k2, v2 = k.clone(), v.clone()
     want = step(q, k, v, k_new, v_new, seqlens, table)
     got = torch.compile(step, fullgraph=True)(q, k2, v2, k_new, v_new, seqlens, table)
     assert torch.equal(k.view(torch.int16), k2.view(torch.int16)), "compiled append"
     assert torch.equal(v.view(torch.int16), v2.view(torch.int16)), "compiled append"
-    for name, a, b in zip(("o", "lse"), want, got):
+    for name, a, b in zip(("o", "lse", "windowed o"), want, got):
         assert torch.equal(a, b), f"{name}: compiled differs from eager"
 
 
@@ -1326,6 +1367,12 @@ def decode_cases():
     decode_case("paged64", torch.float16, 64, 8, 2, 1, False, num_splits=1)
     decode_case("contiguous", torch.bfloat16, 128, 8, 2, 1, False, lens=(2000, 1500, 3),
                 num_splits=7)
+    for layout, causal, window, softcap in (("paged16", True, (100, 0), 0.0),
+                                            ("contiguous", False, (700, -1), 0.0),
+                                            ("paged64", False, (37, 20), 30.0),
+                                            ("paged16", True, None, 2.0)):
+        decode_window_softcap_case(layout, causal, window, softcap)
+    decode_feature_refusals()
     decode_full_cache()
     decode_long()
     decode_empty()
