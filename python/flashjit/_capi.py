@@ -331,6 +331,9 @@ class Library:
         # points are the same.
         self.has_fp8_kv_cache = self.has_decode and _version_tuple(
             L.fj_version().decode()) >= (0, 12)
+        # The decode kernels with a window and softcap (0.13: desc.decode accepts them).
+        self.has_decode_features = self.has_decode and _version_tuple(
+            L.fj_version().decode()) >= (0, 13)
         if self.has_fp8:
             for name, args in _FP8.items():
                 fn = getattr(L, name)

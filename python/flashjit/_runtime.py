@@ -153,6 +153,10 @@ def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints,
         raise RuntimeError(no_backward_message(lib))
     if decode and not getattr(lib, "has_decode", False):
         raise RuntimeError(no_decode_message(lib))
+    if decode and features != _checks.PLAIN and not getattr(lib, "has_decode_features", False):
+        raise RuntimeError(
+            f"flashjit: the library ({lib.version()}) has no decode kernels with a window or "
+            f"softcap ({_checks.features_on(features)}); 0.13 and later have them")
     if backward and features.score_mod is not None:
         raise NotImplementedError(features_backward_message(features))
     if backward and features != _checks.PLAIN and not getattr(lib, "has_feature_backward",

@@ -861,6 +861,22 @@ class DecodeKernels(FakeKernelsTestCase):
         kinds = sorted((k["decode"], k["num_heads_q"]) for k in _runtime.kernels_info())
         self.assertEqual(kinds, [(False, 8), (True, 8)])
 
+    def test_decode_features_reach_the_description(self):
+        """The window and softcap with decode (0.13): in the description, a handle of
+        their own; a 0.12 library says it has none."""
+        _capi._library.has_decode_features = True
+        plain = self.get()
+        f = _checks.check_features((64, 0), 30.0)
+        handle, _ = _runtime.kernel(0, "bf16", 128, 128, 8, 2, True, 0.0, False,
+                                    (1, 4096, 16), features=f, decode=True)
+        self.assertNotEqual(handle.value, plain)
+        got = self.fake.got[-1]
+        self.assertEqual((got["decode"], got["window"], got["softcap"]), (1, (1, 64, 0), 30.0))
+        _capi._library.has_decode_features = False
+        with self.assertRaisesRegex(RuntimeError, r"no decode kernels with a window or softcap"):
+            _runtime.kernel(0, "bf16", 128, 128, 8, 2, False, 0.0, False, (1, 4096, 16),
+                            features=f, decode=True)
+
     def test_a_library_without_decode_says_so(self):
         _capi._library.has_decode = False
         with self.assertRaisesRegex(RuntimeError, r"has no decode kernels \(no fj_decode\)"):
