@@ -230,7 +230,9 @@ typedef struct fj_mod_args {
  * The features are part of what a kernel is compiled for (fj_kernel_info's spec_key
  * ends with them, e.g. ".win256_0.cap30.alibi"). The backward pass (0.9) takes the
  * window, softcap, ALiBi and mask_mod (on the bwd_mma family, whatever the target);
- * desc.backward with a score_mod is FJ_ERROR_NOT_SUPPORTED (its derivative is unknown). */
+ * desc.backward with a score_mod is FJ_ERROR_NOT_SUPPORTED (its derivative is unknown).
+ * The decode kernels (0.13) take the window and softcap over a 16-bit cache; desc.decode
+ * with ALiBi, a score_mod or a mask_mod is FJ_ERROR_NOT_SUPPORTED. */
 typedef struct fj_attention_desc {
   size_t struct_size;     /* sizeof(fj_attention_desc) */
   int32_t dtype;          /* an fj_dtype */
@@ -293,7 +295,8 @@ typedef struct fj_attention_desc {
   /* Non-zero: the kernel also carries the decode kernels (fj_decode, fj_kv_append: a few
    * new query rows against a KV cache, contiguous or paged), family dec_mma on every
    * target (sm_80 and newer), chosen by the same tune mode and cached like the forward.
-   * Combines with backward; not with the attention features (FJ_ERROR_NOT_SUPPORTED).
+   * Combines with backward, and since 0.13 with the window and softcap (not ALiBi or
+   * the user's mods: FJ_ERROR_NOT_SUPPORTED; nor with an FP8 cache).
    * 0 (the default): no decode kernels. (Added in 0.4: a struct_size that ends before
    * this field is accepted and reads as 0.) */
   int32_t decode;
@@ -651,7 +654,10 @@ FJ_API fj_status fj_backward(fj_kernel kernel, const fj_backward_args *args, voi
  *     j / page_size], at row j % page_size of it.
  * v_cache likewise with head_dim_v. With desc.causal the mask is bottom-right aligned per
  * sequence: query i of sequence b sees keys j <= i + cache_seqlens[b] - seqlen_q; a row
- * that sees no key gets o = 0 and lse = -inf. GQA / MQA as for fj_forward.
+ * that sees no key gets o = 0 and lse = -inf. GQA / MQA as for fj_forward. A window
+ * (0.13) is aligned the same way: query i sees keys i + diag - window_left .. i + diag +
+ * window_right, diag = cache_seqlens[b] - seqlen_q, and a call reads only the keys its
+ * rows' windows hold; softcap applies as in the forward.
  *
  * Long caches are cut into num_splits ranges of keys, each computed by its own CTAs, then
  * merged (split-KV): the splits' partial outputs go to a workspace the caller provides
