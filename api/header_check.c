@@ -35,8 +35,11 @@ typedef char fj_check_desc_kv_cache_dtype_last[  /* then 4 bytes of tail padding
     offsetof(fj_attention_desc, kv_cache_dtype) + 2 * sizeof(int32_t) == sizeof(fj_attention_desc) ? 1 : -1];
 typedef char fj_check_decode_args_descale_after_workspace[
     offsetof(fj_decode_args, k_descale) == offsetof(fj_decode_args, workspace_bytes) + sizeof(size_t) ? 1 : -1];
-typedef char fj_check_decode_args_descale_last[
-    offsetof(fj_decode_args, descale_head_stride) + sizeof(int64_t) == sizeof(fj_decode_args) ? 1 : -1];
+/* 0.13: ALiBi's slopes end fj_decode_args, after the FP8 cache's factors. */
+typedef char fj_check_decode_args_alibi_after_descale[
+    offsetof(fj_decode_args, alibi_slopes) == offsetof(fj_decode_args, descale_head_stride) + sizeof(int64_t) ? 1 : -1];
+typedef char fj_check_decode_args_alibi_last[
+    offsetof(fj_decode_args, alibi_batch_stride) + sizeof(int64_t) == sizeof(fj_decode_args) ? 1 : -1];
 typedef char fj_check_kv_append_args_descale_last[
     offsetof(fj_kv_append_args, descale_head_stride) + sizeof(int64_t) == sizeof(fj_kv_append_args) ? 1 : -1];
 /* ... past 0.6's tail padding (reserved_06), so that a 0.6 caller's sizeof ends before it. */

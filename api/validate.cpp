@@ -131,31 +131,32 @@ llvm::Error checkFeatures(const fj_attention_desc &d, generator::Features &f) {
   return llvm::Error::success();
 }
 
-llvm::Error checkAlibiSlopes(const fj_forward_args &a, const AttentionDesc &desc) {
-  if (!a.alibi_slopes)
+} // namespace
+
+llvm::Error checkAlibiSlopes(const float *slopes, int64_t batchStride, int batch,
+                             const AttentionDesc &desc) {
+  if (!slopes)
     return makeError(ErrorCode::InvalidValue,
                      "args->alibi_slopes is NULL, but the description has ALiBi "
                      "(desc->alibi): the slopes are given per call, fp32 in device memory "
                      "([num_heads_q] or [batch, num_heads_q])");
-  if (llvm::Error error = checkAligned("alibi_slopes", a.alibi_slopes, 4))
+  if (llvm::Error error = checkAligned("alibi_slopes", slopes, 4))
     return error;
-  if (a.alibi_batch_stride < 0)
+  if (batchStride < 0)
     return makeError(ErrorCode::InvalidValue,
                      "args->alibi_batch_stride is {0}: must be >= 0 (0: one slope per head "
                      "for the whole batch)",
-                     a.alibi_batch_stride);
+                     batchStride);
   // The kernels index slopes with b * alibi_batch_stride + h: keep it far from overflow.
   int64_t span = 0;
-  if (__builtin_mul_overflow((int64_t)a.batch - 1, a.alibi_batch_stride, &span) ||
+  if (__builtin_mul_overflow((int64_t)batch - 1, batchStride, &span) ||
       span > (INT64_C(1) << 61) - desc.headsQ)
     return makeError(ErrorCode::InvalidValue,
                      "args->alibi_batch_stride is {0}: over batch {1} it spans more than "
                      "2^61 elements",
-                     a.alibi_batch_stride, a.batch);
+                     batchStride, batch);
   return llvm::Error::success();
 }
-
-} // namespace
 
 llvm::Error checkSize(const char *field, int value, int limit, const char *why) {
   if (value < 0)
@@ -238,16 +239,17 @@ llvm::Error checkBackwardFeatures(const generator::Features &f, const char *what
 }
 
 llvm::Error checkDecodeFeatures(const generator::Features &f, const char *what) {
-  // The decode kernels take the window and soft-capping (compiled in; no per-call
-  // tensors), not yet ALiBi's slopes or the user's mods.
+  // The decode kernels take the window, soft-capping and ALiBi (0.13), not yet the
+  // user's mods.
   generator::Features others = f;
   others.window = false;
   others.windowLeft = others.windowRight = -1;
   others.softcap = 0;
+  others.alibi = false;
   if (others.any())
     return makeError(ErrorCode::NotSupported,
                      "{0} with attention features ({1}): the decode kernels (dec_mma) take "
-                     "the window and softcap, not alibi, score_mod or mask_mod yet (the "
+                     "the window, softcap and alibi, not score_mod or mask_mod yet (the "
                      "forward and backward passes take all)",
                      what, featureFields(others));
   return llvm::Error::success();
@@ -456,7 +458,7 @@ llvm::Error checkForwardArgs(const AttentionDesc &desc, const fj_forward_args *i
     if (llvm::Error error = checkAligned("lse", a.lse, 4))
       return error;
   if (desc.features.alibi)  // else the slopes are ignored
-    if (llvm::Error error = checkAlibiSlopes(a, desc))
+    if (llvm::Error error = checkAlibiSlopes(a.alibi_slopes, a.alibi_batch_stride, a.batch, desc))
       return error;
 
   params.q = a.q;

@@ -144,6 +144,10 @@ llvm::Error checkBackwardArgs(const AttentionDesc &desc, const fj_backward_args 
 // NotSupported when `features` has any (the decode kernels have none yet); `what` starts
 // the message ("desc->decode is set").
 llvm::Error checkDecodeFeatures(const generator::Features &features, const char *what);
+// ALiBi's per-call slopes (fj_forward_args', fj_backward_args', fj_decode_args' fields of
+// that name) for a description with desc.alibi: INVALID_VALUE naming the field.
+llvm::Error checkAlibiSlopes(const float *slopes, int64_t batchStride, int batch,
+                             const AttentionDesc &desc);
 
 // The sizes of a decode call alone (batch, seqlen_q, seqlen_k, num_splits and the grid
 // limits they imply): what fj_decode_workspace_size reads.

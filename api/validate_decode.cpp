@@ -201,6 +201,14 @@ llvm::Error checkDecodeArgs(const AttentionDesc &desc, const fj_decode_args *in,
     return makeError(ErrorCode::InvalidValue, "args->workspace is {0}: not 16-byte aligned",
                      a.workspace);
 
+  if (desc.features.alibi) {  // else the slopes are ignored
+    if (llvm::Error error =
+            checkAlibiSlopes(a.alibi_slopes, a.alibi_batch_stride, a.batch, desc))
+      return error;
+    params.alibi_slopes = a.alibi_slopes;
+    params.alibi_batch_stride = a.alibi_batch_stride;
+  }
+
   params.q = a.q;
   params.o = a.o;
   params.lse = a.lse;

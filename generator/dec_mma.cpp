@@ -128,10 +128,12 @@ llvm::Expected<EmittedKernel> emitDecMma(const KernelSpec &spec, const TileConfi
   if (!body)
     return body.takeError();
   EmittedKernel kernel;
-  // An FP8 cache's kernels see the params' descale fields (fj_decode_params.h).
+  // An FP8 cache's kernels see the params' descale fields, ALiBi's its slopes
+  // (fj_decode_params.h).
   kernel.source = generatedHeader(spec.key() + " / " + tile.key(),
                                   familyFingerprint(Family::DecMma)) +
-                  (spec.dtype == DType::E4M3 ? "#define FJ_DECODE_FP8_CACHE 1\n" : "") + *body +
+                  (spec.dtype == DType::E4M3 ? "#define FJ_DECODE_FP8_CACHE 1\n" : "") +
+                  (spec.features.alibi ? "#define FJ_DECODE_ALIBI 1\n" : "") + *body +
                   decMmaConfigBlock(spec, tile);
   kernel.entryName = "flashjit_dec_split";
   kernel.decode.enabled = true;

@@ -36,11 +36,12 @@ struct DecMmaConfig {
   typedef Element_ Element;  // q, o and a 16-bit cache
   static constexpr bool kFp8Cache = kFp8Cache_;  // the cache holds e4m3 bytes
   // Attention features through the forward's hook (fj_features.cuh): the window (whose
-  // key tiles alone are read) and soft-capping, over a 16-bit cache.
+  // key tiles alone are read), soft-capping and ALiBi (each packed row its head's slope),
+  // over a 16-bit cache.
   typedef Features_ Features;
   typedef FeatureTraits<Features> FeatureInfo;
-  static_assert(!Features::kAlibi && !Features::kScoreMod && !Features::kMaskMod,
-                "dec_mma takes the window and soft-capping");
+  static_assert(!Features::kScoreMod && !Features::kMaskMod,
+                "dec_mma takes the window, soft-capping and ALiBi");
   static_assert(!kFp8Cache || !FeatureInfo::kAny, "features over a 16-bit cache");
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
@@ -417,10 +418,19 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
   auto scale_log2 = [&] {
     return Cfg::kFp8Cache ? fp8_scale_log2 : ScoreHook<F>::softmax_scale_log2(p.scale_log2);
   };
-  // The features' hook: the rows' query index i is passed per score (the window's bounds
-  // count from it); the head is unused (no ALiBi or mods here).
-  const ScoreHook<F> hook(b, h_kv * group, p.seqlen_q, seqlen_k,
-                          p.scale_log2 * (1.f / ScoreHook<F>::kLog2e), nullptr);
+  // The features' hooks, one per row a thread holds: the row's query index i is passed
+  // per score (the window's bounds count from it), its head gives ALiBi's slope.
+  const float softmax_scale = p.scale_log2 * (1.f / ScoreHook<F>::kLog2e);
+  auto slope_of = [&](int hf) {
+#ifdef FJ_DECODE_ALIBI
+    return p.alibi_slopes[(long long)b * p.alibi_batch_stride + row_head[hf]];
+#else
+    return 0.f;
+#endif
+  };
+  const ScoreHook<F> hook[2] = {
+      ScoreHook<F>(b, row_head[0], p.seqlen_q, seqlen_k, softmax_scale, slope_of(0)),
+      ScoreHook<F>(b, row_head[1], p.seqlen_q, seqlen_k, softmax_scale, slope_of(1))};
   // An FP8 cache's K fragments: lane l gives row l of 32 keys (ldmatrix x4: 4 n-tiles of
   // one k-step), or row l % 16 of 16 (x2).
   const u32 k8_lane = Cfg::KTile::offset(warp_key0 + (Cfg::kFp8Cache ? lane : 0), 0);
@@ -512,20 +522,20 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          acc_s[nt][e] =
-              hook.apply(acc_s[nt][e], row_query[e >> 1], key0 + 2 * t, nt * 8 + (e & 1));
+          acc_s[nt][e] = hook[e >> 1].apply(acc_s[nt][e], row_query[e >> 1], key0 + 2 * t,
+                                            nt * 8 + (e & 1));
     }
     // Mask keys past each row's last key (the cache's end, or the causal diagonal), and
     // those outside its window; only tiles that reach past the tile's smallest limit, or
     // across a window bound of one of its rows, pay for it.
     if (key0 + Cfg::kKeysPerWarp - 1 > tile_limit ||
-        hook.tile_needs_mask(key0, Cfg::kKeysPerWarp, first_query, last_query)) {
+        hook[0].tile_needs_mask(key0, Cfg::kKeysPerWarp, first_query, last_query)) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int j = key0 + nt * 8 + 2 * t + (e & 1);
-          if (j > row_limit[e >> 1] || !hook.keeps(row_query[e >> 1], j))
+          if (j > row_limit[e >> 1] || !hook[e >> 1].keeps(row_query[e >> 1], j))
             acc_s[nt][e] = neg_inf();
         }
     }

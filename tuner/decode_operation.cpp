@@ -26,6 +26,7 @@ public:
     problem->shape_ = shape;
     problem->shape_.headDim = spec.headDim;
     problem->shape_.headDimV = spec.headDimV;
+    problem->shape_.alibi = spec.features.alibi;  // made-up slopes to read
     if (problem->shape_.pageSize == 0)
       problem->shape_.pageSize = kTimingPageSize;
     int sets = 1;

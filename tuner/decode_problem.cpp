@@ -130,6 +130,13 @@ llvm::Expected<DecodeBuffers> allocateDecodeBuffers(generator::DType dtype,
         return std::move(err);
     }
   }
+  if (s.alibi) {
+    const std::vector<float> slopes = testAlibiSlopes(s.batch, s.headsQ);
+    if (llvm::Error err = alloc(out.alibiSlopes, slopes.size() * 4))
+      return std::move(err);
+    if (llvm::Error err = out.alibiSlopes.upload(slopes.data(), slopes.size() * 4))
+      return std::move(err);
+  }
 
   if (kRows.empty()) {
     // Timing: random values everywhere. Caches of many GB take one block of random
@@ -241,6 +248,10 @@ FjDecodeParams makeDecodeParams(const ForwardShape &s, const DecodeBuffers &b) {
     p.v_descale = (const float *)b.vDescale.ptr();
     p.descale_batch_stride = s.headsKV;
     p.descale_head_stride = 1;
+  }
+  if (s.alibi) {  // slopes [batch, heads_q]
+    p.alibi_slopes = (const float *)b.alibiSlopes.ptr();
+    p.alibi_batch_stride = s.headsQ;
   }
   p.num_splits = 1;
   p.tiles_per_split = 1 << 30;

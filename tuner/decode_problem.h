@@ -26,6 +26,8 @@ struct DecodeBuffers {
   runtime::DeviceBuffer q, k, v, o, lse, blockTable, cacheSeqlens, workspace;
   // An FP8 cache: the factors of K and V, [batch, heads_kv] (decodeCacheFactor).
   runtime::DeviceBuffer kDescale, vDescale;
+  // With ALiBi (the shape's `alibi`): the slopes, [batch, heads_q] (testAlibiSlopes).
+  runtime::DeviceBuffer alibiSlopes;
   bool fp8 = false;
   int pages = 0, tableStride = 0;
   std::vector<int> table;  // host copy of the block table ([batch, tableStride])

@@ -68,6 +68,15 @@ long long tensorElements(const ForwardShape &shape, int heads, int dim, int seq,
   return totalRows * heads * rowElems;
 }
 
+std::vector<float> testAlibiSlopes(int batch, int headsQ) {
+  std::vector<float> slopes((size_t)batch * headsQ);
+  for (int bi = 0; bi < batch; ++bi)
+    for (int h = 0; h < headsQ; ++h)
+      slopes[(size_t)bi * headsQ + h] =
+          std::exp2(-8.0f * (h + 1) / headsQ) * (1.0f + 0.25f * (bi % 4));
+  return slopes;
+}
+
 llvm::Expected<ForwardBuffers> allocateBuffers(const ForwardShape &shape, bool withFp32Output) {
   ForwardBuffers b;
   auto alloc = [](runtime::DeviceBuffer &buffer, long long bytes) -> llvm::Error {
@@ -111,13 +120,7 @@ llvm::Expected<ForwardBuffers> allocateBuffers(const ForwardShape &shape, bool w
     if (auto e = alloc(b.lse, 4 * (long long)shape.headsQ * tq))
       return std::move(e);
   if (shape.alibi) {
-    // ALiBi's geometric slopes 2^(-8 (h + 1) / H), scaled per sequence so that a wrong
-    // batch stride shows.
-    std::vector<float> slopes((size_t)shape.batch * shape.headsQ);
-    for (int bi = 0; bi < shape.batch; ++bi)
-      for (int h = 0; h < shape.headsQ; ++h)
-        slopes[(size_t)bi * shape.headsQ + h] =
-            std::exp2(-8.0f * (h + 1) / shape.headsQ) * (1.0f + 0.25f * (bi % 4));
+    const std::vector<float> slopes = testAlibiSlopes(shape.batch, shape.headsQ);
     if (auto e = alloc(b.alibiSlopes, 4 * (long long)slopes.size()))
       return std::move(e);
     if (auto e = b.alibiSlopes.upload(slopes.data(), 4 * slopes.size()))

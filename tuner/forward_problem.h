@@ -74,6 +74,10 @@ struct ForwardBuffers {
 
 llvm::Expected<ForwardBuffers> allocateBuffers(const ForwardShape &shape, bool withFp32Output);
 
+// The made-up ALiBi slopes of a test or timing problem, [batch, headsQ]: ALiBi's geometric
+// slopes 2^(-8 (h + 1) / H), scaled per sequence so that a wrong batch stride shows.
+std::vector<float> testAlibiSlopes(int batch, int headsQ);
+
 // Kernel parameters for the shape over the buffers; `out` selects O or the fp32 O.
 FjForwardParams makeParams(const ForwardShape &shape, const ForwardBuffers &buffers,
                            bool fp32Output);

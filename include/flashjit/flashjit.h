@@ -56,7 +56,7 @@ extern "C" {
 #endif
 
 #define FLASHJIT_VERSION_MAJOR 0
-#define FLASHJIT_VERSION_MINOR 12
+#define FLASHJIT_VERSION_MINOR 13
 #define FLASHJIT_VERSION_PATCH 0
 
 /* ---- Status codes ------------------------------------------------------------ */
@@ -720,6 +720,12 @@ typedef struct fj_decode_args {
   const float *v_descale;
   int64_t descale_batch_stride;
   int64_t descale_head_stride;
+  /* With desc.alibi (required then; ignored otherwise; added in 0.13, a struct_size that
+   * ends before them reads them as NULL and 0): the slopes, laid out as
+   * fj_forward_args's: the slope of sequence b, query head h is
+   * alibi_slopes[b * alibi_batch_stride + h]. */
+  const float *alibi_slopes;
+  int64_t alibi_batch_stride;
 } fj_decode_args;
 
 /* Zeroes `args` and sets its struct_size. */

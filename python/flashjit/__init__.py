@@ -469,7 +469,7 @@ def _load_decode_ops():
 
 def decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, *, causal=False,
            softmax_scale=None, num_splits=0, return_lse=False, out=None, max_seqlen_k=None,
-           k_descale=None, v_descale=None, window=None, softcap=0.0):
+           k_descale=None, v_descale=None, window=None, softcap=0.0, alibi_slopes=None):
     """Attention of a few new query rows per sequence against a KV cache (a decode step;
     fj_decode), on CUDA fp16/bf16 tensors (the cache may be FP8, below), launched on the
     current stream.
@@ -492,10 +492,11 @@ def decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, *, causal=
     int; None: the cache's capacity, seqlen_k or max_pages * page_size), which sizes the
     splits; every entry must be at most it. The split workspace is allocated with torch.
 
-    window=(left, right) and softcap (C API 0.13) as for attention(), aligned to the
-    bottom right per sequence: query i sees keys i + diag - left .. i + diag + right, diag
-    = cache_seqlens[b] - seqlen_q; a step reads only the keys its rows' windows hold. Over
-    a 16-bit cache; no ALiBi or user mods in decode yet.
+    window=(left, right), softcap and alibi_slopes (C API 0.13) as for attention(),
+    aligned to the bottom right per sequence: query i sees keys i + diag - left .. i +
+    diag + right, diag = cache_seqlens[b] - seqlen_q (ALiBi's distance likewise), and a
+    step reads only the keys its rows' windows hold. alibi_slopes: float32 [heads_q] or
+    [batch, heads_q] on q's device. Over a 16-bit cache; no user mods in decode yet.
 
     FP8 KV cache (C API 0.12; docs/PYTHON.md, "FP8 KV cache"): k_cache and v_cache both
     torch.float8_e4m3fn (one byte a value; head dims multiples of 16, cache strides
@@ -518,7 +519,7 @@ def decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, *, causal=
     if ops is not None:
         result = ops.fast_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal,
                                  softmax_scale, num_splits, return_lse, out, max_seqlen_k,
-                                 k_descale, v_descale, window, softcap)
+                                 k_descale, v_descale, window, softcap, alibi_slopes)
         if result is not None:
             return result
     # The data pointers' alignment is checked when the call's plan is made (not here:
@@ -526,10 +527,13 @@ def decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, *, causal=
     sizes = check_decode(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale,
                          num_splits, out, max_seqlen_k, k_descale=k_descale,
                          v_descale=v_descale)
-    features = check_decode_features(window, softcap, sizes)
+    features = check_decode_features(window, softcap, sizes, alibi_slopes is not None)
+    if alibi_slopes is not None:
+        check_alibi_slopes(alibi_slopes, sizes.batch, sizes.heads_q, q.device)
     return _load_decode_ops().decode(q, k_cache, v_cache, cache_seqlens, block_table, causal,
                                      softmax_scale, num_splits, return_lse, out,
-                                     max_seqlen_k, sizes, k_descale, v_descale, features)
+                                     max_seqlen_k, sizes, k_descale, v_descale, features,
+                                     alibi_slopes)
 
 
 def kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table=None, *,

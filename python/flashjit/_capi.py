@@ -142,7 +142,8 @@ class DecodeArgs(C.Structure):
                [(f"{t}_{s}_stride", C.c_int64) for t in "kv" for s in _CACHE_STRIDES] + \
                [(f"o_{s}_stride", C.c_int64) for s in _STRIDES] + \
                [("num_splits", C.c_int32), ("workspace", C.c_void_p),
-                ("workspace_bytes", C.c_size_t)] + _FP8_CACHE_FIELDS
+                ("workspace_bytes", C.c_size_t)] + _FP8_CACHE_FIELDS + \
+               [("alibi_slopes", C.c_void_p), ("alibi_batch_stride", C.c_int64)]  # 0.13
 
 
 class KvAppendArgs(C.Structure):

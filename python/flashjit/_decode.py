@@ -52,7 +52,7 @@ def _cache_three(t, fp8):
     return tuple(_checks.fp8_stride(shape[i], st[i]) for i in range(3))
 
 
-def _decode_template(sizes, q, k_cache, v_cache, o_strides):
+def _decode_template(sizes, q, k_cache, v_cache, o_strides, alibi_slopes=None):
     """fj_decode_args with the sizes and strides of a call, no pointers."""
     a = _capi.new(_capi.DecodeArgs, batch=sizes.batch, seqlen_q=sizes.seqlen_q,
                   seqlen_k=sizes.seqlen_k, page_size=sizes.page_size,
@@ -64,6 +64,9 @@ def _decode_template(sizes, q, k_cache, v_cache, o_strides):
     a.v_page_stride, a.v_row_stride, a.v_head_stride = _cache_three(v_cache, fp8)
     a.o_batch_stride, a.o_seq_stride, a.o_head_stride = o_strides[:3]
     a.descale_batch_stride, a.descale_head_stride = sizes.descale_strides
+    if alibi_slopes is not None:
+        a.alibi_batch_stride = _checks.check_alibi_slopes(alibi_slopes, sizes.batch,
+                                                          sizes.heads_q, q.device)
     return a
 
 
@@ -118,7 +121,8 @@ _PLAIN = (bool, int, float, type(None))
 
 
 def _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale, num_splits,
-         out, max_seqlen_k, k_descale=None, v_descale=None, window=None, softcap=0.0):
+         out, max_seqlen_k, k_descale=None, v_descale=None, window=None, softcap=0.0,
+         alibi_slopes=None):
     """The plan's key, or None when a number argument is not a plain Python value (a
     tensor's hash is its identity, not its value: such calls are never planned). The
     factors' shapes and strides are part of it (they give the plan's factor strides), and
@@ -130,10 +134,11 @@ def _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
     return (q.shape, q.stride(), q.dtype, q.get_device(), _meta(k_cache), _meta(v_cache),
             _meta(cache_seqlens), _meta(block_table), _meta(out), causal, softmax_scale,
             num_splits, max_seqlen_k, _meta(k_descale), _meta(v_descale), window, softcap,
-            _thread_id())
+            _meta(alibi_slopes), _thread_id())
 
 
-def _make_plan(q, k_cache, v_cache, sizes, causal, out, features=_checks.PLAIN):
+def _make_plan(q, k_cache, v_cache, sizes, causal, out, features=_checks.PLAIN,
+               alibi_slopes=None):
     lib = _require_decode()
     plan = _Plan()
     plan.index, plan.handle = _decode_handle(q, sizes, causal, features)
@@ -141,18 +146,19 @@ def _make_plan(q, k_cache, v_cache, sizes, causal, out, features=_checks.PLAIN):
     plan.o_shape = (sizes.batch, sizes.seqlen_q, sizes.heads_q, sizes.head_dim_v)
     plan.lse_shape = (sizes.batch, sizes.heads_q, sizes.seqlen_q)
     o_strides = _contiguous_strides(plan.o_shape) if out is None else out.stride()
-    plan.args = _decode_template(sizes, q, k_cache, v_cache, o_strides)
+    plan.args = _decode_template(sizes, q, k_cache, v_cache, o_strides, alibi_slopes)
     plan.args_ref = C.byref(plan.args)
     plan.workspace_bytes = _workspace_bytes(lib, plan.handle, plan.args)
     return plan
 
 
-def _plan(key, q, k_cache, v_cache, sizes, causal, out, features=_checks.PLAIN):
+def _plan(key, q, k_cache, v_cache, sizes, causal, out, features=_checks.PLAIN,
+          alibi_slopes=None):
     """The plan of `key` (made and kept when new; made for this call alone when key is
     None)."""
     plan = _plans.get(key) if key is not None else None
     if plan is None:
-        plan = _make_plan(q, k_cache, v_cache, sizes, causal, out, features)
+        plan = _make_plan(q, k_cache, v_cache, sizes, causal, out, features, alibi_slopes)
         if key is not None:
             if len(_plans) >= _MAX_PLANS:  # many shapes (e.g. every cache length): start over
                 _plans.clear()
@@ -162,53 +168,59 @@ def _plan(key, q, k_cache, v_cache, sizes, causal, out, features=_checks.PLAIN):
 
 def fast_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
                 num_splits, return_lse, out, max_seqlen_k, k_descale=None, v_descale=None,
-                window=None, softcap=0.0):
+                window=None, softcap=0.0, alibi_slopes=None):
     """The result, or None when there is no plan yet (or the call is being traced, or its
     arguments are not all tensors): then flashjit.decode checks them and calls decode()."""
     if _is_compiling():
         return None
     try:
         key = _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
-                   num_splits, out, max_seqlen_k, k_descale, v_descale, window, softcap)
+                   num_splits, out, max_seqlen_k, k_descale, v_descale, window, softcap,
+                   alibi_slopes)
         plan = _plans.get(key) if key is not None else None
     except (AttributeError, TypeError):
         return None
     if plan is None:
         return None
     return _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, return_lse, out,
-                   k_descale, v_descale)
+                   k_descale, v_descale, alibi_slopes)
 
 
 def decode(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale, num_splits,
            return_lse, out, max_seqlen_k, sizes, k_descale=None, v_descale=None,
-           features=_checks.PLAIN):
+           features=_checks.PLAIN, alibi_slopes=None):
     """flashjit.decode after its checks (`sizes`, a _checks.DecodeSizes; `features`, the
-    checked window and softcap)."""
+    checked window, softcap and ALiBi, whose slopes are `alibi_slopes`)."""
     window = features.window
     if _is_compiling():
         o, lse = torch.ops.flashjit.decode(q, k_cache, v_cache, cache_seqlens, block_table,
                                            bool(causal), float(sizes.scale), sizes.num_splits,
                                            sizes.seqlen_k, k_descale, v_descale,
                                            window is not None, window[0] if window else 0,
-                                           window[1] if window else 0, features.softcap)
+                                           window[1] if window else 0, features.softcap,
+                                           alibi_slopes)
         if out is not None:
             out.copy_(o)
             o = out
         return (o, lse) if return_lse else o
     key = _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
-               num_splits, out, max_seqlen_k, k_descale, v_descale, window, features.softcap)
+               num_splits, out, max_seqlen_k, k_descale, v_descale, window, features.softcap,
+               alibi_slopes)
     plan = _plans.get(key) if key is not None else None
     if plan is None:  # a new plan: the pointers' alignment too (later calls: the library)
         _checks.check_decode(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale,
                              num_splits, out, max_seqlen_k, pointers=True, k_descale=k_descale,
                              v_descale=v_descale)
-        plan = _plan(key, q, k_cache, v_cache, sizes, causal, out, features)
+        if alibi_slopes is not None:
+            _checks.check_alibi_slopes(alibi_slopes, sizes.batch, sizes.heads_q, q.device,
+                                       pointers=True)
+        plan = _plan(key, q, k_cache, v_cache, sizes, causal, out, features, alibi_slopes)
     return _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, return_lse, out,
-                   k_descale, v_descale)
+                   k_descale, v_descale, alibi_slopes)
 
 
 def _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, return_lse, out,
-            k_descale=None, v_descale=None):
+            k_descale=None, v_descale=None, alibi_slopes=None):
     o = q.new_empty(plan.o_shape) if out is None else out
     lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=plan.device) \
         if return_lse else None
@@ -222,6 +234,7 @@ def _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, return_lse, o
     a.block_table = block_table.data_ptr() if block_table is not None else None
     a.k_descale = k_descale.data_ptr() if k_descale is not None else None
     a.v_descale = v_descale.data_ptr() if v_descale is not None else None
+    a.alibi_slopes = alibi_slopes.data_ptr() if alibi_slopes is not None else None
     if workspace is not None:
         a.workspace, a.workspace_bytes = workspace.data_ptr(), plan.workspace_bytes
     else:
@@ -339,30 +352,34 @@ def _append(plan, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, k_
 # ---- the operators (torch.compile) ---------------------------------------------------
 # k_descale / v_descale (0.12): an FP8 cache's factors, None otherwise (the checks refuse
 # factors with a 16-bit cache).
-# has_window, window_left, window_right, softcap (0.13): the window (its sides when
-# has_window) and the cap of flashjit.decode.
+# has_window, window_left, window_right, softcap, alibi_slopes (0.13): the window (its
+# sides when has_window), the cap and ALiBi's slopes of flashjit.decode.
 @torch.library.custom_op("flashjit::decode", mutates_args=(), device_types="cuda")
 def decode_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Optional[Tensor],
               block_table: Optional[Tensor], causal: bool, scale: float, num_splits: int,
               seqlen_k: int, k_descale: Optional[Tensor], v_descale: Optional[Tensor],
-              has_window: bool, window_left: int, window_right: int,
-              softcap: float) -> Tuple[Tensor, Tensor]:
+              has_window: bool, window_left: int, window_right: int, softcap: float,
+              alibi_slopes: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
     sizes = _checks.check_decode(q, k_cache, v_cache, cache_seqlens, block_table,
                                  scale if scale > 0 else None, num_splits, None, seqlen_k,
                                  pointers=True, k_descale=k_descale, v_descale=v_descale)
     window = (window_left, window_right) if has_window else None
-    features = _checks.check_decode_features(window, softcap, sizes)
+    features = _checks.check_decode_features(window, softcap, sizes, alibi_slopes is not None)
+    if alibi_slopes is not None:
+        _checks.check_alibi_slopes(alibi_slopes, sizes.batch, sizes.heads_q, q.device,
+                                   pointers=True)
     key = ("op",) + _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
-                         num_splits, None, seqlen_k, k_descale, v_descale, window, softcap)
-    plan = _plan(key, q, k_cache, v_cache, sizes, causal, None, features)
+                         num_splits, None, seqlen_k, k_descale, v_descale, window, softcap,
+                         alibi_slopes)
+    plan = _plan(key, q, k_cache, v_cache, sizes, causal, None, features, alibi_slopes)
     return _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, True, None,
-                   k_descale, v_descale)
+                   k_descale, v_descale, alibi_slopes)
 
 
 @decode_op.register_fake
 def _decode_fake(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, num_splits,
                  seqlen_k, k_descale, v_descale, has_window, window_left, window_right,
-                 softcap):
+                 softcap, alibi_slopes):
     b, s, h, _ = q.shape  # o has q's dtype, whatever the cache's
     return q.new_empty((b, s, h, v_cache.shape[-1])), \
         q.new_empty((b, h, s), dtype=torch.float32)

@@ -61,6 +61,7 @@ fj_decode_args argsOf(const FjDecodeParams &p, const tuner::DecodeBuffers &b) {
   a.k_descale = p.k_descale, a.v_descale = p.v_descale;  // an FP8 cache's (else NULL)
   a.descale_batch_stride = p.descale_batch_stride;
   a.descale_head_stride = p.descale_head_stride;
+  a.alibi_slopes = p.alibi_slopes, a.alibi_batch_stride = p.alibi_batch_stride;  // with ALiBi
   return a;
 }
 
@@ -73,6 +74,7 @@ struct Case {
   // Features (0.13): a window's sides (-1 unbounded; both -1: none) and a softcap.
   int windowLeft = -1, windowRight = -1;
   float softcap = 0.f;
+  bool alibi = false;  // the checker's made-up slopes, [batch, heads_q]
 };
 
 // Runs one case through fj_decode (its workspace asked for) and the decode checker; an
@@ -85,6 +87,7 @@ std::string checkCase(const ApiContext &ctx, const Case &c, bool fp8Cache, uint6
   desc.window_left = window ? c.windowLeft : 0;
   desc.window_right = window ? c.windowRight : 0;
   desc.softcap = c.softcap;
+  desc.alibi = c.alibi;
   Kernel kernel;
   if (fj_kernel_get(ctx.handle, &desc, &kernel.handle) != FJ_SUCCESS)
     return std::string("fj_kernel_get: ") + fj_last_error_message();
@@ -101,6 +104,7 @@ std::string checkCase(const ApiContext &ctx, const Case &c, bool fp8Cache, uint6
   spec.features.windowLeft = c.windowLeft;
   spec.features.windowRight = c.windowRight;
   spec.features.softcap = c.softcap;
+  spec.features.alibi = c.alibi;
   tuner::ForwardShape shape;
   shape.batch = (int)c.lens.size();
   shape.headsQ = c.hq;
@@ -174,8 +178,9 @@ TEST(ApiDecodeGpu, MatchesReference) {
   EXPECT_EQ(checked, 5);
 }
 
-// The window and soft-capping (0.13) through the C API: a handle whose forward and decode
-// kernels both take them, its decode against the reference with the same features.
+// The window, soft-capping and ALiBi (0.13) through the C API: a handle whose forward and
+// decode kernels both take them, its decode against the reference with the same features
+// (ALiBi's slopes in fj_decode_args).
 TEST(ApiDecodeGpu, FeaturesMatchReference) {
   FLASHJIT_REQUIRE_GPU();
   ApiContext ctx;
@@ -183,11 +188,13 @@ TEST(ApiDecodeGpu, FeaturesMatchReference) {
       {FJ_DTYPE_BF16, 128, 32, 8, true, 1, 16, 0, {5000, 17, 1025}, 1000, 0, 0.f},
       {FJ_DTYPE_FP16, 128, 32, 8, false, 5, 64, 0, {3, 4099}, 64, -1, 50.f},
       {FJ_DTYPE_BF16, 64, 16, 1, true, 16, 0, 4, {1500, 301, 9}, -1, -1, 30.f},
+      {FJ_DTYPE_BF16, 128, 32, 8, true, 1, 16, 0, {5000, 17, 1025}, -1, -1, 0.f, true},
+      {FJ_DTYPE_FP16, 128, 16, 4, false, 3, 64, 0, {3000, 130}, 512, -1, 0.f, true},
   };
   int checked = 0;
   for (const Case &c : cases)
     EXPECT_EQ(checkCase(ctx, c, false, 60 + checked++), "") << "case " << checked - 1;
-  EXPECT_EQ(checked, 3);
+  EXPECT_EQ(checked, 5);
 }
 
 TEST(ApiDecodeGpu, RefusesWhatItCannotRun) {

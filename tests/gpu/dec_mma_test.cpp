@@ -78,12 +78,13 @@ TEST(DecMma, OtherHeadDims) {
     }
 }
 
-// The features the decode kernels take (the window, soft-capping), against the forward's
-// reference with the same features: the decode grid's 15 shapes (one to 64 query rows,
-// MHA/GQA/MQA, pages, one to five splits) for windows narrower than the caches (so rows
-// see key tiles from the middle of the cache on, and some splits none), a two-sided
-// window, a cap well into tanh's bend, both together; then long caches, where the
-// splits share the window's tiles alone (tuner::SplitPolicy::keyTiles).
+// The features the decode kernels take (the window, soft-capping, ALiBi), against the
+// forward's reference with the same features: the decode grid's 15 shapes (one to 64
+// query rows, MHA/GQA/MQA, pages, one to five splits) for windows narrower than the
+// caches (so rows see key tiles from the middle of the cache on, and some splits none),
+// a two-sided window, a cap well into tanh's bend, ALiBi (each packed row of a GQA tile
+// its own head's slope, per sequence), and together; then long caches, where the splits
+// share the window's tiles alone (tuner::SplitPolicy::keyTiles).
 TEST(DecMma, Features) {
   FLASHJIT_REQUIRE_GPU();
   struct Case {
@@ -91,12 +92,16 @@ TEST(DecMma, Features) {
     int left, right;
     float softcap;
     bool causal;
+    bool alibi = false;
   };
   const Case cases[] = {{"window_left100_causal", 100, 0, 0.f, true},
                         {"window_left700", 700, -1, 0.f, false},
                         {"window_37_20", 37, 20, 0.f, false},
                         {"softcap2_causal", -1, -1, 2.f, true},
-                        {"window_300_softcap30", 300, -1, 30.f, false}};
+                        {"window_300_softcap30", 300, -1, 30.f, false},
+                        {"alibi_causal", -1, -1, 0.f, true, true},
+                        {"alibi", -1, -1, 0.f, false, true},
+                        {"window_150_20_softcap20_alibi", 150, 20, 20.f, false, true}};
   for (const Case &c : cases)
     for (DType dtype : {DType::BF16, DType::FP16}) {
       KernelSpec spec = decSpec(128, 128, dtype, c.causal);
@@ -104,6 +109,7 @@ TEST(DecMma, Features) {
       spec.features.windowLeft = c.left;
       spec.features.windowRight = c.right;
       spec.features.softcap = c.softcap;
+      spec.features.alibi = c.alibi;
       EXPECT_EQ(checkDecodeGrid(spec, generator::defaultTile(spec)), 15) << c.name;
       if (dtype == DType::FP16)
         continue;
@@ -121,6 +127,7 @@ TEST(DecMma, Features) {
     spec.features.windowLeft = 255;
     spec.features.windowRight = 0;
     spec.features.softcap = 50.f;
+    spec.features.alibi = d == 64;
     tuner::ForwardShape shape = decodeShape(12, 4, 3, {1111, 29, 517}, 32, 0);
     EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shape, 5), "")
         << spec.key() << " " << describe(shape);

@@ -82,12 +82,14 @@ def max_err(a, b):
     return (a.float().nan_to_num(0.0) - b.float()).abs().max().item()
 
 
-def decode_reference(q, k, v, causal, scale=None, dtype=None, window=None, softcap=0.0):
+def decode_reference(q, k, v, causal, scale=None, dtype=None, window=None, softcap=0.0,
+                     alibi=None):
     """(o, lse) of one sequence computed in `dtype` (fp32 by default): q [1, sq, hq, d],
     k / v [1, n, hk, d]; causal bottom-right (query i sees keys j <= i + n - sq); rows
     that see no key: 0, -inf. window (left, right) bottom-right too (query i sees keys
     i + n - sq - left .. i + n - sq + right, -1 unbounded); softcap: scaled scores become
-    softcap * tanh(score / softcap)."""
+    softcap * tanh(score / softcap); alibi: the sequence's slopes [hq], the bias
+    -slope * |i + n - sq - j| after the cap."""
     import torch
     dtype = dtype or torch.float32
     hq, hk = q.shape[2], k.shape[2]
@@ -97,6 +99,11 @@ def decode_reference(q, k, v, causal, scale=None, dtype=None, window=None, softc
     s = (qf @ kf.transpose(-1, -2)) * (scale or 1 / math.sqrt(q.shape[-1]))
     if softcap:
         s = softcap * torch.tanh(s / softcap)
+    if alibi is not None:
+        nq, nk = q.shape[1], k.shape[1]
+        dist = (torch.arange(nq, device=q.device)[:, None] + nk - nq -
+                torch.arange(nk, device=q.device)[None, :]).abs().to(s.dtype)
+        s = s - alibi.to(s.dtype)[None, :, None, None] * dist
     if causal:
         s = s.masked_fill(~causal_mask(q.shape[1], k.shape[1], q.device), float("-inf"))
     if window is not None:

@@ -1111,14 +1111,17 @@ def kv_cache(lens, hk, d, dv, dtype, page=None, n_max=None, spare=3):
 
 
 def check_decoded(o, lse, q, keys, values, causal, scale=None, what="o", window=None,
-                  softcap=0.0):
-    """Each sequence against the fp32 reference over its keys (with the window and softcap
-    when given); the bar: 2x the error of the same formula in q's dtype, + 1e-5."""
+                  softcap=0.0, alibi=None):
+    """Each sequence against the fp32 reference over its keys (with the window, softcap
+    and ALiBi's slopes, [heads_q] or [batch, heads_q], when given); the bar: 2x the error
+    of the same formula in q's dtype, + 1e-5."""
     assert not torch.isnan(o).any(), f"{what}: NaN (a read past a sequence's keys?)"
     for b in range(q.shape[0]):
         args = (q[b:b + 1], keys[b][None], values[b][None], causal, scale)
-        ref, ref_lse = decode_reference(*args, window=window, softcap=softcap)
-        low, _ = decode_reference(*args, dtype=q.dtype, window=window, softcap=softcap)
+        slopes = None if alibi is None else (alibi[b] if alibi.dim() == 2 else alibi)
+        f = dict(window=window, softcap=softcap, alibi=slopes)
+        ref, ref_lse = decode_reference(*args, **f)
+        low, _ = decode_reference(*args, dtype=q.dtype, **f)
         err, perr = max_err(o[b:b + 1], ref), max_err(low, ref)
         assert err <= 2 * perr + 1e-5, \
             f"{what}, sequence {b} ({keys[b].shape[0]} keys): error {err:.3e}, same-dtype " \
@@ -1152,26 +1155,31 @@ def decode_case(layout, dtype, d, hq, hk, sq, causal, lens=(300, 77, 1), dv=None
     assert torch.equal(again, o), "a second call (through its plan) differs"
 
 
-@case("decode with a window and softcap (0.13)")
-def decode_window_softcap_case(layout, causal, window, softcap):
+@case("decode with a window, softcap and ALiBi (0.13)")
+def decode_window_softcap_case(layout, causal, window, softcap, alibi=None):
     need_decode()
     lens = [5000, 77, 1, 1300]
     k, v, table, keys, values = kv_cache(lens, 2, 128, 128, torch.bfloat16, PAGES[layout])
     q = rand(len(lens), 3, 8, 128)
     seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    slopes = None
+    if alibi == "heads":
+        slopes = torch.tensor([2.0 ** (-(h + 1)) for h in range(8)], device="cuda")
+    elif alibi == "batch":
+        slopes = torch.rand(len(lens), 8, device="cuda") * 0.5 + 0.01
+    f = dict(window=window, softcap=softcap)
     for splits in (1, 0):  # o: the automatic split count's, which `again` runs too
         o, lse = flashjit.decode(q, k, v, seqlens, table, causal=causal, num_splits=splits,
-                                 return_lse=True, window=window, softcap=softcap)
-        check_decoded(o, lse, q, keys, values, causal, window=window, softcap=softcap,
-                      what=f"num_splits={splits}")
-    again = flashjit.decode(q, k, v, seqlens, table, causal=causal, window=window,
-                            softcap=softcap)
+                                 return_lse=True, alibi_slopes=slopes, **f)
+        check_decoded(o, lse, q, keys, values, causal, what=f"num_splits={splits}",
+                      alibi=slopes, **f)
+    again = flashjit.decode(q, k, v, seqlens, table, causal=causal, alibi_slopes=slopes, **f)
     assert torch.equal(again, o), "a second call (through its plan) differs"
     plain = flashjit.decode(q, k, v, seqlens, table, causal=causal)
     assert not torch.equal(plain, o), "the window / softcap changed nothing"
 
 
-@case("decode refuses a window over an FP8 cache and ALiBi's arguments")
+@case("decode refuses a window over an FP8 cache, a bad window, bad slopes")
 def decode_feature_refusals():
     need_decode()
     q, k, v = rand(2, 1, 8, 128), rand(2, 64, 2, 128), rand(2, 64, 2, 128)
@@ -1187,6 +1195,11 @@ def decode_feature_refusals():
         raise AssertionError("window (-1, -1) was accepted")
     except ValueError as e:
         assert "window" in str(e), e
+    try:
+        flashjit.decode(q, k, v, alibi_slopes=torch.ones(3, device="cuda"))
+        raise AssertionError("slopes of 3 heads were accepted for 8")
+    except ValueError as e:
+        assert "alibi_slopes" in str(e), e
 
 
 @case("decode, contiguous cache without cache_seqlens, out= a strided view, softmax_scale")
@@ -1372,6 +1385,8 @@ def decode_cases():
                                             ("paged64", False, (37, 20), 30.0),
                                             ("paged16", True, None, 2.0)):
         decode_window_softcap_case(layout, causal, window, softcap)
+    decode_window_softcap_case("paged16", True, None, 0.0, alibi="heads")
+    decode_window_softcap_case("contiguous", False, (300, -1), 20.0, alibi="batch")
     decode_feature_refusals()
     decode_full_cache()
     decode_long()

@@ -532,13 +532,14 @@ class DecodeLayouts(unittest.TestCase):
 
     def test_desc_decode_is_where_the_library_reads_it(self):
         L = _capi.library().lib
-        # ALiBi is refused with decode (0.13 takes the window and softcap): the field is
-        # read, so `decode` is where the library reads it.
+        # A score_mod is refused with decode (0.13 takes the window, softcap and ALiBi):
+        # the field is read, so `decode` is where the library reads it.
         self.assertEqual(L.fj_validate_attention_desc(C.byref(self.desc(softcap=30.0))), 0,
                          message())
-        d = self.desc(alibi=1)
+        d = self.desc(score_mod=b"return score;")
         self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), 2)
-        self.assertIn("desc->decode is set with attention features (desc->alibi)", message())
+        self.assertIn("desc->decode is set with attention features (desc->score_mod)",
+                      message())
         # A 0.3 caller's description (struct_size ending before `decode`) reads it as 0.
         d.struct_size = _capi.AttentionDesc.decode.offset
         self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), 0, message())
@@ -620,6 +621,26 @@ class DecodeLayouts(unittest.TestCase):
         self.assertTrue(flashjit.has_fp8_kv_cache())  # this build's library: 0.12
         self.assertTrue(flashjit.info()["fp8_kv_cache"])
 
+    def test_alibi_slopes_are_where_the_library_reads_them(self):
+        """ALiBi's slopes in fj_decode_args (0.13): required with desc.alibi, checked where
+        the ctypes struct puts them; a 0.12-sized struct reads them as NULL."""
+        alibi = self.desc(alibi=1)
+        self.assertEqual(self.validate(_capi.DecodeArgs, self.DECODE, alibi), 1)
+        self.assertIn("args->alibi_slopes is NULL", message())
+        ok = dict(self.DECODE, alibi_slopes=0x7f0000b00000, alibi_batch_stride=8)
+        self.assertEqual(self.validate(_capi.DecodeArgs, ok, alibi), 0, message())
+        for field, value, expected in (("alibi_slopes", 0x7f0000b00002, "4-byte"),
+                                       ("alibi_batch_stride", -3,
+                                        "args->alibi_batch_stride is -3")):
+            self.assertEqual(self.validate(_capi.DecodeArgs, dict(ok, **{field: value}), alibi),
+                             1, field)
+            self.assertIn(expected, message())
+        a = _capi.new(_capi.DecodeArgs, **ok)
+        a.struct_size = _capi.DecodeArgs.alibi_slopes.offset
+        L = _capi.library().lib
+        self.assertEqual(L.fj_validate_decode_args(C.byref(alibi), C.byref(a)), 1)
+        self.assertIn("args->alibi_slopes is NULL", message())
+
     def test_fp8_cache_fields_are_where_the_library_reads_them(self):
         """The factors of an FP8 cache (0.12), the last four fields of fj_decode_args and
         fj_kv_append_args, and the cache strides an FP8 cache needs, each named by the
@@ -631,6 +652,9 @@ class DecodeLayouts(unittest.TestCase):
         for struct, base in ((_capi.DecodeArgs, self.DECODE), (_capi.DecodeArgs, self.PAGED),
                              (_capi.KvAppendArgs, self.APPEND)):
             names = [name for name, _ in struct._fields_]
+            if struct is _capi.DecodeArgs:  # 0.13's ALiBi slopes follow them
+                self.assertEqual(names[-2:], ["alibi_slopes", "alibi_batch_stride"])
+                names = names[:-2]
             self.assertEqual(names[-4:], ["k_descale", "v_descale", "descale_batch_stride",
                                           "descale_head_stride"])
             self.assertEqual(self.validate(struct, base, fp8), 0, message())

@@ -151,9 +151,25 @@ INSTANTIATE_TEST_SUITE_P(
                   [](D &, A &a) { a.page_size = 7, a.table_stride = 142; }, kInvalid,
                   {"args->table_stride is 142", "ceil(1000 / 7) = 143"}},
         // The description.
-        BadDecode{"DescriptionWithAlibi", [](D &d, A &) { d.alibi = 1; }, kNotSupported,
-                  {"decode arguments for a description", "desc->alibi",
-                   "take the window and softcap"}},
+        BadDecode{"DescriptionWithScoreMod", [](D &d, A &) { d.score_mod = "return score;"; },
+                  kNotSupported,
+                  {"decode arguments for a description", "desc->score_mod",
+                   "take the window, softcap and alibi"}},
+        BadDecode{"AlibiWithoutSlopes", [](D &d, A &) { d.alibi = 1; }, kInvalid,
+                  {"args->alibi_slopes is NULL", "desc->alibi"}},
+        BadDecode{"AlibiSlopesMisaligned",
+                  [](D &d, A &a) {
+                    d.alibi = 1;
+                    a.alibi_slopes = reinterpret_cast<const float *>(0x1002);
+                  },
+                  kInvalid, {"alibi_slopes", "4-byte"}},
+        BadDecode{"AlibiBatchStrideNegative",
+                  [](D &d, A &a) {
+                    d.alibi = 1;
+                    a.alibi_slopes = reinterpret_cast<const float *>(0x1000);
+                    a.alibi_batch_stride = -1;
+                  },
+                  kInvalid, {"args->alibi_batch_stride is -1"}},
         BadDecode{"DecodeDescriptionWithMaskMod",
                   [](D &d, A &) {
                     d.decode = 1, d.window = 1, d.window_left = 128;
@@ -315,9 +331,12 @@ TEST(ValidateDecodeDesc, DecodeFlagIsReadAndRefusesFeatures) {
   EXPECT_TRUE(succeeds(fj_validate_attention_desc(&desc)));
   fj_decode_args args = validDecodeArgs(desc);
   EXPECT_TRUE(succeeds(fj_validate_decode_args(&desc, &args)));
+  // ALiBi too (0.13), with its slopes in the decode arguments.
   desc.alibi = 1;
-  EXPECT_TRUE(failsWith(fj_validate_attention_desc(&desc), FJ_ERROR_NOT_SUPPORTED,
-                        {"desc->decode is set", "desc->alibi", "dec_mma"}));
+  EXPECT_TRUE(succeeds(fj_validate_attention_desc(&desc)));
+  args.alibi_slopes = reinterpret_cast<const float *>(0x1000);
+  EXPECT_TRUE(succeeds(fj_validate_decode_args(&desc, &args)));
+  desc.alibi = 0;
   desc.window = 0, desc.window_left = desc.window_right = 0, desc.softcap = 0.f;
   desc.alibi = 0;
   desc.score_mod = "return score;";
@@ -397,8 +416,8 @@ INSTANTIATE_TEST_SUITE_P(
                         reinterpret_cast<const int32_t *>(shifted(a.cache_seqlens, 2));
                   },
                   kInvalid, {"args->cache_seqlens", "4-byte aligned"}},
-        BadAppend{"DescriptionWithAlibi", [](D &d, P &) { d.alibi = 1; }, kNotSupported,
-                  {"append arguments for a description", "desc->alibi"}}),
+        BadAppend{"DescriptionWithMaskMod", [](D &d, P &) { d.mask_mod = "return true;"; },
+                  kNotSupported, {"append arguments for a description", "desc->mask_mod"}}),
     [](const auto &info) { return std::string(info.param.name); });
 
 TEST(ValidateAppendOk, GoodAndEmptyAppendsPass) {

@@ -67,9 +67,10 @@ TEST(DecMmaSpec, DefaultTilesFitEveryTarget) {
     }
 }
 
-// The window and soft-capping compile in (the hook's features struct in the config);
-// ALiBi and the user's mods are refused with what the family takes.
-TEST(DecMmaSpec, TakesTheWindowAndSoftcapOnly) {
+// The window, soft-capping and ALiBi compile in (the hook's features struct in the
+// config; ALiBi's kernels see the params' slopes); the user's mods are refused with what
+// the family takes.
+TEST(DecMmaSpec, TakesTheBuiltInFeatures) {
   KernelSpec spec = decodeSpec(128);
   spec.features.window = true;
   spec.features.windowLeft = 4096;
@@ -79,8 +80,13 @@ TEST(DecMmaSpec, TakesTheWindowAndSoftcapOnly) {
   ASSERT_TRUE(bool(kernel)) << llvm::toString(kernel.takeError());
   EXPECT_NE(kernel->source.find("false, FjFeatures> FjConfig"), std::string::npos);
   EXPECT_EQ(kernel->decode.windowLeft, 4096);
-  for (auto set : {+[](KernelSpec &s) { s.features.alibi = true; },
-                   +[](KernelSpec &s) { s.features.maskMod = "return true;"; },
+  EXPECT_EQ(kernel->source.find("#define FJ_DECODE_ALIBI"), std::string::npos);
+  spec.features.alibi = true;
+  EXPECT_FALSE(bool(validateSpec(spec))) << spec.key();
+  kernel = emitKernel(spec, defaultTile(spec));
+  ASSERT_TRUE(bool(kernel)) << llvm::toString(kernel.takeError());
+  EXPECT_NE(kernel->source.find("#define FJ_DECODE_ALIBI 1"), std::string::npos);
+  for (auto set : {+[](KernelSpec &s) { s.features.maskMod = "return true;"; },
                    +[](KernelSpec &s) { s.features.scoreMod = "return score;"; }}) {
     KernelSpec other = decodeSpec(128);
     set(other);
@@ -88,7 +94,7 @@ TEST(DecMmaSpec, TakesTheWindowAndSoftcapOnly) {
     ASSERT_TRUE(bool(err)) << other.key();
     ErrorReport report = takeErrorReport(std::move(err));
     EXPECT_EQ(report.code, ErrorCode::NotSupported);
-    EXPECT_NE(report.message.find("takes the window and softcap"), std::string::npos)
+    EXPECT_NE(report.message.find("takes the window, softcap and alibi"), std::string::npos)
         << report.message;
   }
   // An FP8 cache takes none yet.

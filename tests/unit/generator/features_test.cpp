@@ -249,8 +249,8 @@ TEST(FeatureValidation, BackwardFamiliesTakeWhatTheyCan) {
       ASSERT_TRUE(bool(emitted)) << spec.key() << ": " << llvm::toString(emitted.takeError());
       EXPECT_NE(emitted->source.find("FjFeatures> FjConfig"), std::string::npos) << spec.key();
     }
-    // Decode takes the window and soft-capping (no per-call tensors), not the others.
-    if (f.alibi || !f.maskMod.empty()) {
+    // Decode takes the window, soft-capping and ALiBi, not the user's code.
+    if (!f.maskMod.empty()) {
       ErrorReport report = errorOf(validateFeatures(specWith(f, Family::DecMma)));
       EXPECT_EQ(report.code, ErrorCode::NotSupported) << f.keySuffix();
       EXPECT_NE(report.message.find("dec_mma"), std::string::npos) << report.message;
