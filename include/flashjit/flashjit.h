@@ -231,8 +231,9 @@ typedef struct fj_mod_args {
  * ends with them, e.g. ".win256_0.cap30.alibi"). The backward pass (0.9) takes the
  * window, softcap, ALiBi and mask_mod (on the bwd_mma family, whatever the target);
  * desc.backward with a score_mod is FJ_ERROR_NOT_SUPPORTED (its derivative is unknown).
- * The decode kernels (0.13) take the window and softcap over a 16-bit cache; desc.decode
- * with ALiBi, a score_mod or a mask_mod is FJ_ERROR_NOT_SUPPORTED. */
+ * The decode kernels (0.13) take the window, softcap and ALiBi (fj_decode_args.alibi_slopes)
+ * over a 16-bit cache; desc.decode with a score_mod or a mask_mod is
+ * FJ_ERROR_NOT_SUPPORTED. */
 typedef struct fj_attention_desc {
   size_t struct_size;     /* sizeof(fj_attention_desc) */
   int32_t dtype;          /* an fj_dtype */
@@ -295,8 +296,8 @@ typedef struct fj_attention_desc {
   /* Non-zero: the kernel also carries the decode kernels (fj_decode, fj_kv_append: a few
    * new query rows against a KV cache, contiguous or paged), family dec_mma on every
    * target (sm_80 and newer), chosen by the same tune mode and cached like the forward.
-   * Combines with backward, and since 0.13 with the window and softcap (not ALiBi or
-   * the user's mods: FJ_ERROR_NOT_SUPPORTED; nor with an FP8 cache).
+   * Combines with backward, and since 0.13 with the window, softcap and ALiBi (not the
+   * user's mods: FJ_ERROR_NOT_SUPPORTED; nor any feature with an FP8 cache).
    * 0 (the default): no decode kernels. (Added in 0.4: a struct_size that ends before
    * this field is accepted and reads as 0.) */
   int32_t decode;
@@ -657,7 +658,8 @@ FJ_API fj_status fj_backward(fj_kernel kernel, const fj_backward_args *args, voi
  * that sees no key gets o = 0 and lse = -inf. GQA / MQA as for fj_forward. A window
  * (0.13) is aligned the same way: query i sees keys i + diag - window_left .. i + diag +
  * window_right, diag = cache_seqlens[b] - seqlen_q, and a call reads only the keys its
- * rows' windows hold; softcap applies as in the forward.
+ * rows' windows hold; softcap and ALiBi (its distance counted the same way, its slopes in
+ * alibi_slopes) apply as in the forward.
  *
  * Long caches are cut into num_splits ranges of keys, each computed by its own CTAs, then
  * merged (split-KV): the splits' partial outputs go to a workspace the caller provides
