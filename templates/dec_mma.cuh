@@ -515,7 +515,7 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
       }
     }
 
-    // Soft-capping, every score (the mask below overwrites what it drops).
+    // Soft-capping and ALiBi, every score (the mask below overwrites what it drops).
     const int key0 = n * Cfg::kBlockN + warp_key0;
     if constexpr (Cfg::FeatureInfo::kTransforms) {
 #pragma unroll
