@@ -69,3 +69,24 @@ TEST(SplitPolicy, NoSplitIsLeftEmptyAndNoneExceedsTheMost) {
       EXPECT_GE((long long)d.numSplits * d.tilesPerSplit, tiles) << keys << " " << batch;
     }
 }
+
+// A window's left side (0.13): the splits share the key tiles of the rows' windows, at
+// most window_left + seqlen_q keys and a tile for the unaligned start, never more than
+// the cache's own; every such range is covered (tiles_per_split x splits).
+TEST(SplitPolicy, AWindowSplitsItsOwnTilesAlone) {
+  SplitPolicy s = policy();
+  s.windowLeft = 4096;
+  EXPECT_EQ(s.keyTiles(step(1, 65536)), (4096 + 1 + 64 + 63) / 64) << "66 tiles, not 1024";
+  EXPECT_EQ(s.keyTiles(step(1, 1000)), 16) << "a cache shorter than the window: its own";
+  FjDecodeParams speculative = step(1, 65536);
+  speculative.seqlen_q = 16;
+  EXPECT_EQ(s.keyTiles(speculative), (4096 + 16 + 64 + 63) / 64);
+  for (int batch : {1, 4, 64}) {
+    const FjDecodeParams p = step(batch, 65536);
+    const tuner::DecodeSplits d = s.plan(p);
+    EXPECT_GE((long long)d.tilesPerSplit * d.numSplits, s.keyTiles(p)) << batch;
+    EXPECT_LE(d.numSplits, s.keyTiles(p)) << batch;
+  }
+  SplitPolicy whole = policy();
+  EXPECT_GT(whole.plan(step(1, 65536)).tilesPerSplit, s.plan(step(1, 65536)).tilesPerSplit);
+}
