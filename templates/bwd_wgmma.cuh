@@ -133,7 +133,6 @@ struct BwdWgmmaConfig {
   static constexpr bool kSplitHead = kHeadDim > 128;
   static constexpr int kBlockN = kSplitHead ? 64 : 64 * kConsumers;
   static constexpr int kScoreCols = kSplitHead ? kBlockM / kConsumers : kBlockM;  // S^T's N
-  static constexpr int kDkvCols = kSplitHead ? kHeadDim / kConsumers : kHeadDim;
   // With a split head dim, the consumers' panels of dK, dV and dQ (split_panels), and the
   // panels of Q and dO a step loads: only those the products read.
   static constexpr SplitPanels kSplit =
@@ -166,8 +165,7 @@ struct BwdWgmmaConfig {
   static_assert(kBlockM % 64 == 0, "query steps of whole 64-row panels");
   // The split head dim may take one stage (docs/PERF.md bw8).
   static_assert(kStages >= (kSplitHead ? 1 : 2), "the ring's stages");
-  static_assert(!kSplitHead || (kBlockM == 64 && kDkvCols % 64 == 0),
-                "a split head dim: 64-query steps, whole panels a consumer");
+  static_assert(!kSplitHead || kBlockM == 64, "a split head dim: 64-query steps");
 
   // dQ = dS K: the warpgroups split the step's query rows into 64-row slices, then the
   // head dim; each takes one slice of whole panels.
