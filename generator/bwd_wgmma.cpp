@@ -25,7 +25,9 @@ constexpr int kOverheadRegisters = 24;
 bool splitsHead(const KernelSpec &spec) { return bwdWgmmaPaddedHeadDim(spec) > 128; }
 
 // The columns of the head dim one warpgroup's dQ product covers (BwdWgmmaConfig::kDqCols):
-// the two warpgroups split the step's rows into 64-row slices, then the head dim.
+// the two warpgroups split the step's rows into 64-row slices, then the head dim. (With a
+// split head dim the products' widths are bwdWgmmaSplitPanels'; this half of the panels
+// only passes the tile rule's check.)
 int dqColumns(const KernelSpec &spec, const TileConfig &tile) {
   const int rowSlices = tile.blockM / 64;
   return rowSlices > 0 && 2 % rowSlices == 0 ? bwdWgmmaPaddedHeadDim(spec) / (2 / rowSlices)
