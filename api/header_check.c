@@ -38,8 +38,12 @@ typedef char fj_check_decode_args_descale_after_workspace[
 /* 0.13: ALiBi's slopes end fj_decode_args, after the FP8 cache's factors. */
 typedef char fj_check_decode_args_alibi_after_descale[
     offsetof(fj_decode_args, alibi_slopes) == offsetof(fj_decode_args, descale_head_stride) + sizeof(int64_t) ? 1 : -1];
-typedef char fj_check_decode_args_alibi_last[
-    offsetof(fj_decode_args, alibi_batch_stride) + sizeof(int64_t) == sizeof(fj_decode_args) ? 1 : -1];
+/* 0.14: the user code's args end fj_decode_args, after ALiBi's slopes. */
+typedef char fj_check_decode_args_mod_args_after_alibi[
+    offsetof(fj_decode_args, mod_args) ==
+    offsetof(fj_decode_args, alibi_batch_stride) + sizeof(int64_t) ? 1 : -1];
+typedef char fj_check_decode_args_mod_args_last[
+    offsetof(fj_decode_args, mod_args) + sizeof(fj_mod_args) == sizeof(fj_decode_args) ? 1 : -1];
 typedef char fj_check_kv_append_args_descale_last[
     offsetof(fj_kv_append_args, descale_head_stride) + sizeof(int64_t) == sizeof(fj_kv_append_args) ? 1 : -1];
 /* ... past 0.6's tail padding (reserved_06), so that a 0.6 caller's sizeof ends before it. */

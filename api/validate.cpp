@@ -238,23 +238,6 @@ llvm::Error checkBackwardFeatures(const generator::Features &f, const char *what
   return llvm::Error::success();
 }
 
-llvm::Error checkDecodeFeatures(const generator::Features &f, const char *what) {
-  // The decode kernels take the window, soft-capping and ALiBi (0.13), not yet the
-  // user's mods.
-  generator::Features others = f;
-  others.window = false;
-  others.windowLeft = others.windowRight = -1;
-  others.softcap = 0;
-  others.alibi = false;
-  if (others.any())
-    return makeError(ErrorCode::NotSupported,
-                     "{0} with attention features ({1}): the decode kernels (dec_mma) take "
-                     "the window, softcap and alibi, not score_mod or mask_mod yet (the "
-                     "forward and backward passes take all)",
-                     what, featureFields(others));
-  return llvm::Error::success();
-}
-
 llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *in) {
   fj_attention_desc d;
   if (llvm::Error error = copyInStruct(in, "desc", "fj_attention_desc", d))
@@ -331,10 +314,7 @@ llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *in) {
   if (out.backward)
     if (llvm::Error error = checkBackwardFeatures(out.features, "desc->backward is set"))
       return std::move(error);
-  out.decode = d.decode != 0;
-  if (out.decode)
-    if (llvm::Error error = checkDecodeFeatures(out.features, "desc->decode is set"))
-      return std::move(error);
+  out.decode = d.decode != 0;  // the decode kernels take every feature (0.14)
   if (llvm::Error error = checkFp8Desc(d, out))
     return std::move(error);
   if (llvm::Error error = checkKvCacheDtype(d, out))

@@ -141,9 +141,6 @@ llvm::Error checkBackwardArgs(const AttentionDesc &desc, const fj_backward_args 
                               FjBackwardParams &params, bool &noWork,
                               fj_block_mask *blockMask = nullptr);
 
-// NotSupported when `features` has any (the decode kernels have none yet); `what` starts
-// the message ("desc->decode is set").
-llvm::Error checkDecodeFeatures(const generator::Features &features, const char *what);
 // ALiBi's per-call slopes (fj_forward_args', fj_backward_args', fj_decode_args' fields of
 // that name) for a description with desc.alibi: INVALID_VALUE naming the field.
 llvm::Error checkAlibiSlopes(const float *slopes, int64_t batchStride, int batch,

@@ -7,6 +7,7 @@
 #include "support/error.h"
 
 #include <cstdint>
+#include <cstring>
 
 namespace flashjit::api {
 namespace {
@@ -155,11 +156,6 @@ llvm::Error checkDecodeArgs(const AttentionDesc &desc, const fj_decode_args *in,
   fj_decode_args a;
   if (llvm::Error error = copyInStruct(in, "args", "fj_decode_args", a))
     return error;
-  // A description with features never gets decode kernels (checkDesc refuses it with
-  // desc.decode); its arguments are refused for the same reason.
-  if (llvm::Error error =
-          checkDecodeFeatures(desc.features, "decode arguments for a description"))
-    return error;
   if (llvm::Error error = checkDecodeSizes(desc, a))
     return error;
   const CacheFields cache = cacheFields(a);
@@ -208,6 +204,8 @@ llvm::Error checkDecodeArgs(const AttentionDesc &desc, const fj_decode_args *in,
     params.alibi_slopes = a.alibi_slopes;
     params.alibi_batch_stride = a.alibi_batch_stride;
   }
+  static_assert(sizeof(a.mod_args) == sizeof(params.mod_args), "fj_mod_args is FjModArgs");
+  std::memcpy(&params.mod_args, &a.mod_args, sizeof(params.mod_args));  // passed as given
 
   params.q = a.q;
   params.o = a.o;
@@ -227,9 +225,6 @@ llvm::Error checkKvAppendArgs(const AttentionDesc &desc, const fj_kv_append_args
                               FjDecodeParams &params, bool &noWork) {
   fj_kv_append_args a;
   if (llvm::Error error = copyInStruct(in, "args", "fj_kv_append_args", a))
-    return error;
-  if (llvm::Error error =
-          checkDecodeFeatures(desc.features, "append arguments for a description"))
     return error;
   // The append kernel's grid: (new rows, batch).
   if (llvm::Error error = checkSize("batch", a.batch, kMaxGridYZ, "a CUDA grid dimension"))

@@ -128,13 +128,16 @@ llvm::Expected<EmittedKernel> emitDecMma(const KernelSpec &spec, const TileConfi
   if (!body)
     return body.takeError();
   EmittedKernel kernel;
-  // An FP8 cache's kernels see the params' descale fields, ALiBi's its slopes
-  // (fj_decode_params.h).
+  // An FP8 cache's kernels see the params' descale fields, ALiBi's its slopes, the
+  // user's code its args (fj_decode_params.h).
+  const bool mods = !spec.features.scoreMod.empty() || !spec.features.maskMod.empty();
   kernel.source = generatedHeader(spec.key() + " / " + tile.key(),
                                   familyFingerprint(Family::DecMma)) +
                   (spec.dtype == DType::E4M3 ? "#define FJ_DECODE_FP8_CACHE 1\n" : "") +
-                  (spec.features.alibi ? "#define FJ_DECODE_ALIBI 1\n" : "") + *body +
+                  (spec.features.alibi ? "#define FJ_DECODE_ALIBI 1\n" : "") +
+                  (mods ? "#define FJ_DECODE_MODS 1\n" : "") + *body +
                   decMmaConfigBlock(spec, tile);
+  kernel.source = resumeLineNumbers(std::move(kernel.source), kProgramName);
   kernel.entryName = "flashjit_dec_split";
   kernel.decode.enabled = true;
   kernel.decode.combine = "flashjit_dec_combine";

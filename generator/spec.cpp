@@ -329,7 +329,7 @@ llvm::Error validateFeatures(const KernelSpec &spec) {
     return llvm::Error::success();
   // The backward pass takes the features (a score_mod has no derivative to take):
   // bwd_mma all of them, bwd_wgmma all but soft-capping and one spilling case
-  // (bwdWgmmaFeatureRefusal); decode the window, soft-capping and ALiBi.
+  // (bwdWgmmaFeatureRefusal); decode all of them.
   const bool backward = operationOf(spec.family) == Operation::Backward;
   if (backward && !f.scoreMod.empty())
     return makeError(ErrorCode::NotSupported,
@@ -339,13 +339,6 @@ llvm::Error validateFeatures(const KernelSpec &spec) {
   if (spec.family == Family::BwdWgmma)
     if (std::optional<std::string> why = bwdWgmmaFeatureRefusal(spec))
       return makeError(ErrorCode::NotSupported, "{0}", *why);
-  // The decode kernels take the window, soft-capping and ALiBi, not the user's code.
-  if (operationOf(spec.family) == Operation::Decode &&
-      (!f.scoreMod.empty() || !f.maskMod.empty()))
-    return makeError(ErrorCode::NotSupported,
-                     "{0} does not support score_mod or mask_mod yet ({1}): it takes the "
-                     "window, softcap and alibi; the forward and backward families take all",
-                     familyName(spec.family), f.keySuffix().substr(1));
   if (!backward && operationOf(spec.family) != Operation::Forward &&
       operationOf(spec.family) != Operation::Decode)
     return makeError(ErrorCode::NotSupported,

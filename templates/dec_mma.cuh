@@ -36,12 +36,10 @@ struct DecMmaConfig {
   typedef Element_ Element;  // q, o and a 16-bit cache
   static constexpr bool kFp8Cache = kFp8Cache_;  // the cache holds e4m3 bytes
   // Attention features through the forward's hook (fj_features.cuh): the window (whose
-  // key tiles alone are read), soft-capping and ALiBi (each packed row its head's slope),
-  // over a 16-bit cache.
+  // key tiles alone are read), soft-capping, ALiBi (each packed row its head's slope) and
+  // the user's score_mod and mask_mod, over a 16-bit cache.
   typedef Features_ Features;
   typedef FeatureTraits<Features> FeatureInfo;
-  static_assert(!Features::kScoreMod && !Features::kMaskMod,
-                "dec_mma takes the window, soft-capping and ALiBi");
   static_assert(!kFp8Cache || !FeatureInfo::kAny, "features over a 16-bit cache");
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
@@ -428,9 +426,14 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
     return 0.f;
 #endif
   };
+#ifdef FJ_DECODE_MODS
+  const FjModArgs *mod_args = &p.mod_args;
+#else
+  const FjModArgs *mod_args = nullptr;
+#endif
   const ScoreHook<F> hook[2] = {
-      ScoreHook<F>(b, row_head[0], p.seqlen_q, seqlen_k, softmax_scale, slope_of(0)),
-      ScoreHook<F>(b, row_head[1], p.seqlen_q, seqlen_k, softmax_scale, slope_of(1))};
+      ScoreHook<F>(b, row_head[0], p.seqlen_q, seqlen_k, softmax_scale, slope_of(0), mod_args),
+      ScoreHook<F>(b, row_head[1], p.seqlen_q, seqlen_k, softmax_scale, slope_of(1), mod_args)};
   // An FP8 cache's K fragments: lane l gives row l of 32 keys (ldmatrix x4: 4 n-tiles of
   // one k-step), or row l % 16 of 16 (x2).
   const u32 k8_lane = Cfg::KTile::offset(warp_key0 + (Cfg::kFp8Cache ? lane : 0), 0);
@@ -515,15 +518,18 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
       }
     }
 
-    // Soft-capping and ALiBi, every score (the mask below overwrites what it drops).
+    // Soft-capping, ALiBi and score_mod, every score (the mask below overwrites what it
+    // drops). The user's score_mod sees only keys its row may see (it may index its own
+    // tensors by key): the mask below drops the others.
     const int key0 = n * Cfg::kBlockN + warp_key0;
     if constexpr (Cfg::FeatureInfo::kTransforms) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          acc_s[nt][e] = hook[e >> 1].apply(acc_s[nt][e], row_query[e >> 1], key0 + 2 * t,
-                                            nt * 8 + (e & 1));
+          if (!F::kScoreMod || key0 + nt * 8 + 2 * t + (e & 1) <= row_limit[e >> 1])
+            acc_s[nt][e] = hook[e >> 1].apply(acc_s[nt][e], row_query[e >> 1], key0 + 2 * t,
+                                              nt * 8 + (e & 1));
     }
     // Mask keys past each row's last key (the cache's end, or the causal diagonal), and
     // those outside its window; only tiles that reach past the tile's smallest limit, or

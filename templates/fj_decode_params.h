@@ -44,7 +44,8 @@ struct FjDecodeParams {
   int new_len;
   long long k_new_batch_stride, k_new_row_stride, k_new_head_stride;
   long long v_new_batch_stride, v_new_row_stride, v_new_head_stride;
-#if !defined(__CUDACC__) || defined(FJ_DECODE_FP8_CACHE) || defined(FJ_DECODE_ALIBI)
+#if !defined(__CUDACC__) || defined(FJ_DECODE_FP8_CACHE) || defined(FJ_DECODE_ALIBI) || \
+    defined(FJ_DECODE_MODS)
   // An FP8 (e4m3) cache: a value of (sequence b, KV head h) is its byte's times
   // k_descale[b * descale_batch_stride + h * descale_head_stride] (NULL: 1), v's by
   // v_descale; the append divides by them. The host always passes these fields; a
@@ -55,11 +56,16 @@ struct FjDecodeParams {
   const float *v_descale;
   long long descale_batch_stride, descale_head_stride;
 #endif
-#if !defined(__CUDACC__) || defined(FJ_DECODE_ALIBI)
+#if !defined(__CUDACC__) || defined(FJ_DECODE_ALIBI) || defined(FJ_DECODE_MODS)
   // ALiBi's slopes (a kernel compiled with it, which sees the FP8 fields above too, so
   // that the offsets are the host's): the slope of (sequence b, query head h) is
   // alibi_slopes[b * alibi_batch_stride + h], as FjForwardParams'.
   const float *alibi_slopes;
   long long alibi_batch_stride;
+#endif
+#if !defined(__CUDACC__) || defined(FJ_DECODE_MODS)
+  // What the user's score_mod / mask_mod read as `args` (a kernel compiled with them,
+  // which sees every field above).
+  FjModArgs mod_args;
 #endif
 };

@@ -110,16 +110,14 @@ template <typename F> struct ScoreHook {
         alibi_slope = -alibi_slope / p.softmax_scale;
     }
   }
-  // The decode kernels' (dec_mma: the window, soft-capping and ALiBi): query head h_ of
-  // a sequence whose rows are the last seqlen_q_ of its seqlen_k_ keys; `slope` its
-  // ALiBi slope (0 without).
+  // The decode kernels' (dec_mma): query head h_ of a sequence whose rows are the last
+  // seqlen_q_ of its seqlen_k_ keys; `slope` its ALiBi slope (0 without), `args_` what
+  // the user's code reads (null without it).
   __device__ __forceinline__ ScoreHook(int b_, int h_, int seqlen_q_, int seqlen_k_,
-                                       float softmax_scale, float slope)
+                                       float softmax_scale, float slope,
+                                       const FjModArgs *args_)
       : b(b_), h(h_), diag(seqlen_k_ - seqlen_q_), seqlen_q(seqlen_q_), scale(softmax_scale),
-        alibi_slope(Traits::kScoreUnits ? -slope / softmax_scale : slope), args(nullptr) {
-    static_assert(!F::kScoreMod && !F::kMaskMod,
-                  "the decode kernels take the window, soft-capping and ALiBi");
-  }
+        alibi_slope(Traits::kScoreUnits ? -slope / softmax_scale : slope), args(args_) {}
   static constexpr float kLog2e = 1.4426950408889634f;
 
   // The factor 2^(value * factor - max) takes for what apply() returns.

@@ -28,7 +28,7 @@ using namespace flashjit;
 
 cl::SubCommand decodeCommand("bench-decode",
                              "Time the decode kernels (dec_mma) against the copy bandwidth");
-// The window and soft-capping (the features dec_mma takes; docs/FEATURES.md).
+// The features (dec_mma takes them all; docs/FEATURES.md).
 flashjit::tools::FeatureOptions featureOptions(decodeCommand);
 cl::list<int> headDims("head-dims", cl::desc("Head dims (default 128)"), cl::CommaSeparated,
                        cl::sub(decodeCommand));
@@ -114,6 +114,17 @@ int runBenchDecode() {
   if (auto err = tools::checkFamilyTakesFeatures(generator::Family::DecMma, *features,
                                                  "the feature options"))
     return fail(std::move(err));
+  // The checker and the timing run the user's code with zeroed `args`: code that reads
+  // the caller's tensors would read through null pointers.
+  if (features->needsTuningArgs())
+    return fail(makeError(ErrorCode::NotSupported,
+                          "not supported yet: the user code reads args.tensor, and "
+                          "bench-decode has no tensors to pass it (its args are zero); bench a "
+                          "mod that does not, or tune it through the C API with "
+                          "tuning_mod_args"));
+  if (!features->scoreMod.empty() || !features->maskMod.empty())
+    llvm::errs() << "flashjit bench-decode: note: the user code runs with args all zero "
+                    "(args.scalar[i] = 0, args.integer[i] = 0)\n";
   auto dev = runtime::Device::open(0);
   if (!dev)
     return fail(dev.takeError());

@@ -16,8 +16,11 @@ DecodeChecker::create(const generator::KernelSpec &spec, const ForwardShape &sha
   checker->shape_.headDim = spec.headDim;
   checker->shape_.headDimV = spec.headDimV;
   checker->shape_.alibi = spec.features.alibi;  // the kernel's and the reference's slopes
+  if (spec.features.hasTuningArgs)  // the user code's args, the reference's too
+    checker->shape_.modArgs = spec.features.tuningArgs;
   // The reference: the same attention as a variable-length forward problem with the
-  // same features (the window, soft-capping, and ALiBi with the same made-up slopes). An
+  // same features (the window, soft-capping, ALiBi with the same made-up slopes, the
+  // user's score_mod and mask_mod with the same args). An
   // FP8 cache's is the 16-bit problem whose K and V are the values the cache dequantizes
   // to (so the kernel's result must match it to the 16-bit kernels' bar).
   const bool fp8 = spec.dtype == generator::DType::E4M3;

@@ -27,6 +27,8 @@ public:
     problem->shape_.headDim = spec.headDim;
     problem->shape_.headDimV = spec.headDimV;
     problem->shape_.alibi = spec.features.alibi;  // made-up slopes to read
+    if (spec.features.hasTuningArgs)
+      problem->shape_.modArgs = spec.features.tuningArgs;
     if (problem->shape_.pageSize == 0)
       problem->shape_.pageSize = kTimingPageSize;
     int sets = 1;
@@ -81,7 +83,10 @@ public:
 
   // Decode steps of 1 and 7 query rows, MHA and GQA, cache lengths that are no multiple
   // of any tile or page (one of them shorter than the query rows: causal rows that see
-  // no key), shuffled pages of 16 and a contiguous cache, one split and several.
+  // no key), shuffled pages of 16 and a contiguous cache, one split and several. User
+  // code that reads tensors gets shapes within the forward's (tuner::correctnessShapes:
+  // at most 2 sequences, 2 query heads and 389 rows and keys), which its tuning args,
+  // sized for the hinted shape, hold as they do the forward's.
   std::vector<ForwardShape> correctnessShapes(const generator::KernelSpec &spec) const override {
     auto shape = [&](int batch, int hq, int hkv, int sq, std::vector<int> lens, int page,
                      int splits) {
@@ -93,6 +98,9 @@ public:
       s.pageSize = page, s.decodeSplits = splits;
       return s;
     };
+    if (spec.features.readsTensors())
+      return {shape(2, 2, 1, 1, {389, 77}, 16, 0), shape(2, 2, 1, 7, {5, 257}, 0, 3),
+              shape(1, 2, 2, 3, {300}, 32, 1)};
     return {shape(3, 8, 2, 1, {1003, 77, 2050}, 16, 0),
             shape(2, 6, 1, 7, {5, 613}, 0, 3),
             shape(2, 4, 4, 3, {300, 129}, 32, 1)};

@@ -253,6 +253,7 @@ FjDecodeParams makeDecodeParams(const ForwardShape &s, const DecodeBuffers &b) {
     p.alibi_slopes = (const float *)b.alibiSlopes.ptr();
     p.alibi_batch_stride = s.headsQ;
   }
+  p.mod_args = s.modArgs;  // the user code's args (the tuning args, or zeros)
   p.num_splits = 1;
   p.tiles_per_split = 1 << 30;
   return p;

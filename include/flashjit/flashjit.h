@@ -56,7 +56,7 @@ extern "C" {
 #endif
 
 #define FLASHJIT_VERSION_MAJOR 0
-#define FLASHJIT_VERSION_MINOR 13
+#define FLASHJIT_VERSION_MINOR 14
 #define FLASHJIT_VERSION_PATCH 0
 
 /* ---- Status codes ------------------------------------------------------------ */
@@ -231,9 +231,8 @@ typedef struct fj_mod_args {
  * ends with them, e.g. ".win256_0.cap30.alibi"). The backward pass (0.9) takes the
  * window, softcap, ALiBi and mask_mod (on the bwd_mma family, whatever the target);
  * desc.backward with a score_mod is FJ_ERROR_NOT_SUPPORTED (its derivative is unknown).
- * The decode kernels (0.13) take the window, softcap and ALiBi (fj_decode_args.alibi_slopes)
- * over a 16-bit cache; desc.decode with a score_mod or a mask_mod is
- * FJ_ERROR_NOT_SUPPORTED. */
+ * The decode kernels take the window, softcap and ALiBi (0.13; fj_decode_args.alibi_slopes)
+ * and score_mod and mask_mod (0.14; fj_decode_args.mod_args) over a 16-bit cache. */
 typedef struct fj_attention_desc {
   size_t struct_size;     /* sizeof(fj_attention_desc) */
   int32_t dtype;          /* an fj_dtype */
@@ -279,12 +278,13 @@ typedef struct fj_attention_desc {
    *   bool mask_mod(int b, int h, int q_idx, int kv_idx, const FjModArgs &args)
    * (mask_mod returns true to keep key kv_idx). b is the sequence, h the query head,
    * q_idx and kv_idx count within the sequence; args is fj_forward_args.mod_args (as a
-   * struct of the same layout, FjModArgs). NUL-terminated, at most 65536 bytes each;
-   * copied by fj_kernel_get, not retained. Code that does not compile fails
-   * fj_kernel_get with NVRTC's log in the message (FJ_ERROR_COMPILE, or
-   * FJ_ERROR_NOT_SUPPORTED when no tile the tuner tried compiled). The text is part of
-   * the kernel's identity (its hash ends spec_key), so the same text finds the same
-   * cached kernel. */
+   * struct of the same layout, FjModArgs; in decode fj_decode_args.mod_args, and q_idx
+   * counts the step's rows: row i is the cache's key i + cache_seqlens[b] - seqlen_q).
+   * NUL-terminated, at most 65536 bytes each; copied by fj_kernel_get, not retained.
+   * Code that does not compile fails fj_kernel_get with NVRTC's log in the message
+   * (FJ_ERROR_COMPILE, or FJ_ERROR_NOT_SUPPORTED when no tile the tuner tried compiled).
+   * The text is part of the kernel's identity (its hash ends spec_key), so the same text
+   * finds the same cached kernel. */
   const char *score_mod;
   const char *mask_mod;
   /* Optional (NULL: none): the args the tuner runs score_mod / mask_mod with while
@@ -296,8 +296,9 @@ typedef struct fj_attention_desc {
   /* Non-zero: the kernel also carries the decode kernels (fj_decode, fj_kv_append: a few
    * new query rows against a KV cache, contiguous or paged), family dec_mma on every
    * target (sm_80 and newer), chosen by the same tune mode and cached like the forward.
-   * Combines with backward, and since 0.13 with the window, softcap and ALiBi (not the
-   * user's mods: FJ_ERROR_NOT_SUPPORTED; nor any feature with an FP8 cache).
+   * Combines with backward, since 0.13 with the window, softcap and ALiBi, and since
+   * 0.14 with score_mod and mask_mod (no feature with an FP8 cache:
+   * FJ_ERROR_NOT_SUPPORTED).
    * 0 (the default): no decode kernels. (Added in 0.4: a struct_size that ends before
    * this field is accepted and reads as 0.) */
   int32_t decode;
@@ -728,6 +729,10 @@ typedef struct fj_decode_args {
    * alibi_slopes[b * alibi_batch_stride + h]. */
   const float *alibi_slopes;
   int64_t alibi_batch_stride;
+  /* What the description's score_mod / mask_mod see as `args` (ignored without them;
+   * added in 0.14, a struct_size that ends before it reads it as zeros). No block mask in
+   * decode: mask_mod is called for every key a row may see. */
+  fj_mod_args mod_args;
 } fj_decode_args;
 
 /* Zeroes `args` and sets its struct_size. */

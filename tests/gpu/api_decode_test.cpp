@@ -12,6 +12,7 @@
 #include "tuner/decode_checker.h"
 
 #include <algorithm>
+#include <cstring>
 
 using namespace flashjit;
 
@@ -62,6 +63,7 @@ fj_decode_args argsOf(const FjDecodeParams &p, const tuner::DecodeBuffers &b) {
   a.descale_batch_stride = p.descale_batch_stride;
   a.descale_head_stride = p.descale_head_stride;
   a.alibi_slopes = p.alibi_slopes, a.alibi_batch_stride = p.alibi_batch_stride;  // with ALiBi
+  std::memcpy(&a.mod_args, &p.mod_args, sizeof(a.mod_args));  // with user code
   return a;
 }
 
@@ -75,6 +77,10 @@ struct Case {
   int windowLeft = -1, windowRight = -1;
   float softcap = 0.f;
   bool alibi = false;  // the checker's made-up slopes, [batch, heads_q]
+  // The user's code (0.14) and its args, which the tuner (desc.tuning_mod_args), the
+  // reference and fj_decode all get.
+  const char *scoreMod = nullptr, *maskMod = nullptr;
+  fj_mod_args modArgs = {};
 };
 
 // Runs one case through fj_decode (its workspace asked for) and the decode checker; an
@@ -88,6 +94,9 @@ std::string checkCase(const ApiContext &ctx, const Case &c, bool fp8Cache, uint6
   desc.window_right = window ? c.windowRight : 0;
   desc.softcap = c.softcap;
   desc.alibi = c.alibi;
+  desc.score_mod = c.scoreMod;
+  desc.mask_mod = c.maskMod;
+  desc.tuning_mod_args = &c.modArgs;
   Kernel kernel;
   if (fj_kernel_get(ctx.handle, &desc, &kernel.handle) != FJ_SUCCESS)
     return std::string("fj_kernel_get: ") + fj_last_error_message();
@@ -105,6 +114,10 @@ std::string checkCase(const ApiContext &ctx, const Case &c, bool fp8Cache, uint6
   spec.features.windowRight = c.windowRight;
   spec.features.softcap = c.softcap;
   spec.features.alibi = c.alibi;
+  spec.features.scoreMod = c.scoreMod ? c.scoreMod : "";
+  spec.features.maskMod = c.maskMod ? c.maskMod : "";
+  spec.features.hasTuningArgs = true;
+  std::memcpy(&spec.features.tuningArgs, &c.modArgs, sizeof(c.modArgs));
   tuner::ForwardShape shape;
   shape.batch = (int)c.lens.size();
   shape.headsQ = c.hq;
@@ -195,6 +208,31 @@ TEST(ApiDecodeGpu, FeaturesMatchReference) {
   for (const Case &c : cases)
     EXPECT_EQ(checkCase(ctx, c, false, 60 + checked++), "") << "case " << checked - 1;
   EXPECT_EQ(checked, 5);
+}
+
+// The user's score_mod and mask_mod (0.14) through the C API, their args in
+// fj_decode_args.mod_args, alone and with the window and causal.
+TEST(ApiDecodeGpu, UserModsMatchReference) {
+  FLASHJIT_REQUIRE_GPU();
+  ApiContext ctx;
+  fj_mod_args args = {};
+  args.scalar[0] = 0.5f;
+  args.integer[0] = 5;
+  const char *score = "return score - args.scalar[0] * (float)((kv_idx + 2 * h) % 5);";
+  const char *mask = "return (kv_idx + q_idx + b) % args.integer[0] != 0;";
+  Case cases[] = {
+      {FJ_DTYPE_BF16, 128, 32, 8, false, 1, 16, 0, {5000, 17, 1025}},
+      {FJ_DTYPE_FP16, 128, 16, 4, true, 3, 64, 0, {3000, 130}, 512, 0},
+      {FJ_DTYPE_BF16, 64, 16, 1, false, 16, 0, 4, {1500, 301, 9}},
+  };
+  int checked = 0;
+  for (Case &c : cases) {
+    c.scoreMod = checked == 2 ? nullptr : score;
+    c.maskMod = checked == 0 ? nullptr : mask;
+    c.modArgs = args;
+    EXPECT_EQ(checkCase(ctx, c, false, 80 + checked++), "") << "case " << checked - 1;
+  }
+  EXPECT_EQ(checked, 3);
 }
 
 TEST(ApiDecodeGpu, RefusesWhatItCannotRun) {

@@ -3,7 +3,8 @@
 // each sequence's length and pages nobody owns filled with NaN; pages shuffled, the last
 // page of a sequence partly full; query rows 1, 2, 7, 16, 64 per sequence; MHA, GQA and
 // MQA; one split, the heuristic's and an explicit count; contiguous caches; lengths up to
-// 70,000; every tile of the tuner's space; and the KV append.
+// 70,000; every tile of the tuner's space; the features and the user's code; and the KV
+// append.
 #include "decode_cases.h"
 #include "kernel_pool.h"
 
@@ -12,8 +13,10 @@
 #include "tuner/decode_problem.h"
 #include "tuner/space.h"
 
+#include <memory>
 #include <random>
 #include <tuple>
+#include <vector>
 
 using namespace flashjit;
 using namespace flashjit::testing;
@@ -131,6 +134,91 @@ TEST(DecMma, Features) {
     tuner::ForwardShape shape = decodeShape(12, 4, 3, {1111, 29, 517}, 32, 0);
     EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shape, 5), "")
         << spec.key() << " " << describe(shape);
+  }
+}
+
+// A device buffer of `values` for the whole test binary (a mod's tensor), or null.
+template <typename T> const void *staticBuffer(std::vector<T> values) {
+  static std::vector<std::unique_ptr<runtime::DeviceBuffer>> kept;
+  auto allocated = runtime::DeviceBuffer::allocate(values.size() * sizeof(T));
+  if (!allocated) {
+    llvm::consumeError(allocated.takeError());
+    return nullptr;
+  }
+  kept.push_back(std::make_unique<runtime::DeviceBuffer>(std::move(*allocated)));
+  if (llvm::Error err = kept.back()->upload(values.data(), values.size() * sizeof(T))) {
+    llvm::consumeError(std::move(err));
+    return nullptr;
+  }
+  return reinterpret_cast<const void *>(kept.back()->ptr());
+}
+
+// The user's score_mod and mask_mod (0.14), against the forward's reference with the same
+// code and args: functions of every index (b the sequence, h the query head of a packed
+// GQA row, q_idx the step's row, kv_idx the key), code that reads tensors indexed by
+// sequence and key (a per-key bias, a random key-drop mask over caches of 70,000 keys),
+// and with the window, soft-capping and ALiBi; the decode grid's 15 shapes each, then
+// long caches split several ways.
+TEST(DecMma, UserMods) {
+  FLASHJIT_REQUIRE_GPU();
+  constexpr int kKeysPerSequence = 70000, kSequences = 3;
+  std::mt19937 rng(5);
+  std::vector<float> bias((size_t)kSequences * kKeysPerSequence);
+  std::vector<unsigned char> keep(bias.size());
+  for (size_t i = 0; i < bias.size(); ++i) {
+    bias[i] = (float)(rng() % 2001) / 1000.f - 1.f;
+    keep[i] = rng() % 4 != 0;  // a quarter of the keys dropped
+  }
+  const void *biasTensor = staticBuffer(bias), *keepTensor = staticBuffer(keep);
+  ASSERT_TRUE(biasTensor && keepTensor);
+  struct Case {
+    const char *name;
+    const char *scoreMod, *maskMod;
+    bool causal;
+    int windowLeft = -1;
+    float softcap = 0.f;
+    bool alibi = false;
+  };
+  const Case cases[] = {
+      {"score_mod_indices",
+       "return score + args.scalar[0] * (float)((kv_idx * 7 + q_idx * 3 + h * 5 + b) % 11) "
+       "- args.scalar[1];",
+       "", false},
+      {"mask_mod_indices_causal", "", "return (kv_idx * 3 + q_idx + h + b) % 4 != 1;", true},
+      {"tensors",
+       "const float *bias = (const float *)args.tensor[0];\n"
+       "return score + bias[b * args.integer[0] + kv_idx];",
+       "const unsigned char *keep = (const unsigned char *)args.tensor[1];\n"
+       "return keep[b * args.integer[0] + kv_idx] != 0;",
+       true},
+      {"tensors_window_softcap_alibi",
+       "const float *bias = (const float *)args.tensor[0];\n"
+       "return score + bias[b * args.integer[0] + kv_idx];",
+       "const unsigned char *keep = (const unsigned char *)args.tensor[1];\n"
+       "return keep[b * args.integer[0] + kv_idx] != 0;",
+       false, 300, 30.f, true}};
+  for (const Case &c : cases) {
+    KernelSpec spec = decSpec(128, 128, DType::BF16, c.causal);
+    generator::Features &f = spec.features;
+    f.scoreMod = c.scoreMod;
+    f.maskMod = c.maskMod;
+    f.window = c.windowLeft >= 0;
+    f.windowLeft = c.windowLeft;
+    f.softcap = c.softcap;
+    f.alibi = c.alibi;
+    f.hasTuningArgs = true;
+    f.tuningArgs.scalar[0] = 0.7f;
+    f.tuningArgs.scalar[1] = 0.25f;
+    f.tuningArgs.integer[0] = kKeysPerSequence;
+    f.tuningArgs.tensor[0] = biasTensor;
+    f.tuningArgs.tensor[1] = keepTensor;
+    EXPECT_EQ(checkDecodeGrid(spec, generator::defaultTile(spec)), 15) << c.name;
+    for (int splits : {0, 7}) {
+      tuner::ForwardShape shape = decodeShape(16, 2, 4, {kKeysPerSequence, 33333, 650}, 64,
+                                              splits);
+      EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shape, 13), "")
+          << c.name << " " << spec.key() << " " << describe(shape);
+    }
   }
 }
 

@@ -151,10 +151,6 @@ INSTANTIATE_TEST_SUITE_P(
                   [](D &, A &a) { a.page_size = 7, a.table_stride = 142; }, kInvalid,
                   {"args->table_stride is 142", "ceil(1000 / 7) = 143"}},
         // The description.
-        BadDecode{"DescriptionWithScoreMod", [](D &d, A &) { d.score_mod = "return score;"; },
-                  kNotSupported,
-                  {"decode arguments for a description", "desc->score_mod",
-                   "take the window, softcap and alibi"}},
         BadDecode{"AlibiWithoutSlopes", [](D &d, A &) { d.alibi = 1; }, kInvalid,
                   {"args->alibi_slopes is NULL", "desc->alibi"}},
         BadDecode{"AlibiSlopesMisaligned",
@@ -170,12 +166,15 @@ INSTANTIATE_TEST_SUITE_P(
                     a.alibi_batch_stride = -1;
                   },
                   kInvalid, {"args->alibi_batch_stride is -1"}},
-        BadDecode{"DecodeDescriptionWithMaskMod",
+        BadDecode{"Fp8CacheWithFeatures",
                   [](D &d, A &) {
                     d.decode = 1, d.window = 1, d.window_left = 128;
                     d.mask_mod = "return true;";
+                    d.kv_cache_dtype = FJ_DTYPE_E4M3;
                   },
-                  kNotSupported, {"desc->decode is set", "desc->mask_mod"}},
+                  kNotSupported,
+                  {"desc->kv_cache_dtype is FJ_DTYPE_E4M3 with attention features",
+                   "desc->mask_mod", "desc->window"}},
         BadDecode{"DescriptionChecked", [](D &d, A &) { d.head_dim = 100; }, kNotSupported,
                   {"desc->head_dim is 100"}}),
     [](const auto &info) { return std::string(info.param.name); });
@@ -317,7 +316,7 @@ TEST(ValidateDecodeOk, InitAndNullAreHandled) {
 
 // ---- the description ------------------------------------------------------------------
 
-TEST(ValidateDecodeDesc, DecodeFlagIsReadAndRefusesFeatures) {
+TEST(ValidateDecodeDesc, DecodeFlagIsReadAndTakesFeatures) {
   fj_attention_desc desc = validDesc();
   desc.decode = 1;
   desc.backward = 1;  // both: fine
@@ -338,10 +337,51 @@ TEST(ValidateDecodeDesc, DecodeFlagIsReadAndRefusesFeatures) {
   EXPECT_TRUE(succeeds(fj_validate_decode_args(&desc, &args)));
   desc.alibi = 0;
   desc.window = 0, desc.window_left = desc.window_right = 0, desc.softcap = 0.f;
-  desc.alibi = 0;
-  desc.score_mod = "return score;";
+  // The user's mods (0.14), their args passed as given.
+  desc.score_mod = "return score + args.scalar[0];";
+  desc.mask_mod = "return kv_idx % 3 != 1;";
+  EXPECT_TRUE(succeeds(fj_validate_attention_desc(&desc)));
+  args.alibi_slopes = nullptr;
+  args.mod_args.scalar[0] = 0.5f;
+  args.mod_args.integer[2] = 7;
+  args.mod_args.tensor[1] = reinterpret_cast<const void *>(0x1234);
+  EXPECT_TRUE(succeeds(fj_validate_decode_args(&desc, &args)));
+  auto checked2 = api::checkDesc(&desc);
+  ASSERT_TRUE((bool)checked2);
+  FjDecodeParams params;
+  bool noWork = true;
+  ASSERT_FALSE(bool(api::checkDecodeArgs(*checked2, &args, params, noWork)));
+  EXPECT_EQ(params.mod_args.scalar[0], 0.5f);
+  EXPECT_EQ(params.mod_args.integer[2], 7);
+  EXPECT_EQ(params.mod_args.tensor[1], reinterpret_cast<const void *>(0x1234));
+  // An FP8 cache takes no feature.
+  desc.kv_cache_dtype = FJ_DTYPE_E4M3;
   EXPECT_TRUE(failsWith(fj_validate_attention_desc(&desc), FJ_ERROR_NOT_SUPPORTED,
-                        {"desc->decode is set", "desc->score_mod"}));
+                        {"FJ_DTYPE_E4M3 with attention features", "desc->score_mod",
+                         "desc->mask_mod"}));
+}
+
+// A 0.13 fj_decode_args ends at alibi_batch_stride: accepted, mod_args read as zeros
+// whatever the caller's memory after it holds.
+TEST(ValidateDecodeDesc, DecodeArgsOf013SizeHaveNoModArgs) {
+  fj_attention_desc desc = validDesc();
+  desc.decode = 1;
+  desc.score_mod = "return score + args.scalar[0];";
+  auto checked = api::checkDesc(&desc);
+  ASSERT_TRUE((bool)checked);
+  struct {
+    fj_decode_args args;
+    unsigned char junk[64];
+  } buffer;
+  std::memset(&buffer, 0x7f, sizeof buffer);
+  fj_decode_args good = validDecodeArgs(desc);
+  good.struct_size = offsetof(fj_decode_args, mod_args);
+  std::memcpy(&buffer.args, &good, offsetof(fj_decode_args, mod_args));
+  FjDecodeParams params;
+  bool noWork = true;
+  ASSERT_FALSE(bool(api::checkDecodeArgs(*checked, &buffer.args, params, noWork)));
+  EXPECT_EQ(params.mod_args.scalar[0], 0.f);
+  EXPECT_EQ(params.mod_args.tensor[0], nullptr);
 }
 
 // 0.3's description ends at tuning_mod_args: accepted, decode reads as 0 even when the
@@ -416,8 +456,12 @@ INSTANTIATE_TEST_SUITE_P(
                         reinterpret_cast<const int32_t *>(shifted(a.cache_seqlens, 2));
                   },
                   kInvalid, {"args->cache_seqlens", "4-byte aligned"}},
-        BadAppend{"DescriptionWithMaskMod", [](D &d, P &) { d.mask_mod = "return true;"; },
-                  kNotSupported, {"append arguments for a description", "desc->mask_mod"}}),
+        BadAppend{"Fp8CacheWithFeatures",
+                  [](D &d, P &) {
+                    d.decode = 1, d.softcap = 30.f;
+                    d.kv_cache_dtype = FJ_DTYPE_E4M3;
+                  },
+                  kNotSupported, {"FJ_DTYPE_E4M3 with attention features", "desc->softcap"}}),
     [](const auto &info) { return std::string(info.param.name); });
 
 TEST(ValidateAppendOk, GoodAndEmptyAppendsPass) {

@@ -68,9 +68,9 @@ TEST(DecMmaSpec, DefaultTilesFitEveryTarget) {
 }
 
 // The window, soft-capping and ALiBi compile in (the hook's features struct in the
-// config; ALiBi's kernels see the params' slopes); the user's mods are refused with what
-// the family takes.
-TEST(DecMmaSpec, TakesTheBuiltInFeatures) {
+// config; ALiBi's kernels see the params' slopes), and the user's mods (0.14: their
+// kernels see the params' args, and so every field before them).
+TEST(DecMmaSpec, TakesTheFeatures) {
   KernelSpec spec = decodeSpec(128);
   spec.features.window = true;
   spec.features.windowLeft = 4096;
@@ -81,6 +81,7 @@ TEST(DecMmaSpec, TakesTheBuiltInFeatures) {
   EXPECT_NE(kernel->source.find("false, FjFeatures> FjConfig"), std::string::npos);
   EXPECT_EQ(kernel->decode.windowLeft, 4096);
   EXPECT_EQ(kernel->source.find("#define FJ_DECODE_ALIBI"), std::string::npos);
+  EXPECT_EQ(kernel->source.find("#define FJ_DECODE_MODS"), std::string::npos);
   spec.features.alibi = true;
   EXPECT_FALSE(bool(validateSpec(spec))) << spec.key();
   kernel = emitKernel(spec, defaultTile(spec));
@@ -90,12 +91,13 @@ TEST(DecMmaSpec, TakesTheBuiltInFeatures) {
                    +[](KernelSpec &s) { s.features.scoreMod = "return score;"; }}) {
     KernelSpec other = decodeSpec(128);
     set(other);
-    llvm::Error err = validateSpec(other);
-    ASSERT_TRUE(bool(err)) << other.key();
-    ErrorReport report = takeErrorReport(std::move(err));
-    EXPECT_EQ(report.code, ErrorCode::NotSupported);
-    EXPECT_NE(report.message.find("takes the window, softcap and alibi"), std::string::npos)
-        << report.message;
+    EXPECT_FALSE(bool(validateSpec(other))) << other.key();
+    auto modKernel = emitKernel(other, defaultTile(other));
+    ASSERT_TRUE(bool(modKernel)) << llvm::toString(modKernel.takeError());
+    EXPECT_NE(modKernel->source.find("#define FJ_DECODE_MODS 1"), std::string::npos);
+    // After the user's code the lines are the generated source's again.
+    EXPECT_EQ(modKernel->source.find("FJ_RESUME_LINE"), std::string::npos);
+    EXPECT_EQ(modKernel->source.find("#define FJ_DECODE_ALIBI"), std::string::npos);
   }
   // An FP8 cache takes none yet.
   KernelSpec fp8 = decodeSpec(128);

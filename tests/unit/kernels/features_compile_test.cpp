@@ -143,6 +143,19 @@ INSTANTIATE_TEST_SUITE_P(
              std::get<1>(info.param).name;
     });
 
+// The decode kernels take every feature (0.13: the built-in ones; 0.14: the user's code):
+// dec_mma's default tiles compile without spills, on sm_80 and sm_90a.
+INSTANTIATE_TEST_SUITE_P(
+    DecodeFeatures, FeaturesCompile,
+    ::testing::Combine(::testing::Values(FamilyTarget{Family::DecMma, "sm_80"},
+                                         FamilyTarget{Family::DecMma, "sm_90a"}),
+                       ::testing::ValuesIn(featureCases())),
+    [](const auto &info) {
+      const FamilyTarget &ft = std::get<0>(info.param);
+      return std::string(generator::familyName(ft.family)) + "_" + ft.target + "_" +
+             std::get<1>(info.param).name;
+    });
+
 // The backward pass takes every feature but score_mod (0.9): bwd_mma's default tiles
 // compile without spills, on sm_80 and sm_90a.
 std::vector<FeatureCase> backwardFeatureCases() {
