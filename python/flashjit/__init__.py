@@ -27,7 +27,7 @@ from ._checks import (check_alibi_slopes, check_decode, check_decode_features,
 from . import _block_mask, _runtime
 from ._block_mask import BlockMask
 
-__version__ = "0.13.0"  # the package's version (python/pyproject.toml reads it from here)
+__version__ = "0.14.0"  # the package's version (python/pyproject.toml reads it from here)
 
 __all__ = ["attention", "sdpa", "decode", "kv_append", "create_block_mask", "BlockMask",
            "info", "configure", "tuning", "FlashJitError", "library_path", "version",
@@ -469,7 +469,8 @@ def _load_decode_ops():
 
 def decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, *, causal=False,
            softmax_scale=None, num_splits=0, return_lse=False, out=None, max_seqlen_k=None,
-           k_descale=None, v_descale=None, window=None, softcap=0.0, alibi_slopes=None):
+           k_descale=None, v_descale=None, window=None, softcap=0.0, alibi_slopes=None,
+           score_mod=None, mask_mod=None, mod_tensors=(), mod_scalars=(), mod_ints=()):
     """Attention of a few new query rows per sequence against a KV cache (a decode step;
     fj_decode), on CUDA fp16/bf16 tensors (the cache may be FP8, below), launched on the
     current stream.
@@ -496,7 +497,13 @@ def decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, *, causal=
     aligned to the bottom right per sequence: query i sees keys i + diag - left .. i +
     diag + right, diag = cache_seqlens[b] - seqlen_q (ALiBi's distance likewise), and a
     step reads only the keys its rows' windows hold. alibi_slopes: float32 [heads_q] or
-    [batch, heads_q] on q's device. Over a 16-bit cache; no user mods in decode yet.
+    [batch, heads_q] on q's device.
+
+    score_mod, mask_mod and mod_tensors / mod_scalars / mod_ints (C API 0.14) as for
+    attention(): q_idx counts the step's rows (row i is the cache's key i +
+    cache_seqlens[b] - seqlen_q), kv_idx the sequence's keys; mask_mod is called for every
+    key a row may see (no block mask in decode). The first call of a kernel may tune it
+    with its own mod arguments. The features need a 16-bit cache.
 
     FP8 KV cache (C API 0.12; docs/PYTHON.md, "FP8 KV cache"): k_cache and v_cache both
     torch.float8_e4m3fn (one byte a value; head dims multiples of 16, cache strides
@@ -519,7 +526,8 @@ def decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, *, causal=
     if ops is not None:
         result = ops.fast_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal,
                                  softmax_scale, num_splits, return_lse, out, max_seqlen_k,
-                                 k_descale, v_descale, window, softcap, alibi_slopes)
+                                 k_descale, v_descale, window, softcap, alibi_slopes,
+                                 score_mod, mask_mod, mod_tensors, mod_scalars, mod_ints)
         if result is not None:
             return result
     # The data pointers' alignment is checked when the call's plan is made (not here:
@@ -527,13 +535,15 @@ def decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, *, causal=
     sizes = check_decode(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale,
                          num_splits, out, max_seqlen_k, k_descale=k_descale,
                          v_descale=v_descale)
-    features = check_decode_features(window, softcap, sizes, alibi_slopes is not None)
+    features = check_decode_features(window, softcap, sizes, alibi_slopes is not None,
+                                     score_mod, mask_mod)
     if alibi_slopes is not None:
         check_alibi_slopes(alibi_slopes, sizes.batch, sizes.heads_q, q.device)
+    mods = check_mod_args(mod_tensors, mod_scalars, mod_ints, q.device)
     return _load_decode_ops().decode(q, k_cache, v_cache, cache_seqlens, block_table, causal,
                                      softmax_scale, num_splits, return_lse, out,
                                      max_seqlen_k, sizes, k_descale, v_descale, features,
-                                     alibi_slopes)
+                                     alibi_slopes, mods)
 
 
 def kv_append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table=None, *,

@@ -143,7 +143,8 @@ class DecodeArgs(C.Structure):
                [(f"o_{s}_stride", C.c_int64) for s in _STRIDES] + \
                [("num_splits", C.c_int32), ("workspace", C.c_void_p),
                 ("workspace_bytes", C.c_size_t)] + _FP8_CACHE_FIELDS + \
-               [("alibi_slopes", C.c_void_p), ("alibi_batch_stride", C.c_int64)]  # 0.13
+               [("alibi_slopes", C.c_void_p), ("alibi_batch_stride", C.c_int64)] + \
+               [("mod_args", ModArgs)]  # 0.13's ALiBi, 0.14's user code
 
 
 class KvAppendArgs(C.Structure):
@@ -335,6 +336,9 @@ class Library:
         # The decode kernels with a window and softcap (0.13: desc.decode accepts them).
         self.has_decode_features = self.has_decode and _version_tuple(
             L.fj_version().decode()) >= (0, 13)
+        # ... and with the user's score_mod and mask_mod (0.14: fj_decode_args.mod_args).
+        self.has_decode_mods = self.has_decode and _version_tuple(
+            L.fj_version().decode()) >= (0, 14)
         if self.has_fp8:
             for name, args in _FP8.items():
                 fn = getattr(L, name)

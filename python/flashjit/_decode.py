@@ -7,7 +7,7 @@ torch.float8_e4m3fn k_cache and v_cache) gets a handle of its own (desc.kv_cache
 its factors' pointers are set per call, their strides are the plan's."""
 import ctypes as C
 import threading
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -78,12 +78,14 @@ def _contiguous_strides(shape):
     return tuple(strides)
 
 
-def _decode_handle(q, sizes, causal, features=_checks.PLAIN):
+def _decode_handle(q, sizes, causal, features=_checks.PLAIN, mod=None):
+    """The decode handle of a call; `mod` (an _capi.ModArgs: the call's own, valid now)
+    serves the tuner when the handle is new and the features have user code."""
     index = _device_index(q)
     handle, _ = _runtime.kernel(index, _checks.dtype_name(q), sizes.head_dim, sizes.head_dim_v,
                                 sizes.heads_q, sizes.heads_kv, bool(causal), float(sizes.scale),
                                 False, (sizes.seqlen_q, sizes.seqlen_k, sizes.batch),
-                                features=features, decode=True,
+                                features=features, tuning_args=mod, decode=True,
                                 kv_cache_dtype=sizes.kv_cache_dtype)
     return index, handle
 
@@ -108,7 +110,7 @@ _MAX_PLANS = 4096
 
 class _Plan:
     __slots__ = ("handle", "args", "args_ref", "o_shape", "lse_shape", "workspace_bytes",
-                 "index", "device")
+                 "index", "device", "mods")
 
 
 def _meta(t):
@@ -122,26 +124,33 @@ _PLAIN = (bool, int, float, type(None))
 
 def _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale, num_splits,
          out, max_seqlen_k, k_descale=None, v_descale=None, window=None, softcap=0.0,
-         alibi_slopes=None):
+         alibi_slopes=None, score_mod=None, mask_mod=None, mod_tensors=()):
     """The plan's key, or None when a number argument is not a plain Python value (a
     tensor's hash is its identity, not its value: such calls are never planned). The
     factors' shapes and strides are part of it (they give the plan's factor strides), and
-    the window and softcap as given (a new pair is checked before it gets a plan)."""
+    the window and softcap as given (a new pair is checked before it gets a plan), the
+    user code's text and its tensors' metadata (their devices were checked; the scalars,
+    ints and pointers are set per call)."""
     if not (type(causal) in _PLAIN and type(softmax_scale) in _PLAIN and
             type(num_splits) in _PLAIN and type(max_seqlen_k) in _PLAIN and
-            type(softcap) in _PLAIN and (window is None or type(window) is tuple)):
+            type(softcap) in _PLAIN and (window is None or type(window) is tuple) and
+            type(score_mod) in (str, type(None)) and type(mask_mod) in (str, type(None))):
         return None
-    return (q.shape, q.stride(), q.dtype, q.get_device(), _meta(k_cache), _meta(v_cache),
-            _meta(cache_seqlens), _meta(block_table), _meta(out), causal, softmax_scale,
-            num_splits, max_seqlen_k, _meta(k_descale), _meta(v_descale), window, softcap,
-            _meta(alibi_slopes), _thread_id())
+    key = (q.shape, q.stride(), q.dtype, q.get_device(), _meta(k_cache), _meta(v_cache),
+           _meta(cache_seqlens), _meta(block_table), _meta(out), causal, softmax_scale,
+           num_splits, max_seqlen_k, _meta(k_descale), _meta(v_descale), window, softcap,
+           _meta(alibi_slopes), _thread_id())
+    if score_mod or mask_mod:
+        key += (score_mod, mask_mod, tuple(_meta(t) for t in mod_tensors))
+    return key
 
 
 def _make_plan(q, k_cache, v_cache, sizes, causal, out, features=_checks.PLAIN,
-               alibi_slopes=None):
+               alibi_slopes=None, mod=None):
     lib = _require_decode()
     plan = _Plan()
-    plan.index, plan.handle = _decode_handle(q, sizes, causal, features)
+    plan.mods = features.score_mod is not None or features.mask_mod is not None
+    plan.index, plan.handle = _decode_handle(q, sizes, causal, features, mod)
     plan.device = q.device
     plan.o_shape = (sizes.batch, sizes.seqlen_q, sizes.heads_q, sizes.head_dim_v)
     plan.lse_shape = (sizes.batch, sizes.heads_q, sizes.seqlen_q)
@@ -153,12 +162,12 @@ def _make_plan(q, k_cache, v_cache, sizes, causal, out, features=_checks.PLAIN,
 
 
 def _plan(key, q, k_cache, v_cache, sizes, causal, out, features=_checks.PLAIN,
-          alibi_slopes=None):
+          alibi_slopes=None, mod=None):
     """The plan of `key` (made and kept when new; made for this call alone when key is
     None)."""
     plan = _plans.get(key) if key is not None else None
     if plan is None:
-        plan = _make_plan(q, k_cache, v_cache, sizes, causal, out, features, alibi_slopes)
+        plan = _make_plan(q, k_cache, v_cache, sizes, causal, out, features, alibi_slopes, mod)
         if key is not None:
             if len(_plans) >= _MAX_PLANS:  # many shapes (e.g. every cache length): start over
                 _plans.clear()
@@ -166,9 +175,17 @@ def _plan(key, q, k_cache, v_cache, sizes, causal, out, features=_checks.PLAIN,
     return plan
 
 
+def _mod_args(mod_tensors, mod_scalars, mod_ints):
+    """The user code's fj_mod_args of a call (its arguments checked but for the tensors'
+    device, which a plan's key holds)."""
+    tensors, scalars, ints = _checks.check_mod_args(mod_tensors, mod_scalars, mod_ints)
+    return _capi.mod_args([t.data_ptr() for t in tensors], scalars, ints)
+
+
 def fast_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
                 num_splits, return_lse, out, max_seqlen_k, k_descale=None, v_descale=None,
-                window=None, softcap=0.0, alibi_slopes=None):
+                window=None, softcap=0.0, alibi_slopes=None, score_mod=None, mask_mod=None,
+                mod_tensors=(), mod_scalars=(), mod_ints=()):
     """The result, or None when there is no plan yet (or the call is being traced, or its
     arguments are not all tensors): then flashjit.decode checks them and calls decode()."""
     if _is_compiling():
@@ -176,36 +193,43 @@ def fast_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax
     try:
         key = _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
                    num_splits, out, max_seqlen_k, k_descale, v_descale, window, softcap,
-                   alibi_slopes)
+                   alibi_slopes, score_mod, mask_mod, mod_tensors)
         plan = _plans.get(key) if key is not None else None
     except (AttributeError, TypeError):
         return None
     if plan is None:
         return None
+    mod = _mod_args(mod_tensors, mod_scalars, mod_ints) if plan.mods else None
     return _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, return_lse, out,
-                   k_descale, v_descale, alibi_slopes)
+                   k_descale, v_descale, alibi_slopes, mod)
 
 
 def decode(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale, num_splits,
            return_lse, out, max_seqlen_k, sizes, k_descale=None, v_descale=None,
-           features=_checks.PLAIN, alibi_slopes=None):
+           features=_checks.PLAIN, alibi_slopes=None, mods=([], [], [])):
     """flashjit.decode after its checks (`sizes`, a _checks.DecodeSizes; `features`, the
-    checked window, softcap and ALiBi, whose slopes are `alibi_slopes`)."""
+    checked features, ALiBi's slopes `alibi_slopes`; `mods`, the user code's checked
+    tensors, scalars and ints)."""
     window = features.window
+    tensors, scalars, ints = mods
     if _is_compiling():
         o, lse = torch.ops.flashjit.decode(q, k_cache, v_cache, cache_seqlens, block_table,
                                            bool(causal), float(sizes.scale), sizes.num_splits,
                                            sizes.seqlen_k, k_descale, v_descale,
                                            window is not None, window[0] if window else 0,
                                            window[1] if window else 0, features.softcap,
-                                           alibi_slopes)
+                                           alibi_slopes, features.score_mod, features.mask_mod,
+                                           tensors, scalars, ints)
         if out is not None:
             out.copy_(o)
             o = out
         return (o, lse) if return_lse else o
     key = _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
                num_splits, out, max_seqlen_k, k_descale, v_descale, window, features.softcap,
-               alibi_slopes)
+               alibi_slopes, features.score_mod, features.mask_mod, tensors)
+    mod = None
+    if features.score_mod is not None or features.mask_mod is not None:
+        mod = _capi.mod_args([t.data_ptr() for t in tensors], scalars, ints)
     plan = _plans.get(key) if key is not None else None
     if plan is None:  # a new plan: the pointers' alignment too (later calls: the library)
         _checks.check_decode(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale,
@@ -214,13 +238,14 @@ def decode(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scal
         if alibi_slopes is not None:
             _checks.check_alibi_slopes(alibi_slopes, sizes.batch, sizes.heads_q, q.device,
                                        pointers=True)
-        plan = _plan(key, q, k_cache, v_cache, sizes, causal, out, features, alibi_slopes)
+        plan = _plan(key, q, k_cache, v_cache, sizes, causal, out, features, alibi_slopes,
+                     mod)
     return _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, return_lse, out,
-                   k_descale, v_descale, alibi_slopes)
+                   k_descale, v_descale, alibi_slopes, mod)
 
 
 def _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, return_lse, out,
-            k_descale=None, v_descale=None, alibi_slopes=None):
+            k_descale=None, v_descale=None, alibi_slopes=None, mod=None):
     o = q.new_empty(plan.o_shape) if out is None else out
     lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=plan.device) \
         if return_lse else None
@@ -235,6 +260,8 @@ def _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, return_lse, o
     a.k_descale = k_descale.data_ptr() if k_descale is not None else None
     a.v_descale = v_descale.data_ptr() if v_descale is not None else None
     a.alibi_slopes = alibi_slopes.data_ptr() if alibi_slopes is not None else None
+    if mod is not None:
+        a.mod_args = mod
     if workspace is not None:
         a.workspace, a.workspace_bytes = workspace.data_ptr(), plan.workspace_bytes
     else:
@@ -354,32 +381,43 @@ def _append(plan, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, k_
 # factors with a 16-bit cache).
 # has_window, window_left, window_right, softcap, alibi_slopes (0.13): the window (its
 # sides when has_window), the cap and ALiBi's slopes of flashjit.decode.
+# score_mod, mask_mod, mod_tensors, mod_scalars, mod_ints (0.14): the user's code and
+# its args.
 @torch.library.custom_op("flashjit::decode", mutates_args=(), device_types="cuda")
 def decode_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Optional[Tensor],
               block_table: Optional[Tensor], causal: bool, scale: float, num_splits: int,
               seqlen_k: int, k_descale: Optional[Tensor], v_descale: Optional[Tensor],
               has_window: bool, window_left: int, window_right: int, softcap: float,
-              alibi_slopes: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+              alibi_slopes: Optional[Tensor], score_mod: Optional[str], mask_mod: Optional[str],
+              mod_tensors: List[Tensor], mod_scalars: List[float],
+              mod_ints: List[int]) -> Tuple[Tensor, Tensor]:
     sizes = _checks.check_decode(q, k_cache, v_cache, cache_seqlens, block_table,
                                  scale if scale > 0 else None, num_splits, None, seqlen_k,
                                  pointers=True, k_descale=k_descale, v_descale=v_descale)
     window = (window_left, window_right) if has_window else None
-    features = _checks.check_decode_features(window, softcap, sizes, alibi_slopes is not None)
+    features = _checks.check_decode_features(window, softcap, sizes, alibi_slopes is not None,
+                                             score_mod, mask_mod)
     if alibi_slopes is not None:
         _checks.check_alibi_slopes(alibi_slopes, sizes.batch, sizes.heads_q, q.device,
                                    pointers=True)
+    tensors, scalars, ints = _checks.check_mod_args(mod_tensors, mod_scalars, mod_ints,
+                                                    q.device)
+    mod = None
+    if features.score_mod is not None or features.mask_mod is not None:
+        mod = _capi.mod_args([t.data_ptr() for t in tensors], scalars, ints)
     key = ("op",) + _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
                          num_splits, None, seqlen_k, k_descale, v_descale, window, softcap,
-                         alibi_slopes)
-    plan = _plan(key, q, k_cache, v_cache, sizes, causal, None, features, alibi_slopes)
+                         alibi_slopes, features.score_mod, features.mask_mod, tensors)
+    plan = _plan(key, q, k_cache, v_cache, sizes, causal, None, features, alibi_slopes, mod)
     return _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, True, None,
-                   k_descale, v_descale, alibi_slopes)
+                   k_descale, v_descale, alibi_slopes, mod)
 
 
 @decode_op.register_fake
 def _decode_fake(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, num_splits,
                  seqlen_k, k_descale, v_descale, has_window, window_left, window_right,
-                 softcap, alibi_slopes):
+                 softcap, alibi_slopes, score_mod, mask_mod, mod_tensors, mod_scalars,
+                 mod_ints):
     b, s, h, _ = q.shape  # o has q's dtype, whatever the cache's
     return q.new_empty((b, s, h, v_cache.shape[-1])), \
         q.new_empty((b, h, s), dtype=torch.float32)

@@ -157,6 +157,11 @@ def kernel(device, dtype, d, dv, hq, hkv, causal, scale, backward, hints,
         raise RuntimeError(
             f"flashjit: the library ({lib.version()}) has no decode kernels with a window or "
             f"softcap ({_checks.features_on(features)}); 0.13 and later have them")
+    if decode and (features.score_mod or features.mask_mod) and \
+            not getattr(lib, "has_decode_mods", False):
+        raise RuntimeError(
+            f"flashjit: the library ({lib.version()}) has no decode kernels with a score_mod "
+            f"or mask_mod ({_checks.features_on(features)}); 0.14 and later have them")
     if backward and features.score_mod is not None:
         raise NotImplementedError(features_backward_message(features))
     if backward and features != _checks.PLAIN and not getattr(lib, "has_feature_backward",

@@ -83,13 +83,14 @@ def max_err(a, b):
 
 
 def decode_reference(q, k, v, causal, scale=None, dtype=None, window=None, softcap=0.0,
-                     alibi=None):
+                     alibi=None, bias=None, keep=None):
     """(o, lse) of one sequence computed in `dtype` (fp32 by default): q [1, sq, hq, d],
     k / v [1, n, hk, d]; causal bottom-right (query i sees keys j <= i + n - sq); rows
     that see no key: 0, -inf. window (left, right) bottom-right too (query i sees keys
     i + n - sq - left .. i + n - sq + right, -1 unbounded); softcap: scaled scores become
     softcap * tanh(score / softcap); alibi: the sequence's slopes [hq], the bias
-    -slope * |i + n - sq - j| after the cap."""
+    -slope * |i + n - sq - j| after the cap; bias [hq, sq, n] added after them (a
+    score_mod's); keep [hq, sq, n] bool, False drops the key (a mask_mod's)."""
     import torch
     dtype = dtype or torch.float32
     hq, hk = q.shape[2], k.shape[2]
@@ -104,6 +105,10 @@ def decode_reference(q, k, v, causal, scale=None, dtype=None, window=None, softc
         dist = (torch.arange(nq, device=q.device)[:, None] + nk - nq -
                 torch.arange(nk, device=q.device)[None, :]).abs().to(s.dtype)
         s = s - alibi.to(s.dtype)[None, :, None, None] * dist
+    if bias is not None:
+        s = s + bias.to(s.dtype)[None]
+    if keep is not None:
+        s = s.masked_fill(~keep[None], float("-inf"))
     if causal:
         s = s.masked_fill(~causal_mask(q.shape[1], k.shape[1], q.device), float("-inf"))
     if window is not None:

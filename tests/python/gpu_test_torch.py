@@ -1111,15 +1111,17 @@ def kv_cache(lens, hk, d, dv, dtype, page=None, n_max=None, spare=3):
 
 
 def check_decoded(o, lse, q, keys, values, causal, scale=None, what="o", window=None,
-                  softcap=0.0, alibi=None):
+                  softcap=0.0, alibi=None, bias=None, keep=None):
     """Each sequence against the fp32 reference over its keys (with the window, softcap
-    and ALiBi's slopes, [heads_q] or [batch, heads_q], when given); the bar: 2x the error
-    of the same formula in q's dtype, + 1e-5."""
+    and ALiBi's slopes, [heads_q] or [batch, heads_q], when given; bias(b) and keep(b),
+    a score_mod's addend and a mask_mod's keep of sequence b, [heads_q, seqlen_q, keys]);
+    the bar: 2x the error of the same formula in q's dtype, + 1e-5."""
     assert not torch.isnan(o).any(), f"{what}: NaN (a read past a sequence's keys?)"
     for b in range(q.shape[0]):
         args = (q[b:b + 1], keys[b][None], values[b][None], causal, scale)
         slopes = None if alibi is None else (alibi[b] if alibi.dim() == 2 else alibi)
-        f = dict(window=window, softcap=softcap, alibi=slopes)
+        f = dict(window=window, softcap=softcap, alibi=slopes,
+                 bias=None if bias is None else bias(b), keep=None if keep is None else keep(b))
         ref, ref_lse = decode_reference(*args, **f)
         low, _ = decode_reference(*args, dtype=q.dtype, **f)
         err, perr = max_err(o[b:b + 1], ref), max_err(low, ref)
@@ -1177,6 +1179,47 @@ def decode_window_softcap_case(layout, causal, window, softcap, alibi=None):
     assert torch.equal(again, o), "a second call (through its plan) differs"
     plain = flashjit.decode(q, k, v, seqlens, table, causal=causal)
     assert not torch.equal(plain, o), "the window / softcap changed nothing"
+
+
+@case("decode with score_mod and mask_mod (0.14)")
+def decode_mods_case(layout, causal, window=None):
+    """A score_mod of every index and a scalar, a mask_mod reading a tensor by sequence
+    and key; a second call through the plan with another scalar."""
+    need_decode()
+    lens = [5000, 77, 1, 1300]
+    k, v, table, keys, values = kv_cache(lens, 2, 128, 128, torch.bfloat16, PAGES[layout])
+    sq, hq = 3, 8
+    q = rand(len(lens), sq, hq, 128)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    kept = (torch.rand(len(lens), max(lens), device="cuda") > 0.25).to(torch.uint8)
+    score = "return score + args.scalar[0] * (float)((kv_idx * 7 + q_idx * 3 + h) % 11);"
+    mask = ("const unsigned char *keep = (const unsigned char *)args.tensor[0];\n"
+            "return keep[b * args.integer[0] + kv_idx] != 0;")
+
+    def bias(scalar):
+        def of(b):
+            i = torch.arange(sq, device="cuda")[None, :, None]
+            j = torch.arange(lens[b], device="cuda")[None, None, :]
+            h = torch.arange(hq, device="cuda")[:, None, None]
+            return scalar * ((j * 7 + i * 3 + h) % 11).float()
+        return of
+
+    def keep(b):
+        return kept[b, :lens[b]].bool()[None, None, :].expand(hq, sq, lens[b])
+
+    f = dict(score_mod=score, mask_mod=mask, mod_tensors=(kept,), mod_ints=(max(lens),))
+    for splits in (1, 0):
+        o, lse = flashjit.decode(q, k, v, seqlens, table, causal=causal, num_splits=splits,
+                                 return_lse=True, window=window, mod_scalars=(0.5,), **f)
+        check_decoded(o, lse, q, keys, values, causal, what=f"num_splits={splits}",
+                      window=window, bias=bias(0.5), keep=keep)
+    again = flashjit.decode(q, k, v, seqlens, table, causal=causal, window=window,
+                            mod_scalars=(0.5,), **f)
+    assert torch.equal(again, o), "a second call (through its plan) differs"
+    other = flashjit.decode(q, k, v, seqlens, table, causal=causal, window=window,
+                            mod_scalars=(-0.25,), **f)  # the plan's, a new scalar
+    check_decoded(other, None, q, keys, values, causal, what="another scalar",
+                  window=window, bias=bias(-0.25), keep=keep)
 
 
 @case("decode refuses a window over an FP8 cache, a bad window, bad slopes")
@@ -1328,16 +1371,19 @@ def decode_compiled():
     def step(q, k, v, k_new, v_new, seqlens, table):
         flashjit.kv_append(k, v, k_new, v_new, seqlens, table)
         o, lse = flashjit.decode(q, k, v, seqlens, table, causal=True, return_lse=True)
-        # the window and softcap through the operator too (0.13)
+        # the window and softcap through the operator too (0.13), and user code (0.14)
         w = flashjit.decode(q, k, v, seqlens, table, causal=True, window=(32, 0),
                             softcap=30.0)
-        return o * 2, lse, w
+        m = flashjit.decode(q, k, v, seqlens, table, causal=True,
+                            score_mod="return score * args.scalar[0];",
+                            mask_mod="return kv_idx % 5 != 2;", mod_scalars=[0.5])
+        return o * 2, lse, w, m
     k2, v2 = k.clone(), v.clone()
     want = step(q, k, v, k_new, v_new, seqlens, table)
     got = torch.compile(step, fullgraph=True)(q, k2, v2, k_new, v_new, seqlens, table)
     assert torch.equal(k.view(torch.int16), k2.view(torch.int16)), "compiled append"
     assert torch.equal(v.view(torch.int16), v2.view(torch.int16)), "compiled append"
-    for name, a, b in zip(("o", "lse", "windowed o"), want, got):
+    for name, a, b in zip(("o", "lse", "windowed o", "o with user code"), want, got):
         assert torch.equal(a, b), f"{name}: compiled differs from eager"
 
 
@@ -1387,6 +1433,9 @@ def decode_cases():
         decode_window_softcap_case(layout, causal, window, softcap)
     decode_window_softcap_case("paged16", True, None, 0.0, alibi="heads")
     decode_window_softcap_case("contiguous", False, (300, -1), 20.0, alibi="batch")
+    if getattr(flashjit._capi.library(), "has_decode_mods", False):
+        decode_mods_case("paged16", True)
+        decode_mods_case("contiguous", False, (700, 20))
     decode_feature_refusals()
     decode_full_cache()
     decode_long()

@@ -532,14 +532,16 @@ class DecodeLayouts(unittest.TestCase):
 
     def test_desc_decode_is_where_the_library_reads_it(self):
         L = _capi.library().lib
-        # A score_mod is refused with decode (0.13 takes the window, softcap and ALiBi):
-        # the field is read, so `decode` is where the library reads it.
-        self.assertEqual(L.fj_validate_attention_desc(C.byref(self.desc(softcap=30.0))), 0,
+        # An FP8 cache needs desc.decode: the field is read, so `decode` is where the
+        # library reads it.
+        e4m3 = dict(kv_cache_dtype=_capi.FJ_DTYPE_E4M3)
+        self.assertEqual(L.fj_validate_attention_desc(C.byref(self.desc(**e4m3))), 0,
                          message())
-        d = self.desc(score_mod=b"return score;")
-        self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), 2)
-        self.assertIn("desc->decode is set with attention features (desc->score_mod)",
-                      message())
+        self.assertEqual(L.fj_validate_attention_desc(C.byref(self.desc(decode=0, **e4m3))), 1)
+        self.assertIn("desc->kv_cache_dtype is FJ_DTYPE_E4M3 but desc->decode is 0", message())
+        # Decode takes every feature (0.14: the user's mods too).
+        d = self.desc(score_mod=b"return score;", mask_mod=b"return true;", softcap=30.0)
+        self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), 0, message())
         # A 0.3 caller's description (struct_size ending before `decode`) reads it as 0.
         d.struct_size = _capi.AttentionDesc.decode.offset
         self.assertEqual(L.fj_validate_attention_desc(C.byref(d)), 0, message())
@@ -652,9 +654,10 @@ class DecodeLayouts(unittest.TestCase):
         for struct, base in ((_capi.DecodeArgs, self.DECODE), (_capi.DecodeArgs, self.PAGED),
                              (_capi.KvAppendArgs, self.APPEND)):
             names = [name for name, _ in struct._fields_]
-            if struct is _capi.DecodeArgs:  # 0.13's ALiBi slopes follow them
-                self.assertEqual(names[-2:], ["alibi_slopes", "alibi_batch_stride"])
-                names = names[:-2]
+            if struct is _capi.DecodeArgs:  # 0.13's ALiBi slopes and 0.14's mod args follow
+                self.assertEqual(names[-3:], ["alibi_slopes", "alibi_batch_stride",
+                                              "mod_args"])
+                names = names[:-3]
             self.assertEqual(names[-4:], ["k_descale", "v_descale", "descale_batch_stride",
                                           "descale_head_stride"])
             self.assertEqual(self.validate(struct, base, fp8), 0, message())
@@ -898,6 +901,25 @@ class DecodeKernels(FakeKernelsTestCase):
         self.assertEqual((got["decode"], got["window"], got["softcap"]), (1, (1, 64, 0), 30.0))
         _capi._library.has_decode_features = False
         with self.assertRaisesRegex(RuntimeError, r"no decode kernels with a window or softcap"):
+            _runtime.kernel(0, "bf16", 128, 128, 8, 2, False, 0.0, False, (1, 4096, 16),
+                            features=f, decode=True)
+
+    def test_decode_mods_reach_the_description(self):
+        """score_mod and mask_mod with decode (0.14): in the description with the tuning
+        args, a handle of their own; a 0.13 library says it has none."""
+        _capi._library.has_decode_features = True
+        _capi._library.has_decode_mods = True
+        plain = self.get()
+        f = _checks.check_features(None, 0.0, False, "return score;", "return true;")
+        args = _capi.mod_args((), (0.5,), (7,))
+        handle, _ = _runtime.kernel(0, "bf16", 128, 128, 8, 2, True, 0.0, False,
+                                    (1, 4096, 16), features=f, tuning_args=args, decode=True)
+        self.assertNotEqual(handle.value, plain)
+        got = self.fake.got[-1]
+        self.assertEqual((got["decode"], got["score_mod"], got["mask_mod"], got["tuning"]),
+                         (1, b"return score;", b"return true;", 0.5))
+        _capi._library.has_decode_mods = False
+        with self.assertRaisesRegex(RuntimeError, r"no decode kernels with a score_mod"):
             _runtime.kernel(0, "bf16", 128, 128, 8, 2, False, 0.0, False, (1, 4096, 16),
                             features=f, decode=True)
 
