@@ -77,12 +77,6 @@ llvm::Error checkKvCacheDtype(const fj_attention_desc &d, AttentionDesc &out) {
                      "{1}: an FP8 cache takes head dims that are multiples of 16 (rows of "
                      "16-byte chunks)",
                      out.headDim, out.headDimV);
-  if (out.features.any())
-    return makeError(ErrorCode::NotSupported,
-                     "desc->kv_cache_dtype is FJ_DTYPE_E4M3 with attention features ({0}): "
-                     "the FP8 cache's decode kernels take none yet (a 16-bit cache's take "
-                     "them all)",
-                     featureFields(out.features));
   out.kvCacheDtype = FJ_DTYPE_E4M3;
   return llvm::Error::success();
 }

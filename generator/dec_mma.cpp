@@ -94,10 +94,10 @@ TileConfig decMmaDefaultTile(const KernelSpec &spec) {
 }
 
 std::string decMmaConfigBlock(const KernelSpec &spec, const TileConfig &tile) {
-  // The features (the window, soft-capping) follow the cache's type in the config.
+  // The features follow the cache's type in the config.
   std::string tail = spec.dtype == DType::E4M3 ? ", true" : "";
   if (spec.features.any())
-    tail = ", false, FjFeatures";
+    tail = spec.dtype == DType::E4M3 ? ", true, FjFeatures" : ", false, FjFeatures";
   return featuresBlock(spec.features) + llvm::formatv(
              "// ---- configuration: {0} / {1} ----\n"
              "typedef fj::DecMmaConfig<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}{11}> FjConfig;\n"

@@ -37,10 +37,9 @@ struct DecMmaConfig {
   static constexpr bool kFp8Cache = kFp8Cache_;  // the cache holds e4m3 bytes
   // Attention features through the forward's hook (fj_features.cuh): the window (whose
   // key tiles alone are read), soft-capping, ALiBi (each packed row its head's slope) and
-  // the user's score_mod and mask_mod, over a 16-bit cache.
+  // the user's score_mod and mask_mod, over either cache.
   typedef Features_ Features;
   typedef FeatureTraits<Features> FeatureInfo;
-  static_assert(!kFp8Cache || !FeatureInfo::kAny, "features over a 16-bit cache");
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kBlockM = kBlockM_;  // packed query rows per CTA
@@ -414,11 +413,14 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
   // Read where it is used: a 16-bit cache's kernel keeps the code it had before FP8. With
   // soft-capping the hook hands back base-2 logits (ScoreHook::softmax_scale_log2).
   auto scale_log2 = [&] {
-    return Cfg::kFp8Cache ? fp8_scale_log2 : ScoreHook<F>::softmax_scale_log2(p.scale_log2);
+    return ScoreHook<F>::softmax_scale_log2(Cfg::kFp8Cache ? fp8_scale_log2 : p.scale_log2);
   };
   // The features' hooks, one per row a thread holds: the row's query index i is passed
-  // per score (the window's bounds count from it), its head gives ALiBi's slope.
-  const float softmax_scale = p.scale_log2 * (1.f / ScoreHook<F>::kLog2e);
+  // per score (the window's bounds count from it), its head gives ALiBi's slope. An FP8
+  // cache's K factor is part of the scale the hook takes a raw score by, so that what the
+  // user's code, the cap and ALiBi see is the score of the dequantized key.
+  const float softmax_scale =
+      (Cfg::kFp8Cache ? fp8_scale_log2 : p.scale_log2) * (1.f / ScoreHook<F>::kLog2e);
   auto slope_of = [&](int hf) {
 #ifdef FJ_DECODE_ALIBI
     return p.alibi_slopes[(long long)b * p.alibi_batch_stride + row_head[hf]];

@@ -232,7 +232,8 @@ typedef struct fj_mod_args {
  * window, softcap, ALiBi and mask_mod (on the bwd_mma family, whatever the target);
  * desc.backward with a score_mod is FJ_ERROR_NOT_SUPPORTED (its derivative is unknown).
  * The decode kernels take the window, softcap and ALiBi (0.13; fj_decode_args.alibi_slopes)
- * and score_mod and mask_mod (0.14; fj_decode_args.mod_args) over a 16-bit cache. */
+ * and score_mod and mask_mod (0.14; fj_decode_args.mod_args), over a 16-bit cache and
+ * (0.14) an FP8 one. */
 typedef struct fj_attention_desc {
   size_t struct_size;     /* sizeof(fj_attention_desc) */
   int32_t dtype;          /* an fj_dtype */
@@ -297,8 +298,7 @@ typedef struct fj_attention_desc {
    * new query rows against a KV cache, contiguous or paged), family dec_mma on every
    * target (sm_80 and newer), chosen by the same tune mode and cached like the forward.
    * Combines with backward, since 0.13 with the window, softcap and ALiBi, and since
-   * 0.14 with score_mod and mask_mod (no feature with an FP8 cache:
-   * FJ_ERROR_NOT_SUPPORTED).
+   * 0.14 with score_mod and mask_mod and with every feature over an FP8 cache.
    * 0 (the default): no decode kernels. (Added in 0.4: a struct_size that ends before
    * this field is accepted and reads as 0.) */
   int32_t decode;

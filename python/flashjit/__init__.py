@@ -535,7 +535,7 @@ def decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, *, causal=
     sizes = check_decode(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale,
                          num_splits, out, max_seqlen_k, k_descale=k_descale,
                          v_descale=v_descale)
-    features = check_decode_features(window, softcap, sizes, alibi_slopes is not None,
+    features = check_decode_features(window, softcap, alibi_slopes is not None,
                                      score_mod, mask_mod)
     if alibi_slopes is not None:
         check_alibi_slopes(alibi_slopes, sizes.batch, sizes.heads_q, q.device)

@@ -410,16 +410,10 @@ def check_features(window=None, softcap=0.0, alibi=False, score_mod=None, mask_m
                     _user_code("score_mod", score_mod), _user_code("mask_mod", mask_mod))
 
 
-def check_decode_features(window, softcap, sizes, alibi=False, score_mod=None, mask_mod=None):
+def check_decode_features(window, softcap, alibi=False, score_mod=None, mask_mod=None):
     """The Features of a flashjit.decode call (the window, softcap and ALiBi, C API 0.13;
-    score_mod and mask_mod, 0.14), checked; ValueError with an FP8 cache
-    (sizes.kv_cache_dtype), which takes none yet."""
-    features = check_features(window, softcap, alibi, score_mod, mask_mod)
-    if features != PLAIN and sizes.kv_cache_dtype is not None:
-        raise ValueError(f"attention features ({features_on(features)}) with an FP8 KV cache: "
-                         "the FP8 cache's decode kernels take no attention features yet; "
-                         "use a 16-bit cache")
-    return features
+    score_mod and mask_mod, 0.14; over an FP8 cache too, 0.14), checked."""
+    return check_features(window, softcap, alibi, score_mod, mask_mod)
 
 
 def check_alibi_slopes(slopes, batch, heads_q, device, pointers=False):

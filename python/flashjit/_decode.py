@@ -395,7 +395,7 @@ def decode_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Option
                                  scale if scale > 0 else None, num_splits, None, seqlen_k,
                                  pointers=True, k_descale=k_descale, v_descale=v_descale)
     window = (window_left, window_right) if has_window else None
-    features = _checks.check_decode_features(window, softcap, sizes, alibi_slopes is not None,
+    features = _checks.check_decode_features(window, softcap, alibi_slopes is not None,
                                              score_mod, mask_mod)
     if alibi_slopes is not None:
         _checks.check_alibi_slopes(alibi_slopes, sizes.batch, sizes.heads_q, q.device,

@@ -235,6 +235,25 @@ TEST(ApiDecodeGpu, UserModsMatchReference) {
   EXPECT_EQ(checked, 3);
 }
 
+// The features over an FP8 cache (0.14) through the C API: the factors, the slopes and
+// the user code's args all in fj_decode_args.
+TEST(ApiDecodeGpu, Fp8CacheFeaturesMatchReference) {
+  FLASHJIT_REQUIRE_GPU();
+  ApiContext ctx;
+  Case cases[] = {
+      {FJ_DTYPE_BF16, 128, 32, 8, true, 1, 16, 0, {5000, 17, 1025}, 1000, 0, 30.f},
+      {FJ_DTYPE_FP16, 128, 16, 4, false, 3, 64, 0, {3000, 130}, -1, -1, 0.f, true},
+  };
+  cases[1].scoreMod = "return score - args.scalar[0] * (float)((kv_idx + 2 * h) % 5);";
+  cases[1].maskMod = "return (kv_idx + q_idx + b) % args.integer[0] != 0;";
+  cases[1].modArgs.scalar[0] = 0.5f;
+  cases[1].modArgs.integer[0] = 5;
+  int checked = 0;
+  for (const Case &c : cases)
+    EXPECT_EQ(checkCase(ctx, c, true, 90 + checked++), "") << "case " << checked - 1;
+  EXPECT_EQ(checked, 2);
+}
+
 TEST(ApiDecodeGpu, RefusesWhatItCannotRun) {
   FLASHJIT_REQUIRE_GPU();
   ApiContext ctx;

@@ -72,6 +72,51 @@ TEST(DecMmaFp8, OtherHeadDimsAndLongCaches) {
   }
 }
 
+// The features over an FP8 cache (0.14), against the forward's reference with the same
+// features over the dequantized cache (K's factor is in the hook's scale, so the cap,
+// ALiBi and the user's code see the dequantized key's score): the decode grid's 15 shapes,
+// then a long cache split several ways.
+TEST(DecMmaFp8, Features) {
+  FLASHJIT_REQUIRE_GPU();
+  struct Case {
+    const char *name;
+    bool causal;
+    int left, right;
+    float softcap;
+    bool alibi;
+    const char *scoreMod, *maskMod;
+  };
+  const Case cases[] = {
+      {"window_left100_causal", true, 100, 0, 0.f, false, "", ""},
+      {"window_300_softcap30", false, 300, -1, 30.f, false, "", ""},
+      {"alibi_causal", true, -1, -1, 0.f, true, "", ""},
+      {"mods_window_37_20_alibi", false, 37, 20, 0.f, true,
+       "return score + args.scalar[0] * (float)((kv_idx * 7 + q_idx * 3 + h * 5 + b) % 11);",
+       "return (kv_idx * 3 + q_idx + h) % 4 != 1;"}};
+  for (const Case &c : cases)
+    for (DType dtype : {DType::BF16, DType::FP16}) {
+      KernelSpec spec = fp8Spec(128, 128, dtype, c.causal);
+      generator::Features &f = spec.features;
+      f.window = c.left >= 0 || c.right >= 0;
+      f.windowLeft = c.left;
+      f.windowRight = c.right;
+      f.softcap = c.softcap;
+      f.alibi = c.alibi;
+      f.scoreMod = c.scoreMod;
+      f.maskMod = c.maskMod;
+      f.hasTuningArgs = true;
+      f.tuningArgs.scalar[0] = 0.7f;
+      EXPECT_EQ(checkDecodeGrid(spec, generator::defaultTile(spec)), 15) << c.name;
+      if (dtype == DType::FP16)
+        continue;
+      for (int splits : {0, 7}) {
+        tuner::ForwardShape shape = decodeShape(16, 2, 4, {70000, 33333, 650}, 64, splits);
+        EXPECT_EQ(checkShape(spec, generator::defaultTile(spec), shape, 9), "")
+            << c.name << " " << spec.key() << " " << describe(shape);
+      }
+    }
+}
+
 // Every tile of the tuner's space that fits, on two shapes.
 TEST(DecMmaFp8, EveryTileOfTheSpace) {
   FLASHJIT_REQUIRE_GPU();

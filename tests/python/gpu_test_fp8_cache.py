@@ -153,14 +153,16 @@ def same_bytes(name, got, want):
 
 
 # ---- the reference (gpu_test_torch.py's decode bar; gpu_harness.decode_reference) ------
-def check_decoded(o, lse, q, keys, values, causal, scale=None, what="o"):
-    """Each sequence against the fp32 reference over its dequantized keys and values; the
-    bar: 2x the error of the same formula in q's dtype, + 1e-5."""
+def check_decoded(o, lse, q, keys, values, causal, scale=None, what="o", features=None):
+    """Each sequence against the fp32 reference over its dequantized keys and values (with
+    features(b), the reference's feature arguments of sequence b, when given); the bar:
+    2x the error of the same formula in q's dtype, + 1e-5."""
     assert not torch.isnan(o).any(), f"{what}: NaN"
     for b in range(q.shape[0]):
         args = (q[b:b + 1], keys[b][None], values[b][None], causal, scale)
-        ref, ref_lse = decode_reference(*args)
-        low, _ = decode_reference(*args, dtype=q.dtype)
+        f = features(b) if features else {}
+        ref, ref_lse = decode_reference(*args, **f)
+        low, _ = decode_reference(*args, dtype=q.dtype, **f)
         err, perr = max_err(o[b:b + 1], ref), max_err(low, ref)
         assert err <= 2 * perr + 1e-5, \
             f"{what}, sequence {b} ({keys[b].shape[0]} keys): error {err:.3e}, same-dtype " \
@@ -212,6 +214,49 @@ def append_decode(layout, dtype, d, hq, hk, new_len, causal, how, dv=None):
     values = dequantized(v, table_cpu, page, lens, vb)
     check_decoded(o, lse, q, keys, values, causal)
     again = flashjit.decode(q, k, v, seqlens, table, causal=causal, k_descale=kf, v_descale=vf)
+    assert torch.equal(again, o), "a second call (through its plan) differs"
+
+
+@case("fp8 cache: the window, softcap, ALiBi and the user's code (0.14)")
+def with_features(layout, causal, window, softcap, alibi, mods):
+    """The features over an FP8 cache: what they see is the dequantized key's score (K's
+    factor is in the hook's scale), against the reference over the dequantized cache."""
+    need()
+    if not getattr(flashjit._capi.library(), "has_decode_mods", False):
+        raise Skip("the library has no features over an FP8 cache (0.14)")
+    lens, hk, hq, sq = [5000, 77, 1, 1300], 2, 8, 3
+    b, page = len(lens), LAYOUTS[layout]
+    kf, vf = factors("seq_head", b, hk, 7), factors("seq_head", b, hk, 8)
+    kb, vb = per_bh(kf, b, hk), per_bh(vf, b, hk)
+    k, v, table, table_cpu = fp8_cache(lens, hk, 128, 128, page, 5000, kb, vb, torch.bfloat16)
+    keys = dequantized(k, table_cpu, page, lens, kb)
+    values = dequantized(v, table_cpu, page, lens, vb)
+    q = rand(b, sq, hq, 128)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    slopes = torch.rand(b, hq, device="cuda") * 0.5 + 0.01 if alibi else None
+    kw = dict(window=window, softcap=softcap, alibi_slopes=slopes)
+    if mods:
+        kw.update(score_mod="return score + args.scalar[0] * (float)((kv_idx * 7 + q_idx * 3 "
+                            "+ h) % 11);", mask_mod="return kv_idx % 5 != 2;",
+                  mod_scalars=(0.5,))
+
+    def features(i):
+        f = dict(window=window, softcap=softcap, alibi=None if slopes is None else slopes[i])
+        if mods:
+            n = lens[i]
+            qi = torch.arange(sq, device="cuda")[None, :, None]
+            j = torch.arange(n, device="cuda")[None, None, :]
+            h = torch.arange(hq, device="cuda")[:, None, None]
+            f["bias"] = 0.5 * ((j * 7 + qi * 3 + h) % 11).float()
+            f["keep"] = (j % 5 != 2).expand(hq, sq, n)
+        return f
+    for splits in (1, 0):
+        o, lse = flashjit.decode(q, k, v, seqlens, table, causal=causal, num_splits=splits,
+                                 return_lse=True, k_descale=kf, v_descale=vf, **kw)
+        check_decoded(o, lse, q, keys, values, causal, what=f"num_splits={splits}",
+                      features=features)
+    again = flashjit.decode(q, k, v, seqlens, table, causal=causal, k_descale=kf, v_descale=vf,
+                            **kw)
     assert torch.equal(again, o), "a second call (through its plan) differs"
 
 
@@ -429,6 +474,10 @@ def run_all():
     append_decode("contiguous", fp16, 64, 4, 4, 16, True, "none")      # MHA, no factors
     append_decode("paged64", bf16, 128, 8, 2, 4, False, "one", dv=64)  # dv != d
     append_decode("paged16", bf16, 128, 16, 2, 1, True, "expand")      # strides (0, 1)
+    with_features("paged16", True, (100, 0), 0.0, False, False)
+    with_features("contiguous", False, (700, 20), 30.0, True, False)
+    with_features("paged64", True, None, 0.0, True, True)
+    with_features("paged16", False, (300, -1), 20.0, False, True)
     decode_long()
     factors_per_call()
     saturation()

@@ -166,15 +166,6 @@ INSTANTIATE_TEST_SUITE_P(
                     a.alibi_batch_stride = -1;
                   },
                   kInvalid, {"args->alibi_batch_stride is -1"}},
-        BadDecode{"Fp8CacheWithFeatures",
-                  [](D &d, A &) {
-                    d.decode = 1, d.window = 1, d.window_left = 128;
-                    d.mask_mod = "return true;";
-                    d.kv_cache_dtype = FJ_DTYPE_E4M3;
-                  },
-                  kNotSupported,
-                  {"desc->kv_cache_dtype is FJ_DTYPE_E4M3 with attention features",
-                   "desc->mask_mod", "desc->window"}},
         BadDecode{"DescriptionChecked", [](D &d, A &) { d.head_dim = 100; }, kNotSupported,
                   {"desc->head_dim is 100"}}),
     [](const auto &info) { return std::string(info.param.name); });
@@ -354,11 +345,10 @@ TEST(ValidateDecodeDesc, DecodeFlagIsReadAndTakesFeatures) {
   EXPECT_EQ(params.mod_args.scalar[0], 0.5f);
   EXPECT_EQ(params.mod_args.integer[2], 7);
   EXPECT_EQ(params.mod_args.tensor[1], reinterpret_cast<const void *>(0x1234));
-  // An FP8 cache takes no feature.
+  // Over an FP8 cache too (0.14).
   desc.kv_cache_dtype = FJ_DTYPE_E4M3;
-  EXPECT_TRUE(failsWith(fj_validate_attention_desc(&desc), FJ_ERROR_NOT_SUPPORTED,
-                        {"FJ_DTYPE_E4M3 with attention features", "desc->score_mod",
-                         "desc->mask_mod"}));
+  desc.window = 1, desc.window_left = 4096, desc.softcap = 50.f, desc.alibi = 1;
+  EXPECT_TRUE(succeeds(fj_validate_attention_desc(&desc)));
 }
 
 // A 0.13 fj_decode_args ends at alibi_batch_stride: accepted, mod_args read as zeros
@@ -456,12 +446,8 @@ INSTANTIATE_TEST_SUITE_P(
                         reinterpret_cast<const int32_t *>(shifted(a.cache_seqlens, 2));
                   },
                   kInvalid, {"args->cache_seqlens", "4-byte aligned"}},
-        BadAppend{"Fp8CacheWithFeatures",
-                  [](D &d, P &) {
-                    d.decode = 1, d.softcap = 30.f;
-                    d.kv_cache_dtype = FJ_DTYPE_E4M3;
-                  },
-                  kNotSupported, {"FJ_DTYPE_E4M3 with attention features", "desc->softcap"}}),
+        BadAppend{"DescriptionChecked", [](D &d, P &) { d.head_dim = 100; }, kNotSupported,
+                  {"head_dim"}}),
     [](const auto &info) { return std::string(info.param.name); });
 
 TEST(ValidateAppendOk, GoodAndEmptyAppendsPass) {

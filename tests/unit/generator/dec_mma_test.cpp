@@ -69,7 +69,7 @@ TEST(DecMmaSpec, DefaultTilesFitEveryTarget) {
 
 // The window, soft-capping and ALiBi compile in (the hook's features struct in the
 // config; ALiBi's kernels see the params' slopes), and the user's mods (0.14: their
-// kernels see the params' args, and so every field before them).
+// kernels see the params' args, and so every field before them), over either cache.
 TEST(DecMmaSpec, TakesTheFeatures) {
   KernelSpec spec = decodeSpec(128);
   spec.features.window = true;
@@ -99,13 +99,17 @@ TEST(DecMmaSpec, TakesTheFeatures) {
     EXPECT_EQ(modKernel->source.find("FJ_RESUME_LINE"), std::string::npos);
     EXPECT_EQ(modKernel->source.find("#define FJ_DECODE_ALIBI"), std::string::npos);
   }
-  // An FP8 cache takes none yet.
+  // Over an FP8 cache too (0.14): the config says both.
   KernelSpec fp8 = decodeSpec(128);
   fp8.outDtype = fp8.dtype;
   fp8.dtype = DType::E4M3;
   fp8.features.softcap = 30;
-  EXPECT_TRUE(bool(validateSpec(fp8)));
-  llvm::consumeError(validateSpec(fp8));
+  fp8.features.maskMod = "return true;";
+  EXPECT_FALSE(bool(validateSpec(fp8))) << fp8.key();
+  auto fp8Kernel = emitKernel(fp8, defaultTile(fp8));
+  ASSERT_TRUE(bool(fp8Kernel)) << llvm::toString(fp8Kernel.takeError());
+  EXPECT_NE(fp8Kernel->source.find("true, FjFeatures> FjConfig"), std::string::npos);
+  EXPECT_NE(fp8Kernel->source.find("#define FJ_DECODE_FP8_CACHE 1"), std::string::npos);
 }
 
 TEST(DecMmaSpec, EmittedModuleNamesItsKernels) {

@@ -156,6 +156,25 @@ INSTANTIATE_TEST_SUITE_P(
              std::get<1>(info.param).name;
     });
 
+// Over an FP8 cache too (0.14): each case's default tile at d 64 and 128, on sm_80 and
+// sm_90a, without spills.
+TEST(FeaturesCompileDecodeFp8Cache, EveryCaseCompilesWithoutSpills) {
+  for (const char *target : {"sm_80", "sm_90a"})
+    for (const FeatureCase &c : featureCases())
+      for (int d : {64, 128}) {
+        generator::KernelSpec spec = specOf({Family::DecMma, target}, DType::E4M3, d, c);
+        spec.outDtype = DType::BF16;
+        generator::TileConfig tile = generator::defaultTile(spec);
+        auto kernel = generator::emitKernel(spec, tile);
+        ASSERT_TRUE(bool(kernel)) << spec.key() << ": " << llvm::toString(kernel.takeError());
+        auto binary = tuner::compileEmitted(*kernel, target);
+        ASSERT_TRUE(bool(binary)) << spec.key() << " " << tile.key() << ": "
+                                  << llvm::toString(binary.takeError());
+        EXPECT_EQ(binary->spillStoreBytes + binary->spillLoadBytes, 0)
+            << spec.key() << " " << tile.key();
+      }
+}
+
 // The backward pass takes every feature but score_mod (0.9): bwd_mma's default tiles
 // compile without spills, on sm_80 and sm_90a.
 std::vector<FeatureCase> backwardFeatureCases() {
