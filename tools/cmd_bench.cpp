@@ -105,16 +105,9 @@ int runBench() {
     return fail(features.takeError());
   if (auto err = tools::checkFamilyTakesFeatures(*family, *features, "--family " + familyOpt))
     return fail(std::move(err));
-  // The checker and the timing run the user's code with zeroed `args`: code that reads
-  // the caller's tensors would read through null pointers.
-  if (features->needsTuningArgs())
-    return fail(makeError(ErrorCode::NotSupported,
-                          "not supported yet: the user code reads args.tensor, and bench has "
-                          "no tensors to pass it (its args are zero); bench a mod that does "
-                          "not, or tune it through the C API with tuning_mod_args"));
-  if (!features->scoreMod.empty() || !features->maskMod.empty())
-    llvm::errs() << "flashjit bench: note: the user code runs with args all zero "
-                    "(args.scalar[i] = 0, args.integer[i] = 0)\n";
+  // The checker and the timing run the user's code with zeroed `args`.
+  if (auto err = tools::checkUserCodeRunsWithZeroArgs(*features, "bench"))
+    return fail(std::move(err));
   if (!features->maskMod.empty())
     llvm::errs() << "flashjit bench: note: a mask_mod's tiles run under their block mask "
                     "(skipped tiles not computed); TFLOP/s and roofline count every pair "

@@ -114,17 +114,9 @@ int runBenchDecode() {
   if (auto err = tools::checkFamilyTakesFeatures(generator::Family::DecMma, *features,
                                                  "the feature options"))
     return fail(std::move(err));
-  // The checker and the timing run the user's code with zeroed `args`: code that reads
-  // the caller's tensors would read through null pointers.
-  if (features->needsTuningArgs())
-    return fail(makeError(ErrorCode::NotSupported,
-                          "not supported yet: the user code reads args.tensor, and "
-                          "bench-decode has no tensors to pass it (its args are zero); bench a "
-                          "mod that does not, or tune it through the C API with "
-                          "tuning_mod_args"));
-  if (!features->scoreMod.empty() || !features->maskMod.empty())
-    llvm::errs() << "flashjit bench-decode: note: the user code runs with args all zero "
-                    "(args.scalar[i] = 0, args.integer[i] = 0)\n";
+  // The checker and the timing run the user's code with zeroed `args`.
+  if (auto err = tools::checkUserCodeRunsWithZeroArgs(*features, "bench-decode"))
+    return fail(std::move(err));
   auto dev = runtime::Device::open(0);
   if (!dev)
     return fail(dev.takeError());

@@ -107,6 +107,21 @@ llvm::Error checkFamilyTakesFeatures(generator::Family family,
   return llvm::Error::success();
 }
 
+llvm::Error checkUserCodeRunsWithZeroArgs(const generator::Features &features,
+                                          llvm::StringRef verb) {
+  if (features.needsTuningArgs())
+    return makeError(ErrorCode::NotSupported,
+                     "not supported yet: the user code reads args.tensor, and {0} has no "
+                     "tensors to pass it (its args are zero); time a mod that does not, or "
+                     "tune it through the C API with tuning_mod_args",
+                     verb);
+  if (!features.scoreMod.empty() || !features.maskMod.empty())
+    llvm::errs() << "flashjit " << verb
+                 << ": note: the user code runs with args all zero (args.scalar[i] = 0, "
+                    "args.integer[i] = 0)\n";
+  return llvm::Error::success();
+}
+
 llvm::Expected<generator::Features> FeatureOptions::features() const {
   generator::Features f;
   if (window_.getNumOccurrences()) {

@@ -48,5 +48,10 @@ llvm::Expected<std::string> readUserCodeFile(llvm::StringRef option, llvm::Strin
 // ("--family bwd_mma", "--backward").
 llvm::Error checkFamilyTakesFeatures(generator::Family family,
                                      const generator::Features &features, llvm::StringRef how);
+// For the verbs that run user code with zeroed `args` (bench, bench-decode, named by
+// `verb`): NotSupported when the code reads args.tensor (it would read through null
+// pointers), else success, with a note on stderr when there is user code.
+llvm::Error checkUserCodeRunsWithZeroArgs(const generator::Features &features,
+                                          llvm::StringRef verb);
 
 } // namespace flashjit::tools

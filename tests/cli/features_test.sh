@@ -114,6 +114,8 @@ expect 1 "--window '7': expected L,R" tune --compile-only --head-dims 64 --windo
 expect 1 "--window 'x,1': expected L,R" bench --window x,1
 expect 1 'not supported yet: the user code reads args\.tensor' \
   bench --mask-mod "$mods/document_mask.cu"
+expect 1 'not supported yet: the user code reads args\.tensor, and bench-decode has' \
+  bench-decode --mask-mod "$mods/document_mask.cu"
 
 if [ "$failures" -ne 0 ]; then
   echo "features cli: $failures failure(s)"
