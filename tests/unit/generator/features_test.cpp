@@ -229,7 +229,7 @@ TEST(FeatureValidation, RejectsANaNOrNegativeSoftcapAlone) {
 }
 
 // The backward pass takes the features (0.9) but a score_mod (no derivative): bwd_mma all
-// of them, bwd_wgmma all but soft-capping; dec_mma takes none yet.
+// of them, bwd_wgmma all but soft-capping; dec_mma takes every feature.
 TEST(FeatureValidation, BackwardFamiliesTakeWhatTheyCan) {
   Features withMask;
   withMask.maskMod = kPrefixLm;
@@ -249,14 +249,8 @@ TEST(FeatureValidation, BackwardFamiliesTakeWhatTheyCan) {
       ASSERT_TRUE(bool(emitted)) << spec.key() << ": " << llvm::toString(emitted.takeError());
       EXPECT_NE(emitted->source.find("FjFeatures> FjConfig"), std::string::npos) << spec.key();
     }
-    // Decode takes the window, soft-capping and ALiBi, not the user's code.
-    if (!f.maskMod.empty()) {
-      ErrorReport report = errorOf(validateFeatures(specWith(f, Family::DecMma)));
-      EXPECT_EQ(report.code, ErrorCode::NotSupported) << f.keySuffix();
-      EXPECT_NE(report.message.find("dec_mma"), std::string::npos) << report.message;
-    } else {
-      EXPECT_FALSE(bool(validateFeatures(specWith(f, Family::DecMma)))) << f.keySuffix();
-    }
+    // Decode takes them all (the user's code since 0.14).
+    EXPECT_FALSE(bool(validateFeatures(specWith(f, Family::DecMma)))) << f.keySuffix();
   }
   Features withScoreMod;
   withScoreMod.scoreMod = "return score;";
@@ -266,6 +260,7 @@ TEST(FeatureValidation, BackwardFamiliesTakeWhatTheyCan) {
     EXPECT_NE(report.message.find("does not take a score_mod"), std::string::npos)
         << report.message;
   }
+  EXPECT_FALSE(bool(validateFeatures(specWith(withScoreMod, Family::DecMma))));
   // No feature: the backward families are fine.
   EXPECT_FALSE(bool(validateFeatures(specWith({}, Family::BwdMma))));
 }
