@@ -1829,6 +1829,28 @@ class BadDecodeArguments(DecodeErrors):
                                     pointers=True)
 
     @unittest.skipIf(HAVE_TORCH, "torch is installed")
+    def test_user_code_and_its_args(self):
+        """score_mod, mask_mod and mod_* (0.14) are checked as attention()'s before torch
+        is imported; valid ones, over a 16-bit or an FP8 cache, pass to the import."""
+        args = decode_args()
+        ok = dict(score_mod="return score;", mask_mod="return true;")
+        self.expect(TypeError, r"score_mod is a bytes: expected a str", *args,
+                    score_mod=b"return score;")
+        self.expect(ValueError, r"mask_mod contains a NUL", *args, mask_mod="return true;\0")
+        self.expect(ValueError, r"mod_tensors has 5 entries: at most 4", *args,
+                    mod_tensors=[FakeTensor((4,))] * 5, **ok)
+        self.expect(TypeError, r"mod_scalars\[0\] is 'x': expected a number", *args,
+                    mod_scalars=("x",), **ok)
+        self.expect(ValueError, r"mod_ints\[1\] is 4294967296: expected an int32", *args,
+                    mod_ints=(1, 1 << 32), **ok)
+        self.expect(ValueError, r"mod_tensors\[0\] is on cuda:1, q on cuda:0", *args,
+                    mod_tensors=(FakeTensor((4,), device="cuda:1"),), **ok)
+        for cache in (args, fp8_cache_args()):
+            with self.assertRaisesRegex(ImportError, "torch"):
+                flashjit.decode(*cache, window=(64, 0), softcap=30.0,
+                                mod_tensors=(FakeTensor((4,)),), mod_scalars=(0.5,),
+                                mod_ints=(3,), **ok)
+
     def test_decode_without_torch_says_so(self):
         with self.assertRaisesRegex(ImportError, "torch"):
             flashjit.decode(*decode_args())
