@@ -12,12 +12,10 @@ llvm::Expected<std::unique_ptr<DecodeChecker>>
 DecodeChecker::create(const generator::KernelSpec &spec, const ForwardShape &shape,
                       uint64_t seed, CUstream stream) {
   auto checker = std::unique_ptr<DecodeChecker>(new DecodeChecker());
-  checker->shape_ = shape;
+  // ALiBi's made-up slopes and the user code's args, the kernel's and the reference's.
+  checker->shape_ = withFeatureInputs(spec, shape);
   checker->shape_.headDim = spec.headDim;
   checker->shape_.headDimV = spec.headDimV;
-  checker->shape_.alibi = spec.features.alibi;  // the kernel's and the reference's slopes
-  if (spec.features.hasTuningArgs)  // the user code's args, the reference's too
-    checker->shape_.modArgs = spec.features.tuningArgs;
   // The reference: the same attention as a variable-length forward problem with the
   // same features (the window, soft-capping, ALiBi with the same made-up slopes, the
   // user's score_mod and mask_mod with the same args). An

@@ -23,12 +23,9 @@ public:
   static llvm::Expected<std::unique_ptr<DecodeTimingProblem>>
   create(const generator::KernelSpec &spec, const ForwardShape &shape, uint64_t l2Bytes) {
     auto problem = std::unique_ptr<DecodeTimingProblem>(new DecodeTimingProblem());
-    problem->shape_ = shape;
+    problem->shape_ = withFeatureInputs(spec, shape);  // made-up slopes, the tuning args
     problem->shape_.headDim = spec.headDim;
     problem->shape_.headDimV = spec.headDimV;
-    problem->shape_.alibi = spec.features.alibi;  // made-up slopes to read
-    if (spec.features.hasTuningArgs)
-      problem->shape_.modArgs = spec.features.tuningArgs;
     if (problem->shape_.pageSize == 0)
       problem->shape_.pageSize = kTimingPageSize;
     int sets = 1;

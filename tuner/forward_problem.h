@@ -48,7 +48,8 @@ struct ForwardShape {
 };
 
 // `shape` with the inputs the spec's features need (ALiBi slopes, the user code's
-// tuning args) and its dtype's (FP8's descale factors and V^T workspace).
+// tuning args) and its dtype's (FP8's descale factors and V^T workspace; decode's buffers
+// follow the spec's dtype instead and ignore that flag).
 ForwardShape withFeatureInputs(const generator::KernelSpec &spec, ForwardShape shape);
 
 // The roofline model's view of a problem (FLOPs, bytes) for a spec.
