@@ -20,8 +20,7 @@ import os
 import re
 
 from ._capi import FlashJitError, library
-from ._checks import (check_alibi_slopes, check_decode, check_decode_features,
-                      check_descales, check_features,
+from ._checks import (check_alibi_slopes, check_decode, check_descales, check_features,
                       check_fp8_features, check_inputs, check_kv_append, check_max_seqlens,
                       check_mod_args, check_out_dtype, dtype_name, is_fp8, PLAIN)
 from . import _block_mask, _runtime
@@ -535,8 +534,7 @@ def decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, *, causal=
     sizes = check_decode(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale,
                          num_splits, out, max_seqlen_k, k_descale=k_descale,
                          v_descale=v_descale)
-    features = check_decode_features(window, softcap, alibi_slopes is not None,
-                                     score_mod, mask_mod)
+    features = check_features(window, softcap, alibi_slopes is not None, score_mod, mask_mod)
     if alibi_slopes is not None:
         check_alibi_slopes(alibi_slopes, sizes.batch, sizes.heads_q, q.device)
     mods = check_mod_args(mod_tensors, mod_scalars, mod_ints, q.device)

@@ -410,12 +410,6 @@ def check_features(window=None, softcap=0.0, alibi=False, score_mod=None, mask_m
                     _user_code("score_mod", score_mod), _user_code("mask_mod", mask_mod))
 
 
-def check_decode_features(window, softcap, alibi=False, score_mod=None, mask_mod=None):
-    """The Features of a flashjit.decode call (the window, softcap and ALiBi, C API 0.13;
-    score_mod and mask_mod, 0.14; over an FP8 cache too, 0.14), checked."""
-    return check_features(window, softcap, alibi, score_mod, mask_mod)
-
-
 def check_alibi_slopes(slopes, batch, heads_q, device, pointers=False):
     """The slopes of ALiBi: a float32 tensor on q's device, [heads_q] (shared by the batch)
     or [batch, heads_q]. Returns the batch stride in elements (0 when shared)."""

@@ -149,7 +149,7 @@ def _make_plan(q, k_cache, v_cache, sizes, causal, out, features=_checks.PLAIN,
                alibi_slopes=None, mod=None):
     lib = _require_decode()
     plan = _Plan()
-    plan.mods = features.score_mod is not None or features.mask_mod is not None
+    plan.mods = _has_code(features)
     plan.index, plan.handle = _decode_handle(q, sizes, causal, features, mod)
     plan.device = q.device
     plan.o_shape = (sizes.batch, sizes.seqlen_q, sizes.heads_q, sizes.head_dim_v)
@@ -175,10 +175,12 @@ def _plan(key, q, k_cache, v_cache, sizes, causal, out, features=_checks.PLAIN,
     return plan
 
 
-def _mod_args(mod_tensors, mod_scalars, mod_ints):
-    """The user code's fj_mod_args of a call (its arguments checked but for the tensors'
-    device, which a plan's key holds)."""
-    tensors, scalars, ints = _checks.check_mod_args(mod_tensors, mod_scalars, mod_ints)
+def _has_code(features):
+    return features.score_mod is not None or features.mask_mod is not None
+
+
+def _mod_args(tensors, scalars, ints):
+    """The user code's fj_mod_args of a call, from its checked args."""
     return _capi.mod_args([t.data_ptr() for t in tensors], scalars, ints)
 
 
@@ -199,7 +201,9 @@ def fast_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax
         return None
     if plan is None:
         return None
-    mod = _mod_args(mod_tensors, mod_scalars, mod_ints) if plan.mods else None
+    # Checked but for the tensors' device, which the plan's key holds.
+    mod = _mod_args(*_checks.check_mod_args(mod_tensors, mod_scalars, mod_ints)) \
+        if plan.mods else None
     return _launch(plan, q, k_cache, v_cache, cache_seqlens, block_table, return_lse, out,
                    k_descale, v_descale, alibi_slopes, mod)
 
@@ -227,9 +231,7 @@ def decode(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scal
     key = _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
                num_splits, out, max_seqlen_k, k_descale, v_descale, window, features.softcap,
                alibi_slopes, features.score_mod, features.mask_mod, tensors)
-    mod = None
-    if features.score_mod is not None or features.mask_mod is not None:
-        mod = _capi.mod_args([t.data_ptr() for t in tensors], scalars, ints)
+    mod = _mod_args(tensors, scalars, ints) if _has_code(features) else None
     plan = _plans.get(key) if key is not None else None
     if plan is None:  # a new plan: the pointers' alignment too (later calls: the library)
         _checks.check_decode(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale,
@@ -395,16 +397,14 @@ def decode_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Option
                                  scale if scale > 0 else None, num_splits, None, seqlen_k,
                                  pointers=True, k_descale=k_descale, v_descale=v_descale)
     window = (window_left, window_right) if has_window else None
-    features = _checks.check_decode_features(window, softcap, alibi_slopes is not None,
-                                             score_mod, mask_mod)
+    features = _checks.check_features(window, softcap, alibi_slopes is not None, score_mod,
+                                      mask_mod)
     if alibi_slopes is not None:
         _checks.check_alibi_slopes(alibi_slopes, sizes.batch, sizes.heads_q, q.device,
                                    pointers=True)
     tensors, scalars, ints = _checks.check_mod_args(mod_tensors, mod_scalars, mod_ints,
                                                     q.device)
-    mod = None
-    if features.score_mod is not None or features.mask_mod is not None:
-        mod = _capi.mod_args([t.data_ptr() for t in tensors], scalars, ints)
+    mod = _mod_args(tensors, scalars, ints) if _has_code(features) else None
     key = ("op",) + _key(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
                          num_splits, None, seqlen_k, k_descale, v_descale, window, softcap,
                          alibi_slopes, features.score_mod, features.mask_mod, tensors)
