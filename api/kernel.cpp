@@ -256,8 +256,11 @@ llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attentio
   if (llvm::Error error = context->device->makeCurrent())
     return std::move(error);
 
-  // The forward's (and backward's) bucket: without a batch hint, a 16k-token step's.
-  const int stepBatch = desc->batchHinted ? desc->batchHint : tuner::ladderBatch(desc->seqQHint);
+  // The forward's (and backward's) bucket: without a batch hint, a 16k-token step's;
+  // for user code that reads tensors, the hinted shape's (what its tuning args hold).
+  const bool bounded = tuner::boundedByTuningShape(specs[0]);
+  const int stepBatch = desc->batchHinted || bounded ? desc->batchHint
+                                                     : tuner::ladderBatch(desc->seqQHint);
   tuner::Bucket hinted =
       bucketFor(desc->seqQHint, desc->seqKHint, (int64_t)stepBatch * desc->headsQ);
   if (desc->tunesLadder() && modeTunes(context->mode))
@@ -341,9 +344,11 @@ llvm::Expected<fj_kernel_s *> getKernel(fj_context_s *context, const fj_attentio
     if (llvm::Error error = generator::validateSpec(dec))
       return std::move(error);
     // Decode's own bucket: a decode step's query rows (the hint when it is one, else
-    // 1) against the hinted cache length (4096 when the hint is a prefill's or unset).
+    // 1) against the hinted cache length (4096 when the hint is a prefill's or unset,
+    // but for user code that reads tensors sized for the hint).
     const int decodeRows = desc->seqQHint <= 64 ? desc->seqQHint : 1;
-    const int decodeKeys = desc->seqKHint >= 256 ? desc->seqKHint : 4096;
+    const int decodeKeys = desc->seqKHint >= 256 || bounded ? desc->seqKHint : 4096;
+    dec.features.tuningShape.seqQ = decodeRows;  // a step's rows: within the hint
     const tuner::Bucket decodeHinted = tuner::Bucket::forDecode(
         decodeRows, decodeKeys, desc->batchHint, desc->headsQ, desc->headsKV);
     auto decode = selectVariants(*context, dec, decodeHinted);

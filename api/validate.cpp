@@ -305,6 +305,9 @@ llvm::Expected<AttentionDesc> checkDesc(const fj_attention_desc *in) {
   out.backward = d.backward != 0;
   if (llvm::Error error = checkFeatures(d, out.features))
     return std::move(error);
+  // The shape tuning_mod_args' tensors are sized for: the hints, as resolved above.
+  out.features.tuningShape = {out.batchHint, out.headsQ, out.headsKV, out.seqQHint,
+                              out.seqKHint};
   // ALiBi's kernels add the bias in the unscaled score's units, slope / softmax_scale
   // (fj_features.cuh, kScoreUnits): a scale this small would overflow it.
   if (out.features.alibi && out.scale < kMinAlibiScale)

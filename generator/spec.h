@@ -57,6 +57,15 @@ struct Features {
   // default tile, compiled, unchecked (needsTuningArgs).
   bool hasTuningArgs = false;
   FjModArgs tuningArgs = {};
+  // The problem tuningArgs' tensors are sized for (the C API sets the description's
+  // hints): the tuner runs code that reads them on that problem and on checks clamped
+  // into it, so that it never indexes past them (tuner::withinTuningShape). All zero:
+  // not known, the tuner's own shapes.
+  struct TuningShape {
+    int batch = 0, headsQ = 0, headsKV = 0, seqQ = 0, seqK = 0;
+    bool known() const { return batch > 0 && headsQ > 0 && headsKV > 0 && seqQ > 0 && seqK > 0; }
+  };
+  TuningShape tuningShape;
 
   bool transformsScores() const { return softcap > 0 || alibi || !scoreMod.empty(); }
   bool masks() const { return window || !maskMod.empty(); }

@@ -97,12 +97,54 @@ std::vector<Bucket> lengthLadder(int headsQ, int batch) {
   return ladder;
 }
 
+bool boundedByTuningShape(const generator::KernelSpec &spec) {
+  return spec.features.hasTuningArgs && spec.features.tuningShape.known() &&
+         spec.features.readsTensors();
+}
+
+ForwardShape withinTuningShape(const generator::KernelSpec &spec, ForwardShape shape) {
+  if (!boundedByTuningShape(spec))
+    return shape;
+  const generator::Features::TuningShape &bound = spec.features.tuningShape;
+  shape.batch = std::clamp(shape.batch, 1, std::max(1, bound.batch));
+  shape.headsQ = std::clamp(shape.headsQ, 1, std::max(1, bound.headsQ));
+  if (shape.headsKV < 1 || shape.headsKV > shape.headsQ || shape.headsQ % shape.headsKV)
+    shape.headsKV = 1;
+  auto clampLengths = [&](std::vector<int> &lengths, int bound, int &longest) {
+    longest = std::clamp(longest, 1, std::max(1, bound));
+    if (lengths.empty())
+      return;
+    lengths.resize(std::min<size_t>(lengths.size(), (size_t)shape.batch));
+    for (int &n : lengths)
+      n = std::min(n, longest);
+    longest = std::max(1, *std::max_element(lengths.begin(), lengths.end()));
+  };
+  // seqlensQ and seqlensK hold one length a sequence (varlen, or decode's cache lengths).
+  clampLengths(shape.seqlensQ, bound.seqQ, shape.seqQ);
+  clampLengths(shape.seqlensK, bound.seqK, shape.seqK);
+  if (!shape.seqlensQ.empty() || !shape.seqlensK.empty())
+    shape.batch = (int)std::max(shape.seqlensQ.size(), shape.seqlensK.size());
+  return shape;
+}
+
 ForwardShape timingShape(const generator::KernelSpec &spec, const Bucket &bucket) {
   ForwardShape shape;
-  shape.batch = std::max(1, bucket.batchHeads / 16);
-  shape.headsQ = shape.headsKV = std::max(1, bucket.batchHeads / shape.batch);
-  shape.seqQ = bucket.seqQ;
-  shape.seqK = bucket.seqK;
+  if (boundedByTuningShape(spec)) {
+    // The hinted problem exactly: its bucket's rounding up, or its heads laid out 16 a
+    // sequence, would index past the tensors sized for it.
+    const generator::Features::TuningShape &bound = spec.features.tuningShape;
+    shape.batch = bound.batch;
+    shape.headsQ = bound.headsQ;
+    shape.headsKV = bound.headsKV;
+    shape.seqQ = bound.seqQ;
+    shape.seqK = bound.seqK;
+    shape = withinTuningShape(spec, shape);  // sizes >= 1, KV heads a divisor
+  } else {
+    shape.batch = std::max(1, bucket.batchHeads / 16);
+    shape.headsQ = shape.headsKV = std::max(1, bucket.batchHeads / shape.batch);
+    shape.seqQ = bucket.seqQ;
+    shape.seqK = bucket.seqK;
+  }
   shape.headDim = spec.headDim;
   shape.headDimV = spec.headDimV;
   shape.layout = Layout::BSHD;
@@ -129,7 +171,7 @@ std::vector<ForwardShape> correctnessShapes(const generator::KernelSpec &spec) {
   b.headsKV = 1;
   b.seqQ = 389;
   b.seqK = 257;
-  return {a, b};
+  return {withinTuningShape(spec, a), withinTuningShape(spec, b)};
 }
 
 } // namespace flashjit::tuner

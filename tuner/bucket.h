@@ -59,12 +59,23 @@ std::vector<Bucket> lengthLadder(int headsQ, int batch);
 int ladderBatch(int length);
 
 // The problem a bucket is timed on: its sizes exactly, batch x heads split as
-// batch = max(1, bh / 16), heads = bh / batch, MHA, layout BSHD, with the LSE.
+// batch = max(1, bh / 16), heads = bh / batch, MHA, layout BSHD, with the LSE. For user
+// code bounded by its tuning shape (below), that shape itself, exactly.
 ForwardShape timingShape(const generator::KernelSpec &spec, const Bucket &bucket);
 
 // The small problems every candidate must pass before it is timed: sequence
 // lengths that are not multiples of any tile, seqlen_q < seqlen_k and the
-// reverse (causal rows that see no key), MHA and GQA.
+// reverse (causal rows that see no key), MHA and GQA; clamped into the tuning shape
+// for user code bounded by it.
 std::vector<ForwardShape> correctnessShapes(const generator::KernelSpec &spec);
+
+// User code that reads args.tensor, run while tuning with the caller's tuning args
+// whose tensors are sized for spec.features.tuningShape (known): no problem the tuner
+// runs may index past it.
+bool boundedByTuningShape(const generator::KernelSpec &spec);
+// `shape` with its batch, query heads and lengths (per sequence too) no larger than
+// the tuning shape's, its KV heads still dividing its query heads; as it is when the
+// spec is not bounded.
+ForwardShape withinTuningShape(const generator::KernelSpec &spec, ForwardShape shape);
 
 } // namespace flashjit::tuner

@@ -1,6 +1,7 @@
 // The decode operation as the tuner sees it (tuner/operation.h): dec_mma, split-KV
 // attention of a few query rows per sequence over a paged KV cache.
 #include "support/error.h"
+#include "tuner/bucket.h"
 #include "tuner/decode_checker.h"
 #include "tuner/decode_kernel.h"
 #include "tuner/decode_problem.h"
@@ -80,10 +81,10 @@ public:
 
   // Decode steps of 1 and 7 query rows, MHA and GQA, cache lengths that are no multiple
   // of any tile or page (one of them shorter than the query rows: causal rows that see
-  // no key), shuffled pages of 16 and a contiguous cache, one split and several. User
-  // code that reads tensors gets shapes within the forward's (tuner::correctnessShapes:
-  // at most 2 sequences, 2 query heads and 389 rows and keys), which its tuning args,
-  // sized for the hinted shape, hold as they do the forward's.
+  // no key), shuffled pages of 16 and a contiguous cache, one split and several; for
+  // user code that reads tensors, clamped into the shape its tuning args are sized for
+  // (tuner::withinTuningShape), or, when that is not known, within the forward's checks
+  // (tuner::correctnessShapes: at most 2 sequences, 2 query heads and 389 rows and keys).
   std::vector<ForwardShape> correctnessShapes(const generator::KernelSpec &spec) const override {
     auto shape = [&](int batch, int hq, int hkv, int sq, std::vector<int> lens, int page,
                      int splits) {
@@ -93,9 +94,9 @@ public:
       s.seqlensK = std::move(lens);
       s.headDim = spec.headDim, s.headDimV = spec.headDimV;
       s.pageSize = page, s.decodeSplits = splits;
-      return s;
+      return withinTuningShape(spec, s);
     };
-    if (spec.features.readsTensors())
+    if (spec.features.readsTensors() && !boundedByTuningShape(spec))
       return {shape(2, 2, 1, 1, {389, 77}, 16, 0), shape(2, 2, 1, 7, {5, 257}, 0, 3),
               shape(1, 2, 2, 3, {300}, 32, 1)};
     return {shape(3, 8, 2, 1, {1003, 77, 2050}, 16, 0),

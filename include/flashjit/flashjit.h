@@ -57,7 +57,7 @@ extern "C" {
 
 #define FLASHJIT_VERSION_MAJOR 0
 #define FLASHJIT_VERSION_MINOR 14
-#define FLASHJIT_VERSION_PATCH 0
+#define FLASHJIT_VERSION_PATCH 1
 
 /* ---- Status codes ------------------------------------------------------------ */
 

@@ -26,7 +26,7 @@ from ._checks import (check_alibi_slopes, check_decode, check_descales, check_fe
 from . import _block_mask, _runtime
 from ._block_mask import BlockMask
 
-__version__ = "0.14.0"  # the package's version (python/pyproject.toml reads it from here)
+__version__ = "0.14.1"  # the package's version (python/pyproject.toml reads it from here)
 
 __all__ = ["attention", "sdpa", "decode", "kv_append", "create_block_mask", "BlockMask",
            "info", "configure", "tuning", "FlashJitError", "library_path", "version",

@@ -791,6 +791,54 @@ TEST(ApiGpuSecondProcess, GetsHandlesFromTheCacheWithoutCompiling) {
 
 } // namespace
 
+// User code that reads args.tensor is tuned on tensors sized for the hinted shape
+// (docs/API.md, "tuning_mod_args"): hints that are no power of two, GQA, and a forward,
+// backward and decode tune. The mask flags any index outside the hinted shape, so the
+// test fails if a problem the tuner runs (a check, the timing problem, a block mask)
+// reaches past the tensors, and it notes that it ran, so the test cannot pass unrun.
+TEST(ApiGpuTune, TensorReadingCodeStaysInsideTheHintedShape) {
+  FLASHJIT_REQUIRE_GPU();
+  const char *kFlagsOutOfShape =
+      "int *seen = (int *)args.tensor[0];\n"
+      "seen[0] = 1;\n"
+      "if (b < 0 || b >= args.integer[0] || h < 0 || h >= args.integer[1] ||\n"
+      "    q_idx < 0 || q_idx >= args.integer[2] || kv_idx < 0 || kv_idx >= args.integer[3])\n"
+      "  atomicOr(&seen[1], 1);\n"
+      "return true;";
+  static int run = 0;
+  Context context(FJ_TUNE_DEFAULT,
+                  scratchDir() + "/tensor-shape-" + std::to_string(run++) + ".sqlite",
+                  /*budgetSeconds=*/1);
+  ASSERT_TRUE(context.ok()) << context.error();
+  auto seen = runtime::DeviceBuffer::allocate(2 * sizeof(int));
+  ASSERT_TRUE((bool)seen) << llvm::toString(seen.takeError());
+  for (const bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "not causal");
+    fj_attention_desc desc = makeDesc(FJ_DTYPE_BF16, 64, 0, causal, 6, 2);
+    desc.seqlen_q_hint = 300, desc.seqlen_k_hint = 200, desc.batch_hint = 3;
+    desc.backward = 1;
+    desc.decode = 1;
+    desc.mask_mod = kFlagsOutOfShape;
+    fj_mod_args tuning = {};
+    tuning.tensor[0] = reinterpret_cast<const void *>(seen->ptr());
+    tuning.integer[0] = 3, tuning.integer[1] = 6, tuning.integer[2] = 300,
+    tuning.integer[3] = 200;
+    desc.tuning_mod_args = &tuning;
+    ASSERT_FALSE((bool)seen->fill(0));
+    const int tunesBefore = context.info().tunes;
+    fj_kernel kernel = nullptr;
+    ASSERT_EQ(fj_kernel_get(context.get(), &desc, &kernel), FJ_SUCCESS)
+        << fj_last_error_message();
+    int flags[2] = {-1, -1};
+    ASSERT_FALSE((bool)seen->download(flags, sizeof flags));
+    EXPECT_EQ(context.info().tunes - tunesBefore, familiesPerKernel() + 2)
+        << "the forward (and its fallback), the backward and decode each tuned";
+    EXPECT_EQ(flags[0], 1) << "the tuner ran the user code";
+    EXPECT_EQ(flags[1], 0) << "the tuner ran the user code outside the hinted shape";
+    FJ_EXPECT_OK(fj_kernel_release(kernel));
+  }
+}
+
 // Issue 31: a description with no length hint tunes the length ladder, so each length of
 // a 16k-token step runs on a tile timed for its own bucket. What a call runs on is
 // visible (fj_forward_dispatch_info, the launch counters), and the outputs are right on

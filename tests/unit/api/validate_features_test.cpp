@@ -108,6 +108,25 @@ TEST(ApiFeatures, TuningModArgsAreCopied) {
   EXPECT_EQ(f.tuningArgs.integer[3], 42);
 }
 
+// The shape the tuning args' tensors are sized for is the hinted one, unset hints as
+// docs/API.md resolves them (1024 queries, as many keys, 1 sequence).
+TEST(ApiFeatures, TuningShapeIsTheHintedShape) {
+  fj_attention_desc desc = validDesc();
+  desc.num_heads_q = 6, desc.num_heads_kv = 2;
+  desc.seqlen_q_hint = 300, desc.seqlen_k_hint = 200, desc.batch_hint = 3;
+  generator::Features::TuningShape s = checked(desc).features.tuningShape;
+  EXPECT_EQ(s.batch, 3);
+  EXPECT_EQ(s.headsQ, 6);
+  EXPECT_EQ(s.headsKV, 2);
+  EXPECT_EQ(s.seqQ, 300);
+  EXPECT_EQ(s.seqK, 200);
+  desc.seqlen_q_hint = desc.seqlen_k_hint = desc.batch_hint = 0;
+  s = checked(desc).features.tuningShape;
+  EXPECT_EQ(s.batch, 1);
+  EXPECT_EQ(s.seqQ, 1024);
+  EXPECT_EQ(s.seqK, 1024);
+}
+
 // What fj_forward launches with: the slopes and the user code's args, as given.
 TEST(ApiFeatures, ForwardParamsCarryTheSlopesAndModArgs) {
   fj_attention_desc desc = featureDesc();

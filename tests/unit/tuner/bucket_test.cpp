@@ -1,6 +1,7 @@
 // Shape buckets: rounding, keys, distance, and the dispatch of a launch to its
 // bucket's winner or the nearest tuned bucket (no GPU).
 #include "tuner/bucket.h"
+#include "tuner/operation.h"
 #include "tuner/tuner.h"
 
 #include <gtest/gtest.h>
@@ -109,6 +110,71 @@ TEST(Bucket, CorrectnessShapesAreAwkward) {
     gqa |= s.headsKV < s.headsQ;
   }
   EXPECT_TRUE(qShorter && kShorter && gqa);
+}
+
+// User code that reads args.tensor runs while tuning on tensors sized for the hinted
+// shape: every problem a tune runs (each family's checks, the timing problem) stays
+// inside it, whatever the bucket rounds to; without a known shape nothing changes.
+TEST(Bucket, TensorReadingCodeStaysInsideItsTuningShape) {
+  const generator::Features::TuningShape bound{3, 6, 2, 300, 200};
+  for (generator::Family family : {generator::Family::FwdMma, generator::Family::BwdMma,
+                                   generator::Family::DecMma}) {
+    generator::KernelSpec spec;
+    spec.family = family;
+    spec.features.maskMod = "return ((const int *)args.tensor[0])[kv_idx] != 0;";
+    spec.features.hasTuningArgs = true;
+    spec.features.tuningShape = bound;
+    SCOPED_TRACE(generator::familyName(family).str());
+    ASSERT_TRUE(tuner::boundedByTuningShape(spec));
+    const tuner::Operation &operation = tuner::operationFor(family);
+    std::vector<tuner::ForwardShape> shapes = operation.correctnessShapes(spec);
+    ASSERT_FALSE(shapes.empty());
+    shapes.push_back(tuner::timingShape(spec, Bucket::forShape(300, 200, 18)));
+    for (const tuner::ForwardShape &s : shapes) {
+      EXPECT_LE(s.batch, bound.batch);
+      EXPECT_LE(s.headsQ, bound.headsQ);
+      EXPECT_EQ(s.headsQ % s.headsKV, 0);
+      EXPECT_LE(s.seqQ, bound.seqQ);
+      EXPECT_LE(s.seqK, bound.seqK);
+      for (int n : s.seqlensK)
+        EXPECT_LE(n, bound.seqK);
+      if (!s.seqlensK.empty())
+        EXPECT_EQ((int)s.seqlensK.size(), s.batch);
+    }
+    const tuner::ForwardShape timed = shapes.back();
+    EXPECT_EQ(timed.batch, 3) << "the hinted problem exactly";
+    EXPECT_EQ(timed.headsQ, 6);
+    EXPECT_EQ(timed.headsKV, 2);
+    EXPECT_EQ(timed.seqQ, 300);
+    EXPECT_EQ(timed.seqK, 200);
+
+    spec.features.tuningShape = {};  // not known (a spec made outside the C API)
+    EXPECT_FALSE(tuner::boundedByTuningShape(spec));
+    EXPECT_EQ(tuner::timingShape(spec, Bucket::forShape(300, 200, 18)).seqQ, 512);
+    spec.features.tuningShape = bound;
+    spec.features.maskMod = "return kv_idx < 100;";  // reads no tensor: the tuner's shapes
+    EXPECT_FALSE(tuner::boundedByTuningShape(spec));
+    EXPECT_EQ(tuner::timingShape(spec, Bucket::forShape(300, 200, 18)).seqK, 256);
+  }
+}
+
+// Clamping keeps a shape valid: one length a sequence, each at least 1, KV heads that
+// divide the query heads.
+TEST(Bucket, ClampingKeepsAShapeValid) {
+  generator::KernelSpec spec;
+  spec.features.scoreMod = "return score + ((const float *)args.tensor[0])[q_idx];";
+  spec.features.hasTuningArgs = true;
+  spec.features.tuningShape = {1, 3, 3, 1, 40};
+  tuner::ForwardShape s;
+  s.batch = 3, s.headsQ = 8, s.headsKV = 2, s.seqQ = 7, s.seqK = 2050;
+  s.seqlensK = {1003, 77, 2050};
+  tuner::ForwardShape c = tuner::withinTuningShape(spec, s);
+  EXPECT_EQ(c.batch, 1);
+  EXPECT_EQ(c.headsQ, 3);
+  EXPECT_EQ(c.headsKV, 1) << "2 does not divide 3";
+  EXPECT_EQ(c.seqQ, 1);
+  EXPECT_EQ(c.seqlensK, std::vector<int>{40});
+  EXPECT_EQ(c.seqK, 40);
 }
 
 Selection variant(Bucket b, const char *tile) {
