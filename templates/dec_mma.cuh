@@ -40,6 +40,11 @@ struct DecMmaConfig {
   // the user's score_mod and mask_mod, over either cache.
   typedef Features_ Features;
   typedef FeatureTraits<Features> FeatureInfo;
+  // ALiBi walks a split's key tiles last to first: its bias rises towards the diagonal,
+  // so first to last raised the rows' max on every tile and rescaled O each time (+15 %
+  // instructions over an FP8 cache, docs/PERF.md d7); from the diagonal back, the first
+  // tile holds the max. The forward families walk so already (fwd_wgmma's kAlibiFallsAway).
+  static constexpr bool kWalkBack = Features::kAlibi;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kBlockM = kBlockM_;  // packed query rows per CTA
@@ -351,10 +356,12 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
     load_kv_tile<Cfg>(stage, stage + Cfg::KTile::kBytes, kc, vc, p, per_page, b, key0,
                       imin(Cfg::kBlockN, visible - key0), tid);
   };
+  // The tile of step `step` (n_begin .. n_end - 1) of the walk (Cfg::kWalkBack).
+  auto tile_at = [&](int step) { return Cfg::kWalkBack ? n_begin + n_end - 1 - step : step; };
 #pragma unroll
   for (int s = 0; s < Cfg::kStages - 1; ++s) {
     if (n_begin + s < n_end)
-      load_kv(n_begin + s);
+      load_kv(tile_at(n_begin + s));
     cp_async_commit();
   }
 
@@ -440,11 +447,12 @@ __device__ __forceinline__ void run(const FjDecodeParams &p, unsigned char *smem
   // one k-step), or row l % 16 of 16 (x2).
   const u32 k8_lane = Cfg::KTile::offset(warp_key0 + (Cfg::kFp8Cache ? lane : 0), 0);
 
-  for (int n = n_begin; n < n_end; ++n) {
+  for (int step = n_begin; step < n_end; ++step) {
+    const int n = tile_at(step);
     cp_async_wait<Cfg::kStages - 2>();
     __syncthreads();
-    if (n + Cfg::kStages - 1 < n_end)
-      load_kv(n + Cfg::kStages - 1);
+    if (step + Cfg::kStages - 1 < n_end)
+      load_kv(tile_at(step + Cfg::kStages - 1));
     cp_async_commit();
     const u32 s_k = s_kv + (n % Cfg::kStages) * Cfg::kStageBytes;
     const u32 s_v = s_k + Cfg::KTile::kBytes;
