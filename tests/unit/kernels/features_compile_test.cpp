@@ -96,6 +96,13 @@ generator::KernelSpec specOf(FamilyTarget ft, DType dtype, int d, const FeatureC
 class FeaturesCompile
     : public ::testing::TestWithParam<std::tuple<FamilyTarget, FeatureCase>> {};
 
+// "<family>_<target>_<case>", e.g. "dec_mma_sm_90a_alibi".
+std::string caseName(const ::testing::TestParamInfo<FeaturesCompile::ParamType> &info) {
+  const FamilyTarget &ft = std::get<0>(info.param);
+  return std::string(generator::familyName(ft.family)) + "_" + ft.target + "_" +
+         std::get<1>(info.param).name;
+}
+
 TEST_P(FeaturesCompile, DefaultTilesCompileWithoutSpills) {
   auto [ft, c] = GetParam();
   std::vector<double> times;
@@ -137,11 +144,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          FamilyTarget{Family::FwdMma, "sm_90a"},
                                          FamilyTarget{Family::FwdWgmma, "sm_90a"}),
                        ::testing::ValuesIn(featureCases())),
-    [](const auto &info) {
-      const FamilyTarget &ft = std::get<0>(info.param);
-      return std::string(generator::familyName(ft.family)) + "_" + ft.target + "_" +
-             std::get<1>(info.param).name;
-    });
+    caseName);
 
 // The decode kernels take every feature (0.13: the built-in ones; 0.14: the user's code):
 // dec_mma's default tiles compile without spills, on sm_80 and sm_90a.
@@ -150,11 +153,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(FamilyTarget{Family::DecMma, "sm_80"},
                                          FamilyTarget{Family::DecMma, "sm_90a"}),
                        ::testing::ValuesIn(featureCases())),
-    [](const auto &info) {
-      const FamilyTarget &ft = std::get<0>(info.param);
-      return std::string(generator::familyName(ft.family)) + "_" + ft.target + "_" +
-             std::get<1>(info.param).name;
-    });
+    caseName);
 
 // Over an FP8 cache too (0.14): each case's default tile at d 64 and 128, on sm_80 and
 // sm_90a, without spills.
@@ -198,20 +197,14 @@ INSTANTIATE_TEST_SUITE_P(
     WgmmaBackwardFeatures, FeaturesCompile,
     ::testing::Combine(::testing::Values(FamilyTarget{Family::BwdWgmma, "sm_90a"}),
                        ::testing::ValuesIn(wgmmaBackwardFeatureCases())),
-    [](const auto &info) {
-      return std::string("bwd_wgmma_sm_90a_") + std::get<1>(info.param).name;
-    });
+    caseName);
 
 INSTANTIATE_TEST_SUITE_P(
     BackwardFeatures, FeaturesCompile,
     ::testing::Combine(::testing::Values(FamilyTarget{Family::BwdMma, "sm_80"},
                                          FamilyTarget{Family::BwdMma, "sm_90a"}),
                        ::testing::ValuesIn(backwardFeatureCases())),
-    [](const auto &info) {
-      const FamilyTarget &ft = std::get<0>(info.param);
-      return std::string(generator::familyName(ft.family)) + "_" + ft.target + "_" +
-             std::get<1>(info.param).name;
-    });
+    caseName);
 
 // bwd_wgmma's features in every combination it takes, causal or not, at each head dim:
 // the default tile compiles without spills or serialized wgmma (the rule that sends
