@@ -15,7 +15,9 @@ Shapes as bench/peers_bench.py (batch*N = 16384 tokens, heads*head_dim = 2048). 
      torch.autograd.grad of a retained graph, i.e. their backward kernels only), and
      forward + backward; every backend in --rounds interleaved rounds (each round
      starting one backend later), the median of its rounds reported (each round's
-     reading kept in the JSON);
+     reading kept in the JSON); before each timed run the backend runs its own calls for
+     --heat-s seconds, so that every reading is taken at the GPU's power-capped steady
+     state, not at the boost clock a pause leaves (docs/PERF.md bw17);
   3. TFLOP/s with the papers' count: backward = 2.5 x the forward's 4*B*H*N^2*d
      (halved when causal); ratios to each peer and their geometric means.
 A shape whose kernel flashjit cannot give (fj_kernel_get fails) is recorded as failed with
@@ -202,12 +204,18 @@ def main():
     ap.add_argument("--deterministic", action="store_true")
     ap.add_argument("--rounds", type=int, default=3,
                     help="interleaved timing rounds of every backend; medians reported")
+    ap.add_argument("--heat-s", type=float, default=0.5,
+                    help="seconds each backend runs its own calls right before each timed "
+                         "run, so that every reading is at the GPU's power-capped steady "
+                         "state (0: time from the warm-up alone, as runs before bw17 did)")
+    ap.add_argument("--peers", default="cudnn,fa2", help="SDPA backends to compare: cudnn, fa2")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     fj = Flashjit(a.lib, a.tune_mode, a.tune_budget)
     torch.manual_seed(0)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    peers = {"cudnn": SDPBackend.CUDNN_ATTENTION, "fa2": SDPBackend.FLASH_ATTENTION}
+    backends = {"cudnn": SDPBackend.CUDNN_ATTENTION, "fa2": SDPBackend.FLASH_ATTENTION}
+    peers = {name: backends[name] for name in a.peers.split(",") if name}
     print(f"device {torch.cuda.get_device_name(0)}, flashjit {fj.lib.fj_version().decode()}, "
           f"torch {torch.__version__}; backward TFLOP/s (fwd+bwd in brackets)")
     print(f"{'dtype':5} {'d':>4} {'N':>6} {'causal':6} {'flashjit':>16} {'cudnn':>16} {'fa2':>16}"
@@ -302,9 +310,11 @@ def main():
                     for r in range(a.rounds):
                         k = r % len(order)
                         for name, (bwd, both) in order[k:] + order[:k]:
-                            readings[name][0].append(bwd_flops / median_ms(bwd, sets) / 1e9)
+                            readings[name][0].append(
+                                bwd_flops / median_ms(bwd, sets, heat_s=a.heat_s) / 1e9)
                             readings[name][1].append(
-                                (fwd_flops + bwd_flops) / median_ms(both, sets) / 1e9)
+                                (fwd_flops + bwd_flops) /
+                                median_ms(both, sets, heat_s=a.heat_s) / 1e9)
                     for name in ["flashjit"] + list(peers):
                         if name not in readings:
                             row[name] = row[name + "_fwdbwd"] = None
@@ -356,7 +366,7 @@ def main():
     nvrtc = nvrtc_files()
     print("NVRTC files in this process:", ", ".join(nvrtc) or "unknown")
     json.dump(dict(device=torch.cuda.get_device_name(0), rows=rows, summary=summary,
-                   nvrtc_files=nvrtc),
+                   nvrtc_files=nvrtc, heat_s=a.heat_s),
               open(os.path.join(a.out, "backward_bench.json"), "w"), indent=1)
     return 1 if failed else 0
 

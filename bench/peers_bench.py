@@ -12,7 +12,8 @@ not, bf16 and fp16) it
      the bar of DESIGN.md, using the worst peer's error as the "same dtype" error;
   2. times each system with CUDA events: warm-up, median of many calls, inputs rotated
      over enough sets to exceed twice the L2 so nobody reads the last call's data from
-     cache;
+     cache, each system after --heat-s seconds of its own calls, so that every reading
+     is at the GPU's power-capped steady state (docs/PERF.md bw17);
   3. writes a table (TFLOP/s, ratio of flashjit to each peer, geometric means), a JSON
      file and PNG plots of TFLOP/s against N, one per head dim.
 FLOPs as in the FlashAttention papers: 4*B*H*N^2*d, halved when causal.
@@ -23,6 +24,7 @@ import json
 import math
 import os
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -112,10 +114,23 @@ class Flashjit:
 
 
 # ---- timing ----
-def median_ms(fn, sets, iters=40, warm=8):
+def median_ms(fn, sets, iters=40, warm=8, heat_s=0.0):
+    """Median of `iters` event-timed calls of fn(i) over `sets` input sets, after `warm`
+    calls and, with heat_s > 0, after running fn for heat_s seconds first. Heating times
+    each backend at the power-capped steady state: loaded, an H200 runs at 1980 MHz for
+    ~0.2 s and then at its power cap (~1710 MHz at 700 W for the d 128 backward), so a
+    short timed run right after a pause reads the boost clock, and which backend got the
+    pause decided the ratio (docs/PERF.md bw17)."""
     for i in range(warm):
         fn(i % sets)
     torch.cuda.synchronize()
+    if heat_s > 0:
+        started, i = time.perf_counter(), 0
+        while time.perf_counter() - started < heat_s:
+            for _ in range(4):
+                fn(i % sets)
+                i += 1
+            torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for i in range(iters):
@@ -152,13 +167,20 @@ def main():
     ap.add_argument("--tune-mode", default="default", choices=list(TUNE_MODES))
     ap.add_argument("--tune-budget", type=float, default=30)
     ap.add_argument("--flex", action="store_true", help="include FlexAttention (compiles per shape)")
+    ap.add_argument("--heat-s", type=float, default=0.5,
+                    help="seconds each backend runs its own calls right before it is timed, so "
+                         "that every reading is at the GPU's power-capped steady state (0: "
+                         "time from the warm-up alone, as runs before bw17 did)")
+    ap.add_argument("--peers", default="fa2,cudnn,efficient",
+                    help="SDPA backends to compare: fa2, cudnn, efficient")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     fj = Flashjit(a.lib, a.tune_mode, a.tune_budget)
     torch.manual_seed(0)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    peers = {"fa2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-             "efficient": SDPBackend.EFFICIENT_ATTENTION}
+    backends = {"fa2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+                "efficient": SDPBackend.EFFICIENT_ATTENTION}
+    peers = {name: backends[name] for name in a.peers.split(",") if name}
     flex = None
     if a.flex:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -210,13 +232,14 @@ def main():
                     bar = 2 * max(peer_errs) + 1e-5 if peer_errs else 1e-2
                     ok = math.isfinite(err) and err <= bar
                     row.update(error=err, bar=bar, passed=ok)
-                    ms = median_ms(lambda i: fj.forward(handle, *bshd[i], o), sets)
+                    ms = median_ms(lambda i: fj.forward(handle, *bshd[i], o), sets,
+                                   heat_s=a.heat_s)
                     row["flashjit"] = flops / ms / 1e9
                     for name, backend in peers.items():
                         try:
                             with sdpa_kernel(backend):
                                 ms = median_ms(lambda i: F.scaled_dot_product_attention(
-                                    *bhsd[i], is_causal=causal), sets)
+                                    *bhsd[i], is_causal=causal), sets, heat_s=a.heat_s)
                             row[name] = flops / ms / 1e9
                         except Exception:
                             row[name] = None
@@ -225,7 +248,8 @@ def main():
                         try:
                             bm = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, N, N) \
                                 if causal else None
-                            ms = median_ms(lambda i: flex(*bhsd[i], block_mask=bm), sets)
+                            ms = median_ms(lambda i: flex(*bhsd[i], block_mask=bm), sets,
+                                           heat_s=a.heat_s)
                             row["flex"] = flops / ms / 1e9
                         except Exception as ex:
                             print("  flex failed:", str(ex)[:120])
@@ -250,7 +274,8 @@ def main():
                   f"{len(ratios)} shapes)")
     failed = [r for r in rows if not r["passed"]]
     print(f"correctness: {len(rows) - len(failed)} passed, {len(failed)} failed")
-    json.dump(dict(device=torch.cuda.get_device_name(0), rows=rows, summary=summary),
+    json.dump(dict(device=torch.cuda.get_device_name(0), rows=rows, summary=summary,
+                   heat_s=a.heat_s),
               open(os.path.join(a.out, "peers_bench.json"), "w"), indent=1)
     try:
         import matplotlib
