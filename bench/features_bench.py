@@ -36,8 +36,9 @@ backward pass) each call is a training step's attention, forward and backward
 (the backward's 2.5, as the papers count); the document variant's block mask serves the
 backward pass too (0.10: bwd_wgmma skips the steps it drops; before, only
 document_nomask and document_varlen ran). Each system is timed with CUDA events
-after a warm-up, median of --iters samples of 8 back-to-back calls (time_ms); every
-input is 64 MiB (over the L2).
+after a warm-up and --heat-s seconds of its own calls (the GPU's power-capped steady
+state, docs/PERF.md bw17), median of --iters samples of 8 back-to-back calls (time_ms);
+every input is 64 MiB (over the L2).
 Outputs are compared between flashjit and FlexAttention (max |diff|) as a sanity check.
 """
 import argparse
@@ -70,15 +71,22 @@ VARIANTS = ["plain", "causal", "window1024", "alibi", "softcap30", "document", "
 WINDOW = 1024
 
 
-def time_ms(fn, iters, back_to_back=8):
+def time_ms(fn, iters, back_to_back=8, heat_s=0.5):
     """Median over `iters` samples of `back_to_back` calls enqueued between two events,
     per call: the GPU's time per call once the host's own time per call (Python, the
     operator's dispatch: tens of microseconds, on both sides) is hidden behind the
     previous kernel, as in a model's stream of work. A single call between two events
-    counted that host time too, which at N = 1k was as long as the kernel."""
+    counted that host time too, which at N = 1k was as long as the kernel. With
+    heat_s > 0 the calls run that long first, so that the reading is at the GPU's
+    power-capped steady state, not at the boost clock a pause leaves (docs/PERF.md bw17)."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
+    started = time.perf_counter()
+    while time.perf_counter() - started < heat_s:
+        for _ in range(back_to_back):
+            fn()
+        torch.cuda.synchronize()
     times = []
     for _ in range(iters):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -254,6 +262,9 @@ def main():
     ap.add_argument("--seqlens", default="1024,2048,4096,8192,16384")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--heat-s", type=float, default=0.5,
+                    help="seconds of each system's own calls before it is timed: the GPU's "
+                         "power-capped steady state (0: the warm-up alone, as before bw17)")
     ap.add_argument("--budget-s", type=float, default=2.0)
     ap.add_argument("--tune-lengths", default="ladder",
                     help="flashjit.configure's tune_lengths: 'ladder' (default) tunes each "
@@ -291,7 +302,7 @@ def main():
                 if a.backward:
                     fj = training_step(fj, (q, k, v), do)
                 out_fj = fj()                                         # the kernel
-                row["flashjit_ms"] = time_ms(fj, a.iters)
+                row["flashjit_ms"] = time_ms(fj, a.iters, heat_s=a.heat_s)
                 row["flashjit_tflops"] = flops / row["flashjit_ms"] / 1e9
                 if variant in ("causal", "window1024") and not a.backward:
                     window = (WINDOW, 0) if variant == "window1024" else None
@@ -324,7 +335,7 @@ def main():
                 if fx is not None:
                     out_fx = fx().transpose(1, 2)
                     row["max_diff_vs_flex"] = float((out_fj.float() - out_fx.float()).abs().max())
-                    row["flex_ms"] = time_ms(fx, a.iters)
+                    row["flex_ms"] = time_ms(fx, a.iters, heat_s=a.heat_s)
                     row["flex_tflops"] = flops / row["flex_ms"] / 1e9
                     row["vs_flex"] = row["flex_ms"] / row["flashjit_ms"]
                 rows.append(row)

@@ -114,7 +114,7 @@ class Flashjit:
 
 
 # ---- timing ----
-def median_ms(fn, sets, iters=40, warm=8, heat_s=0.0):
+def median_ms(fn, sets, iters=40, warm=8, heat_s=0.5):
     """Median of `iters` event-timed calls of fn(i) over `sets` input sets, after `warm`
     calls and, with heat_s > 0, after running fn for heat_s seconds first. Heating times
     each backend at the power-capped steady state: loaded, an H200 runs at 1980 MHz for
