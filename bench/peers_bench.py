@@ -118,9 +118,9 @@ def median_ms(fn, sets, iters=40, warm=8, heat_s=0.5):
     """Median of `iters` event-timed calls of fn(i) over `sets` input sets, after `warm`
     calls and, with heat_s > 0, after running fn for heat_s seconds first. Heating times
     each backend at the power-capped steady state: loaded, an H200 runs at 1980 MHz for
-    ~0.2 s and then at its power cap (~1710 MHz at 700 W for the d 128 backward), so a
-    short timed run right after a pause reads the boost clock, and which backend got the
-    pause decided the ratio (docs/PERF.md bw17)."""
+    well under a second, then at its power cap (~1710 MHz at 700 W for the d 128
+    backward), so a short timed run right after a pause reads the boost clock, and which
+    backend got the pause decided the ratio (docs/PERF.md bw17)."""
     for i in range(warm):
         fn(i % sets)
     torch.cuda.synchronize()
