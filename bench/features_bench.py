@@ -53,6 +53,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 import flashjit  # noqa: E402
+from peers_bench import heat  # noqa: E402  (bench/ is the script's own folder)
 
 # Every (variant, shape) is its own compiled flex_attention: without room for them all,
 # dynamo falls back to eager flex_attention (which materialises the N x N scores).
@@ -82,11 +83,7 @@ def time_ms(fn, iters, back_to_back=8, heat_s=0.5):
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
-    started = time.perf_counter()
-    while time.perf_counter() - started < heat_s:
-        for _ in range(back_to_back):
-            fn()
-        torch.cuda.synchronize()
+    heat(fn, heat_s)
     times = []
     for _ in range(iters):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

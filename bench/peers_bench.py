@@ -20,6 +20,7 @@ FLOPs as in the FlashAttention papers: 4*B*H*N^2*d, halved when causal.
 """
 import argparse
 import ctypes as C
+import itertools
 import json
 import math
 import os
@@ -114,6 +115,17 @@ class Flashjit:
 
 
 # ---- timing ----
+def heat(call, seconds):
+    """Runs call() for `seconds` of wall time, a few calls between synchronizations: the
+    GPU is then at its power-capped steady state, as in a training step, not at the
+    boost clock a pause leaves (docs/PERF.md bw17)."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        for _ in range(4):
+            call()
+        torch.cuda.synchronize()
+
+
 def median_ms(fn, sets, iters=40, warm=8, heat_s=0.5):
     """Median of `iters` event-timed calls of fn(i) over `sets` input sets, after `warm`
     calls and, with heat_s > 0, after running fn for heat_s seconds first. Heating times
@@ -124,13 +136,8 @@ def median_ms(fn, sets, iters=40, warm=8, heat_s=0.5):
     for i in range(warm):
         fn(i % sets)
     torch.cuda.synchronize()
-    if heat_s > 0:
-        started, i = time.perf_counter(), 0
-        while time.perf_counter() - started < heat_s:
-            for _ in range(4):
-                fn(i % sets)
-                i += 1
-            torch.cuda.synchronize()
+    calls = itertools.count()
+    heat(lambda: fn(next(calls) % sets), heat_s)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for i in range(iters):
