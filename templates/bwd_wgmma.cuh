@@ -126,6 +126,10 @@ struct BwdWgmmaConfig {
   // BackwardEntries::stepBits says the same to the host.
   static constexpr bool kStepBits = kBlockSteps && !FeatureTraits<Features>::kTransforms;
   static constexpr int kConsumers = 2;        // warpgroups
+  // dS^T goes to shared memory by stmatrix, four 8 x 8 tiles an instruction, where it
+  // compiles without spills: not beside ALiBi or a mask_mod (ALiBi d 64 spilled 300 B,
+  // d 128 40 B, a d 128 mask_mod 16 B), which keep 4-byte stores (docs/PERF.md bw18).
+  static constexpr bool kDsByStmatrix = !Features::kAlibi && !Features::kMaskMod;
   // Above head dim 128, dK and dV of 64 keys x the head dim would take 256 registers a
   // thread: the block is then 64 keys, and the two consumers split the head dim for dK,
   // dV and dQ and the step's queries for S^T and dP^T, whose P^T and dS^T they exchange
@@ -845,15 +849,27 @@ __device__ __forceinline__ void probs_to_dscores(float (&acc_dp)[Cfg::kScoreCols
 }
 
 // dS^T to shared memory, [key][query] in panels of 64 queries: the A operand of dQ.
+// ds_frag[jj] holds four 8 x 8 tiles in the accumulator's layout: queries 16 jj .. + 7
+// (keys key_row - lane / 4 .. + 7, then the 8 after), then queries 16 jj + 8 .. + 15;
+// one stmatrix stores the four, each lane giving one tile row's address.
 template <typename Cfg>
 __device__ __forceinline__ void store_dscores(u32 s_ds, const u32 (&ds_frag)[Cfg::kBlockM / 16][4],
-                                              int key_row, int t) {
+                                              int key_row, int lane) {
+  if constexpr (Cfg::kDsByStmatrix) {
+    const int row = key_row - (lane >> 2) + 8 * ((lane >> 3) & 1) + (lane & 7);
 #pragma unroll
-  for (int j = 0; j < Cfg::kBlockM / 8; ++j)
+    for (int jj = 0; jj < Cfg::kBlockM / 16; ++jj)
+      stmatrix_x4(s_ds + panel_offset<Cfg::kBlockN>(row, 2 * jj + (lane >> 4)), ds_frag[jj][0],
+                  ds_frag[jj][1], ds_frag[jj][2], ds_frag[jj][3]);
+  } else {
+    const int t = lane & 3;
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf)
-      st_shared_u32(s_ds + panel_offset<Cfg::kBlockN>(key_row + 8 * hf, j) + t * 4,
-                    ds_frag[j / 2][(j & 1) * 2 + hf]);
+    for (int j = 0; j < Cfg::kBlockM / 8; ++j)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf)
+        st_shared_u32(s_ds + panel_offset<Cfg::kBlockN>(key_row + 8 * hf, j) + t * 4,
+                      ds_frag[j / 2][(j & 1) * 2 + hf]);
+  }
 }
 
 // With a split head dim: this warpgroup's P^T or dS^T columns (its kScoreCols queries,
@@ -1126,7 +1142,7 @@ __device__ __forceinline__ int consume_whole(const FjBackwardParams &P, const Bl
       pack_fragments<Cfg>(ds_frag, acc_dp);
       // dQ in deterministic mode too (then not sent): as a second path through the
       // step, ptxas spilled or serialised (bw4).
-      store_dscores<Cfg>(s_ds, ds_frag, key_row, t);
+      store_dscores<Cfg>(s_ds, ds_frag, key_row, lane);
       fence_proxy_async_smem();  // the dS^T stores, before wgmma reads them
       named_sync(kBarDs, Cfg::kConsumerThreads);
       float acc_dq[Cfg::kDqCols / 2];
@@ -1151,7 +1167,7 @@ __device__ __forceinline__ int consume_whole(const FjBackwardParams &P, const Bl
       probs_to_dscores<Cfg>(acc_dp, acc_s, s_dpsum, t);
       pack_fragments<Cfg>(ds_frag, acc_dp);
       if (with_dq)
-        store_dscores<Cfg>(s_ds, ds_frag, key_row, t);
+        store_dscores<Cfg>(s_ds, ds_frag, key_row, lane);
       // dV += P^T dO and dK += dS^T Q.
       wgmma_fence();
       product_over_queries<Cfg>(acc_dv, p_frag, s_do);

@@ -89,6 +89,18 @@ __device__ __forceinline__ void bulk_wait() {
   asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
+// ---- shared-memory stores of mma fragments ----
+// Four 8 x 8 tiles of 16-bit values to shared memory in one instruction (sm_90): lane l
+// gives the address of row l % 8 of tile l / 8 (16-byte aligned), and r_i holds the
+// lane's part of tile i in the mma accumulator's layout (row lane / 4, columns
+// 2 (lane % 4) and 2 (lane % 4) + 1).
+__device__ __forceinline__ void stmatrix_x4(u32 row_addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                   row_addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
 // ---- wgmma ordering ----
 // Before the first wgmma that reads or writes registers the thread changed.
 __device__ __forceinline__ void wgmma_fence() {
