@@ -15,7 +15,8 @@
 namespace flashjit::cache {
 
 // {"format": "flashjit-winners", "version": 1, "winners": [{...}, ...]}; rows sorted by
-// tuning key text so that a file changes only where its winners do.
+// tuning key text so that a file changes only where its winners do; a row's fields one a
+// line, its clocks and candidates (the tuner's JSON) each on one line.
 std::string winnersToJson(llvm::ArrayRef<TuningRow> rows);
 
 // The rows of such a file; anything malformed is an error naming the winner and field.

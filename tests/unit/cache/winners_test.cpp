@@ -53,7 +53,7 @@ TEST(CacheWinners, JsonRoundTripKeepsEveryField) {
   // Sorted by key text, so the same rows give the same file.
   std::reverse(rows.begin(), rows.end());
   EXPECT_EQ(winnersToJson(rows), text);
-  EXPECT_NE(text.find("\"us\": 12.5"), std::string::npos) << "JSON columns stay JSON";
+  EXPECT_NE(text.find("\"us\":12.5"), std::string::npos) << "JSON columns stay JSON, on one line";
   EXPECT_NE(text.find(R"("clocks": "{\"sm_mhz\":1980)"), std::string::npos)
       << "text that would not come back the same stays a string";
 }
