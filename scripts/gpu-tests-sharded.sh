@@ -2,7 +2,8 @@
 # Runs the GPU tests as gtest shards side by side on one GPU. Most of a GPU test's time
 # is on the CPU (NVRTC compiles, the fp32 reference), which shards spread over the
 # machine's cores: 4 shards on a 16-core H200 machine ran 129 of bwd_wgmma's tests in
-# 200 s, where one process had spent 420 s on 12 others, the heaviest (stop 78). Each shard logs to OUT_DIR/shard-K.txt.
+# 200 s, where one process had spent 420 s on 12 others, the heaviest (stop 78).
+# Each shard logs to OUT_DIR/shard-K.txt.
 # Usage: scripts/gpu-tests-sharded.sh GPU_TESTS OUT_DIR SHARDS [gtest args...]
 #   e.g. scripts/gpu-tests-sharded.sh .gpu/gpu_tests out 4 --gtest_filter='Families/Bwd.*'
 # Exit status: 0 when every shard passed; otherwise 1, naming the failed tests.
