@@ -57,7 +57,7 @@ std::string winnersToJson(llvm::ArrayRef<TuningRow> input) {
   std::sort(rows.begin(), rows.end(), [](const TuningRow *a, const TuningRow *b) {
     return a->key.text() < b->key.text();
   });
-  llvm::json::Array winners;
+  std::vector<llvm::json::Object> winners;
   for (const TuningRow *r : rows) {
     llvm::json::Object winner{
         {"spec", r->key.spec},
@@ -90,8 +90,7 @@ std::string winnersToJson(llvm::ArrayRef<TuningRow> input) {
     j.attribute("format", kFormat);
     j.attribute("version", kVersion);
     j.attributeArray("winners", [&] {
-      for (const llvm::json::Value &winner : winners) {
-        const llvm::json::Object &fields = *winner.getAsObject();
+      for (const llvm::json::Object &fields : winners) {
         std::vector<llvm::StringRef> keys;
         for (const auto &field : fields)
           keys.push_back(field.first);
