@@ -16,6 +16,9 @@
 # Every row written is stamped with the code it covers, so that a later template change
 # carries the rows whose code it leaves alone.
 # Environment: FLASHJIT_RETUNE_DB (default: a fresh temporary file) keeps the cache.
+# FLASHJIT_RETUNE_FAMILIES (with OLD.json): families to re-tune although their rows are
+# current, e.g. those a carry left out rows of (every row of such a family is measured
+# again; the faster of the old and the new row of a key is kept).
 set -euo pipefail
 
 if [ $# -ne 2 ] && [ $# -ne 3 ]; then
@@ -78,6 +81,8 @@ else
   report=$("$flashjit" cache merge --format json --carry "$old" --out "$kept")
   echo "$report"
   stale=$(sed -n 's/^stale families: //p' <<<"$report")
+  stale=$(tr ' ' '\n' <<<"$stale ${FLASHJIT_RETUNE_FAMILIES:-}" | sed '/^$/d' | sort -u | tr '\n' ' ')
+  stale=${stale% }
   if [ -z "$stale" ]; then
     echo "$old: every row is current; nothing to re-tune"
     cp "$kept" "$out"
