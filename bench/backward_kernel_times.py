@@ -29,7 +29,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from backward_peers_bench import Flashjit, training_set  # noqa: E402
-from peers_bench import median_ms  # noqa: E402
+from peers_bench import median_ms, parse_shape  # noqa: E402
 
 
 def kernel_times(fn, calls):
@@ -74,10 +74,8 @@ def main():
           f"torch {torch.__version__}; µs per backward call")
     rows = []
     for shape in a.shapes.split(","):
-        dname, d, n, causal = shape.split(":")
-        d, n, causal = int(d), int(n), bool(int(causal))
-        dtype = torch.bfloat16 if dname == "bf16" else torch.float16
-        heads, batch = 2048 // d, max(1, 16384 // n)
+        dtype, d, n, causal, heads, batch = parse_shape(shape)
+        dname = shape.split(":")[0]
         sets = max(1, math.ceil(2 * l2 / (8 * batch * n * heads * d * 2)))
         handle = fj.kernel(dtype, d, heads, causal, n, batch)
         data = [training_set(fj, handle, batch, n, heads, d, dtype) for _ in range(sets)]

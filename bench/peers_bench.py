@@ -149,6 +149,15 @@ def median_ms(fn, sets, iters=40, warm=8, heat_s=0.5):
     return times[len(times) // 2]
 
 
+def parse_shape(shape):
+    """A --shapes entry dtype:head_dim:N:causal at the peers' sizes (batch*N = 16384 tokens,
+    heads*head_dim = 2048): (dtype, d, N, causal, heads, batch)."""
+    dname, d, n, causal = shape.split(":")
+    d, n = int(d), int(n)
+    dtype = torch.bfloat16 if dname == "bf16" else torch.float16
+    return dtype, d, n, bool(int(causal)), 2048 // d, max(1, 16384 // n)
+
+
 def reference_slice(q, k, v, causal, rows, heads=2):
     """fp32 textbook attention for the last `rows` queries of batch 0, heads 0..heads-1
     (None: every head)."""

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peers_bench import Flashjit  # noqa: E402  (the ctypes mirror of flashjit.h)
+from peers_bench import Flashjit, parse_shape  # noqa: E402  (Flashjit: flashjit.h's ctypes mirror)
 
 
 def main():
@@ -34,10 +34,7 @@ def main():
     torch.manual_seed(0)
     cases = []
     for shape in a.shapes.split(","):
-        dname, d, n, causal = shape.split(":")
-        d, n, causal = int(d), int(n), bool(int(causal))
-        dtype = torch.bfloat16 if dname == "bf16" else torch.float16
-        heads, batch = 2048 // d, max(1, 16384 // n)
+        dtype, d, n, causal, heads, batch = parse_shape(shape)
         q, k, v = (torch.randn(batch, n, heads, d, device="cuda", dtype=dtype) for _ in range(3))
         o = torch.empty_like(q)
         handle, info = fj.kernel(dtype, d, heads, causal, n, batch)  # tunes, outside the range
