@@ -16,6 +16,8 @@ namespace {
 
 constexpr const char *kFormat = "flashjit-winners";
 constexpr int kVersion = 1;
+// The fields that hold the tuner's JSON columns (embedded), written each on one line.
+constexpr llvm::StringLiteral kClocks = "clocks", kCandidates = "candidates";
 
 std::string compact(const llvm::json::Value &value) {
   std::string out;
@@ -71,8 +73,8 @@ std::string winnersToJson(llvm::ArrayRef<TuningRow> input) {
         {"tuned_at", r->tunedAt},
         {"flashjit_version", r->flashjitVersion},
         {"measured_binary_key", r->binaryKey},
-        {"clocks", embedded(r->clocksJson)},
-        {"candidates", embedded(r->candidatesJson)},
+        {kClocks, embedded(r->clocksJson)},
+        {kCandidates, embedded(r->candidatesJson)},
     };
     // Absent rather than empty, so that files written before them read back the same.
     if (!r->codeSha256.empty())
@@ -98,7 +100,7 @@ std::string winnersToJson(llvm::ArrayRef<TuningRow> input) {
         j.object([&] {
           for (llvm::StringRef key : keys) {
             const llvm::json::Value &value = *fields.get(key);
-            if (key == "clocks" || key == "candidates") {
+            if (key == kClocks || key == kCandidates) {
               j.attributeBegin(key);
               j.rawValue([&](llvm::raw_ostream &raw) { raw << value; });
               j.attributeEnd();
@@ -176,8 +178,8 @@ llvm::Expected<std::vector<TuningRow>> winnersFromJson(llvm::StringRef text,
           return missing(field);
         *out = value->getAsString()->str();
       }
-    row.clocksJson = unembedded(w->get("clocks"));
-    row.candidatesJson = unembedded(w->get("candidates"));
+    row.clocksJson = unembedded(w->get(kClocks));
+    row.candidatesJson = unembedded(w->get(kCandidates));
     rows.push_back(std::move(row));
   }
   return rows;
